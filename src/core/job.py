@@ -1,0 +1,120 @@
+"""The job record: an immutable value, changed only by building a new one.
+
+Times are timezone-aware UTC `datetime`s. Every field of a `Job` is immutable,
+including the args (a `FrozenMap`) and the result, so a record can be shared
+between threads and stored without defensive copies.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import attrs
+
+from .frozen import FrozenMap
+
+
+class Priority(enum.Enum):
+    """How urgent a job is. Claims take `critical` first, then `high`, `normal`, `low`."""
+
+    CRITICAL = "critical"
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+
+    @property
+    def rank(self) -> int:
+        """0 for the most urgent; the ordering key sorts on it."""
+        return _RANK[self]
+
+
+_RANK = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Priority.LOW: 3}
+
+#: Every priority, most urgent first: the order every backend claims in.
+PRIORITY_ORDER: tuple[Priority, ...] = (
+    Priority.CRITICAL,
+    Priority.HIGH,
+    Priority.NORMAL,
+    Priority.LOW,
+)
+
+
+class JobStatus(enum.Enum):
+    """Where a job is in its life. `transitions.TABLE` lists the legal moves."""
+
+    SCHEDULED = "scheduled"  # parked until run_at (delayed, or requeued for another node)
+    PENDING = "pending"  # ready to be claimed
+    RUNNING = "running"  # claimed by a worker
+    RETRYING = "retrying"  # failed, waiting for its backoff to pass
+    COMPLETED = "completed"  # done (terminal)
+    FAILED = "failed"  # dead-lettered (terminal)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (JobStatus.COMPLETED, JobStatus.FAILED)
+
+    @property
+    def is_parked(self) -> bool:
+        """Waiting for its `run_at`: it lives in the scheduled set, not a ready queue."""
+        return self in (JobStatus.SCHEDULED, JobStatus.RETRYING)
+
+
+@attrs.frozen(slots=True)
+class ErrorInfo:
+    """Why an attempt failed. `type` is a short machine-readable tag."""
+
+    type: str
+    message: str
+    retryable: bool = True
+
+
+@attrs.frozen(slots=True)
+class Metadata:
+    """Bookkeeping the policies read: missing-handler age and counters."""
+
+    first_missing_at: datetime | None = None
+    requeue_count: int = 0
+    reclaim_count: int = 0
+
+
+@attrs.frozen(slots=True, repr=False)
+class Job:
+    """One unit of background work.
+
+    Build one with `create_job` (which validates); change one with
+    `attrs.evolve` or, for status changes, `transitions.transition`.
+    `repr` hides `args` and `result` (they often hold secrets); see `reveal`.
+    """
+
+    id: UUID
+    job_type: str
+    args: FrozenMap
+    queue: str
+    priority: Priority
+    status: JobStatus
+    created_at: datetime
+    run_at: datetime
+    max_retries: int = 3
+    retry_count: int = 0
+    attempt: int = 0
+    tenant_id: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    last_error: ErrorInfo | None = None
+    result: Any = None
+    metadata: Metadata = attrs.field(factory=Metadata)
+
+    def __repr__(self) -> str:
+        return (
+            f"Job(id={self.id}, job_type={self.job_type!r}, queue={self.queue!r}, "
+            f"priority={self.priority.value}, status={self.status.value}, "
+            f"attempt={self.attempt}, retry_count={self.retry_count}/{self.max_retries}, "
+            f"tenant_id={self.tenant_id!r}, args=<{len(self.args)} keys hidden>)"
+        )
+
+    def reveal(self) -> str:
+        """`repr` with args and result shown: an explicit opt-in for debugging."""
+        return f"{self!r}[args={dict(self.args)!r}, result={self.result!r}]"

@@ -1,0 +1,129 @@
+"""The policies: retry backoff, missing-handler requeue, and the claim lease.
+
+All pure. The clock (`now`) and the jitter sample come in as arguments, so
+tests can state exact values instead of bounds.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import attrs
+
+from .job import Job
+
+
+def _non_negative(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must be >= 0, got {value}")
+
+
+def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value <= 0:
+        raise ValueError(f"{attribute.name} must be > 0, got {value}")
+
+
+@attrs.frozen(slots=True)
+class RetryPolicy:
+    """Exponential backoff: `initial_delay_ms * 2**retry_count`, capped, then ±10 % jitter."""
+
+    initial_delay_ms: int = attrs.field(default=1000, validator=_non_negative)
+    max_delay_ms: int = attrs.field(default=60_000, validator=_non_negative)
+    jitter: bool = True
+
+
+#: The jitter spread: a sample of 0 gives -10 %, 0.5 gives 0 %, just under 1 gives +10 %.
+JITTER_FRACTION = 0.1
+
+
+def backoff_ms(policy: RetryPolicy, retry_count: int, jitter_sample: float) -> int:
+    """Milliseconds to wait before retry number `retry_count + 1`.
+
+    `jitter_sample` is a number in [0, 1) drawn by the caller; it is ignored
+    when `policy.jitter` is False. The result never exceeds `max_delay_ms * 1.1`.
+    """
+    if not 0.0 <= jitter_sample < 1.0:
+        raise ValueError(f"jitter_sample must be in [0, 1), got {jitter_sample}")
+    # Cap before exponentiating far: 2**retry_count for a large count is huge but exact.
+    exponent = min(max(retry_count, 0), 64)
+    base: int = min(policy.initial_delay_ms * (2**exponent), policy.max_delay_ms)
+    if not policy.jitter:
+        return base
+    factor = 1.0 - JITTER_FRACTION + 2 * JITTER_FRACTION * jitter_sample
+    delay: int = round(base * factor)
+    return delay
+
+
+@attrs.frozen(slots=True)
+class RequeuePolicy:
+    """What to do with a job no handler here can run (a mixed fleet).
+
+    Park it `requeue_delay_ms` ahead, so this worker does not spin on it and a
+    peer with the handler gets a fair poll; give up with `no-handler` once it
+    has been continuously unhandled for `max_requeue_age_ms`. Give-up is by wall
+    clock, not by count: a busy fleet with many handlerless workers must not
+    burn a budget before a slow owner polls. `max_requeues` is a runaway backstop.
+    """
+
+    requeue_delay_ms: int = attrs.field(default=1000, validator=_non_negative)
+    max_requeue_age_ms: int = attrs.field(default=300_000, validator=_non_negative)
+    max_requeues: int = attrs.field(default=10_000, validator=_non_negative)
+
+
+def unhandled_for_ms(job: Job, now: datetime) -> int:
+    """How long `job` has gone without a handler (0 if this is the first miss)."""
+    first = job.metadata.first_missing_at
+    if first is None:
+        return 0
+    return max(0, int((now - first) / timedelta(milliseconds=1)))
+
+
+def should_give_up_unhandled(policy: RequeuePolicy, job: Job, now: datetime) -> bool:
+    """True once the job's missing-handler window (or the backstop count) is spent."""
+    return (
+        unhandled_for_ms(job, now) >= policy.max_requeue_age_ms
+        or job.metadata.requeue_count >= policy.max_requeues
+    )
+
+
+@attrs.frozen(slots=True)
+class LeasePolicy:
+    """A claim is abandoned once `locked_at + lease_ms < now`.
+
+    A job reclaimed more often than its budget is a poison pill (it kills its
+    worker every time) and is dead-lettered with `lease-expired`. The budget is
+    `max_reclaims` when set, otherwise the job's own `max_retries`.
+    """
+
+    lease_ms: int = attrs.field(default=60_000, validator=_positive)
+    max_reclaims: int | None = None
+
+
+def lease_deadline(locked_at: datetime, lease_ms: int) -> datetime:
+    """When a claim taken at `locked_at` stops being live."""
+    return locked_at + timedelta(milliseconds=lease_ms)
+
+
+def is_abandoned(locked_at: datetime, lease_ms: int, now: datetime) -> bool:
+    """True when the lease on a claim taken at `locked_at` has run out by `now`."""
+    return lease_deadline(locked_at, lease_ms) < now
+
+
+def reclaim_cutoff(now: datetime, lease_ms: int) -> datetime:
+    """Claims locked before this instant are abandoned (the SQL/Redis predicate's bound)."""
+    return now - timedelta(milliseconds=lease_ms)
+
+
+def is_poison_pill(policy: LeasePolicy, job: Job) -> bool:
+    """True when one more reclaim would exceed the job's reclaim budget."""
+    budget = job.max_retries if policy.max_reclaims is None else policy.max_reclaims
+    return job.metadata.reclaim_count + 1 > budget
+
+
+@attrs.frozen(slots=True)
+class Policies:
+    """The three policies `decide` consults, with their defaults."""
+
+    retry: RetryPolicy = RetryPolicy()
+    requeue: RequeuePolicy = RequeuePolicy()
+    lease: LeasePolicy = LeasePolicy()

@@ -1,0 +1,91 @@
+"""The legal moves of a job, as one table of data.
+
+Theory of operation
+-------------------
+A job is a value; the table below is the whole state machine. `transition`
+looks the move up and returns the next record or an `InvalidTransition`, so an
+illegal move is an ordinary `Failure`, never an exception from deep inside a
+worker. The docs render this same table (see `docs/core.md`).
+
+Two moves are worth a word. `retrying -> pending` and `scheduled -> pending`
+both happen on `PROMOTE`, when a parked job's `run_at` has passed. `running ->
+scheduled` on `REQUEUE` is the missing-handler park: another node with the
+handler may take the job once its requeue delay has passed. `running ->
+pending` on `RECLAIM` is the lease keeper returning an abandoned claim.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from datetime import datetime
+
+import attrs
+from returns.result import Failure, Result, Success
+
+from .errors import InvalidTransition
+from .job import Job, JobStatus
+
+
+class Event(enum.Enum):
+    """What happened to a job."""
+
+    PROMOTE = "promote"  # its run_at passed
+    START = "start"  # a worker claimed it
+    COMPLETE = "complete"  # the handler succeeded
+    RETRY = "retry"  # the handler failed, a retry is left
+    REQUEUE = "requeue"  # no handler here: park it for another node
+    DEAD_LETTER = "dead_letter"  # give up: retries exhausted, non-retryable, no handler
+    RECLAIM = "reclaim"  # the claim's lease expired
+
+
+S, E = JobStatus, Event
+
+#: {status: {event: next status}}. Anything not listed is an InvalidTransition.
+TABLE: Mapping[JobStatus, Mapping[Event, JobStatus]] = {
+    S.SCHEDULED: {E.PROMOTE: S.PENDING},
+    S.PENDING: {E.START: S.RUNNING},
+    S.RUNNING: {
+        E.COMPLETE: S.COMPLETED,
+        E.RETRY: S.RETRYING,
+        E.REQUEUE: S.SCHEDULED,
+        E.DEAD_LETTER: S.FAILED,
+        E.RECLAIM: S.PENDING,
+    },
+    S.RETRYING: {E.PROMOTE: S.PENDING},
+    S.COMPLETED: {},
+    S.FAILED: {},
+}
+
+
+def next_status(status: JobStatus, event: Event) -> JobStatus | None:
+    """The status after `event`, or None when the table has no such move."""
+    return TABLE[status].get(event)
+
+
+def transition(job: Job, event: Event, now: datetime) -> Result[Job, InvalidTransition]:
+    """Apply `event` to `job` at `now`: a new record, or the illegal move named."""
+    target = next_status(job.status, event)
+    if target is None:
+        return Failure(InvalidTransition(str(job.id), job.status.value, event.value))
+    if event is Event.START:
+        return Success(
+            attrs.evolve(job, status=target, started_at=now, attempt=job.attempt + 1)
+        )
+    if target.is_terminal:
+        return Success(attrs.evolve(job, status=target, finished_at=now))
+    return Success(attrs.evolve(job, status=target))
+
+
+def start(job: Job, now: datetime) -> Result[Job, InvalidTransition]:
+    """A claimed job begins an attempt; a parked job that was promoted is made pending first.
+
+    Backends move a due parked job to a ready queue without rewriting its
+    document, so the record may still say `scheduled` or `retrying` when claimed.
+    """
+    if job.status.is_parked:
+        promoted = transition(job, Event.PROMOTE, now)
+        if not isinstance(promoted, Success):
+            return promoted
+        job = promoted.unwrap()
+    return transition(job, Event.START, now)

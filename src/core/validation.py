@@ -1,0 +1,164 @@
+"""Validation at the edge: `create_job` and the name rules every backend relies on."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import attrs
+from returns.result import Failure, Result, Success
+
+from .errors import FieldError, ValidationError
+from .frozen import FrozenMap, NotJson, freeze, json_size
+from .job import Job, JobStatus, Priority
+
+#: Names (job types, queues, tenants) are short and safe to embed in keys and logs.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+MAX_NAME_LENGTH = 128
+DEFAULT_MAX_ARGS_BYTES = 64 * 1024
+MAX_RETRIES_LIMIT = 1000
+
+
+@attrs.frozen(slots=True)
+class Limits:
+    """Size limits applied by `create_job`. `max_args_bytes` counts compact UTF-8 JSON."""
+
+    max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES
+    max_name_length: int = MAX_NAME_LENGTH
+    max_depth: int = 32
+
+
+def check_name(field: str, value: object, limits: Limits = Limits()) -> FieldError | None:
+    """Return why `value` is not a valid name, or None when it is."""
+    if not isinstance(value, str):
+        return FieldError(field, f"must be a string, got {type(value).__name__}")
+    if not value:
+        return FieldError(field, "must not be empty")
+    if len(value) > limits.max_name_length:
+        return FieldError(
+            field, f"is {len(value)} characters; the limit is {limits.max_name_length}"
+        )
+    if NAME_PATTERN.fullmatch(value) is None:
+        return FieldError(
+            field,
+            "may hold only letters, digits, '_', '.', '-' and must start with a letter or digit",
+        )
+    return None
+
+
+def parse_priority(value: object) -> Priority | FieldError:
+    """Accept a `Priority` or its name (`"high"`)."""
+    if isinstance(value, Priority):
+        return value
+    if isinstance(value, str):
+        try:
+            return Priority(value.lower())
+        except ValueError:
+            pass
+    names = ", ".join(p.value for p in Priority)
+    return FieldError("priority", f"unknown priority {value!r}; use one of {names}")
+
+
+def as_utc(field: str, value: object) -> datetime | FieldError:
+    """Accept only timezone-aware datetimes, returned in UTC."""
+    if not isinstance(value, datetime):
+        return FieldError(field, f"must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        return FieldError(field, "must be timezone-aware (UTC); got a naive datetime")
+    return value.astimezone(UTC)
+
+
+def freeze_args(
+    value: object, limits: Limits = Limits(), field: str = "args"
+) -> FrozenMap | FieldError:
+    """Check that args are a JSON object under the size limit, and freeze them."""
+    if not isinstance(value, Mapping):
+        return FieldError(field, f"must be a JSON object (a mapping), got {type(value).__name__}")
+    try:
+        frozen = freeze(value, max_depth=limits.max_depth)
+    except NotJson as exc:
+        return FieldError(field, f"not JSON at {exc.path}: {exc.reason}")
+    size = json_size(frozen)
+    if size > limits.max_args_bytes:
+        return FieldError(
+            field, f"is {size} bytes as JSON; the limit is {limits.max_args_bytes} bytes"
+        )
+    assert isinstance(frozen, FrozenMap)
+    return frozen
+
+
+def create_job(
+    *,
+    id: UUID,
+    job_type: str,
+    args: Mapping[str, Any] | None = None,
+    now: datetime,
+    queue: str = "default",
+    priority: Priority | str = Priority.NORMAL,
+    max_retries: int = 3,
+    run_at: datetime | None = None,
+    delay: timedelta | None = None,
+    tenant_id: str | None = None,
+    limits: Limits = Limits(),
+) -> Result[Job, ValidationError]:
+    """Validate input and build a new job, or say which fields are wrong and why.
+
+    The caller supplies `id` and `now`, so this function is pure. A job with a
+    `run_at` (or `delay`) later than `now` starts `scheduled`; otherwise `pending`.
+    Every problem is reported at once, not only the first.
+    """
+    errors: list[FieldError] = []
+
+    def keep(outcome: Any) -> Any:
+        if isinstance(outcome, FieldError):
+            errors.append(outcome)
+            return None
+        return outcome
+
+    if not isinstance(id, UUID):
+        errors.append(FieldError("id", f"must be a UUID, got {type(id).__name__}"))
+    for field, name in (("job_type", job_type), ("queue", queue)):
+        keep(check_name(field, name, limits))
+    if tenant_id is not None:
+        keep(check_name("tenant_id", tenant_id, limits))
+    frozen_args = keep(freeze_args({} if args is None else args, limits))
+    prio = keep(parse_priority(priority))
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int):
+        errors.append(FieldError("max_retries", "must be an integer"))
+    elif max_retries < 0:
+        errors.append(FieldError("max_retries", f"must be >= 0, got {max_retries}"))
+    elif max_retries > MAX_RETRIES_LIMIT:
+        errors.append(FieldError("max_retries", f"must be <= {MAX_RETRIES_LIMIT}"))
+    created = keep(as_utc("now", now))
+    due = created
+    if run_at is not None and delay is not None:
+        errors.append(FieldError("run_at", "give run_at or delay, not both"))
+    elif run_at is not None:
+        due = keep(as_utc("run_at", run_at))
+    elif delay is not None:
+        if not isinstance(delay, timedelta) or delay < timedelta(0):
+            errors.append(FieldError("delay", "must be a non-negative timedelta"))
+        elif created is not None:
+            due = created + delay
+
+    if errors:
+        return Failure(ValidationError(errors))
+    assert created is not None and due is not None
+    status = JobStatus.SCHEDULED if due > created else JobStatus.PENDING
+    return Success(
+        Job(
+            id=id,
+            job_type=job_type,
+            args=frozen_args,
+            queue=queue,
+            priority=prio,
+            status=status,
+            created_at=created,
+            run_at=due,
+            max_retries=max_retries,
+            tenant_id=tenant_id,
+        )
+    )

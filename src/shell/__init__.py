@@ -1,0 +1,1 @@
+"""The imperative shell: ports, adapters, the executor, workers, runtime and CLI."""

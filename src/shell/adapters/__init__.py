@@ -1,0 +1,1 @@
+"""Backends that store and move jobs. They hold no policy."""

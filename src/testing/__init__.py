@@ -1,0 +1,1 @@
+"""Reusable test tools for Conveyor adapters (a hypothesis state machine)."""
