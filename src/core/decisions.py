@@ -189,14 +189,10 @@ def decide(
                 return dead_letter(seen, error, now)
             run_at = now + timedelta(milliseconds=policies.requeue.requeue_delay_ms)
             meta = attrs.evolve(seen.metadata, requeue_count=seen.metadata.requeue_count + 1)
-            parked = attrs.evolve(
-                _moved(seen, Event.REQUEUE, now), metadata=meta, run_at=run_at
-            )
+            parked = attrs.evolve(_moved(seen, Event.REQUEUE, now), metadata=meta, run_at=run_at)
             return Requeue(parked, run_at)
         case TenantNotFound():
-            error = ErrorInfo(
-                TENANT_NOT_FOUND, f"tenant {job.tenant_id!r} does not exist", False
-            )
+            error = ErrorInfo(TENANT_NOT_FOUND, f"tenant {job.tenant_id!r} does not exist", False)
             return dead_letter(job, error, now)
         case MissingTenant():
             error = ErrorInfo(

@@ -69,9 +69,7 @@ def transition(job: Job, event: Event, now: datetime) -> Result[Job, InvalidTran
     if target is None:
         return Failure(InvalidTransition(str(job.id), job.status.value, event.value))
     if event is Event.START:
-        return Success(
-            attrs.evolve(job, status=target, started_at=now, attempt=job.attempt + 1)
-        )
+        return Success(attrs.evolve(job, status=target, started_at=now, attempt=job.attempt + 1))
     if target.is_terminal:
         return Success(attrs.evolve(job, status=target, finished_at=now))
     return Success(attrs.evolve(job, status=target))

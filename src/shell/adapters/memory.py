@@ -1,0 +1,217 @@
+"""In-memory backend: one process, thread-safe. For tests, scripts and demos.
+
+Ready work is one FIFO per (queue, priority); a counter gives every enqueue its
+sequence number, and claims follow the core's `ordering_key`. The scheduled set
+is a dict swapped under the lock, so of two concurrent promoters only one moves
+each job. It cannot reclaim across processes (there are none to share with),
+but it honours leases within its own process like the other backends.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import deque
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from uuid import UUID
+
+import attrs
+
+from ...core import PRIORITY_ORDER, Job, JobStatus, Priority
+from ..ports import Claim, QueueCounts
+
+
+@attrs.define
+class _InFlight:
+    job: Job
+    token: str
+    locked_at: datetime
+
+
+class MemoryJobQueue:
+    """A `JobQueue` in this process's memory."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._ready: dict[str, dict[Priority, deque[tuple[int, Job]]]] = {}
+        self._ready_ids: dict[UUID, str] = {}
+        self._scheduled: dict[UUID, Job] = {}
+        self._in_flight: dict[UUID, _InFlight] = {}
+
+    def _lanes(self, queue: str) -> dict[Priority, deque[tuple[int, Job]]]:
+        lanes = self._ready.get(queue)
+        if lanes is None:
+            lanes = {p: deque() for p in PRIORITY_ORDER}
+            self._ready[queue] = lanes
+        return lanes
+
+    def _drop(self, job_id: UUID) -> None:
+        """Remove every trace of `job_id` (caller holds the lock)."""
+        self._scheduled.pop(job_id, None)
+        self._in_flight.pop(job_id, None)
+        queue = self._ready_ids.pop(job_id, None)
+        if queue is not None:
+            for lane in self._ready[queue].values():
+                for entry in lane:
+                    if entry[1].id == job_id:
+                        lane.remove(entry)
+                        return
+
+    def _place(self, job: Job) -> None:
+        """Put `job` where its status says (caller holds the lock)."""
+        if job.status.is_parked:
+            self._scheduled[job.id] = job
+        else:
+            self._seq += 1
+            self._lanes(job.queue)[job.priority].append((self._seq, job))
+            self._ready_ids[job.id] = job.queue
+
+    def enqueue(self, job: Job) -> None:
+        with self._lock:
+            self._drop(job.id)
+            self._place(job)
+
+    def dequeue(self, queue: str, now: datetime) -> Claim | None:
+        with self._lock:
+            lanes = self._ready.get(queue)
+            if not lanes:
+                return None
+            for priority in PRIORITY_ORDER:
+                lane = lanes[priority]
+                if lane:
+                    _, job = lane.popleft()
+                    del self._ready_ids[job.id]
+                    token = uuid.uuid4().hex
+                    self._in_flight[job.id] = _InFlight(job, token, now)
+                    return Claim(job=job, token=token, queue=queue, locked_at=now)
+            return None
+
+    def _held(self, claim: Claim) -> _InFlight | None:
+        entry = self._in_flight.get(claim.job.id)
+        return entry if entry is not None and entry.token == claim.token else None
+
+    def ack(self, claim: Claim) -> bool:
+        with self._lock:
+            if self._held(claim) is None:
+                return False
+            del self._in_flight[claim.job.id]
+            return True
+
+    def extend(self, claim: Claim, now: datetime) -> bool:
+        with self._lock:
+            entry = self._held(claim)
+            if entry is None:
+                return False
+            entry.locked_at = now
+            return True
+
+    def replace(self, claim: Claim, job: Job) -> bool:
+        with self._lock:
+            if self._held(claim) is None:
+                return False
+            del self._in_flight[claim.job.id]
+            self._place(job)
+            return True
+
+    def promote_due(self, now: datetime, limit: int = 1000) -> int:
+        with self._lock:
+            due = [j for j in self._scheduled.values() if j.run_at <= now]
+            due.sort(key=lambda j: (j.run_at, j.priority.rank))
+            for job in due[:limit]:
+                del self._scheduled[job.id]
+                self._seq += 1
+                self._lanes(job.queue)[job.priority].append((self._seq, job))
+                self._ready_ids[job.id] = job.queue
+            return min(len(due), limit)
+
+    def abandoned(self, cutoff: datetime, limit: int = 100) -> Sequence[Claim]:
+        with self._lock:
+            stale = [e for e in self._in_flight.values() if e.locked_at < cutoff]
+            return [Claim(e.job, e.token, e.job.queue, e.locked_at) for e in stale[:limit]]
+
+    def reclaim(self, claim: Claim, job: Job, cutoff: datetime) -> bool:
+        with self._lock:
+            entry = self._held(claim)
+            if entry is None or not entry.locked_at < cutoff:
+                return False
+            del self._in_flight[claim.job.id]
+            self._place(job)
+            return True
+
+    def counts(self, now: datetime) -> Mapping[str, QueueCounts]:
+        with self._lock:
+            names = set(self._ready) | {j.queue for j in self._scheduled.values()}
+            names |= {e.job.queue for e in self._in_flight.values()}
+            out: dict[str, QueueCounts] = {}
+            for name in sorted(names):
+                ready = [job for lane in self._ready.get(name, {}).values() for _, job in lane]
+                out[name] = QueueCounts(
+                    ready=len(ready),
+                    scheduled=sum(1 for j in self._scheduled.values() if j.queue == name),
+                    in_flight=sum(1 for e in self._in_flight.values() if e.job.queue == name),
+                    oldest_ready_at=min((j.run_at for j in ready), default=None),
+                )
+            return out
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class MemoryJobStore:
+    """A `JobStore` in this process's memory."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[UUID, tuple[int, Job]] = {}
+        self._seq = 0
+
+    def record(self, job: Job) -> None:
+        with self._lock:
+            self._seq += 1
+            self._jobs[job.id] = (self._seq, job)
+
+    def get(self, job_id: UUID) -> Job | None:
+        with self._lock:
+            entry = self._jobs.get(job_id)
+            return entry[1] if entry else None
+
+    def list_history(
+        self,
+        *,
+        status: JobStatus | None = None,
+        tenant_id: str | None = None,
+        limit: int = 100,
+    ) -> Sequence[Job]:
+        with self._lock:
+            rows = sorted(self._jobs.values(), key=lambda e: e[0], reverse=True)
+            return [
+                job
+                for _, job in rows
+                if (status is None or job.status is status)
+                and (tenant_id is None or job.tenant_id == tenant_id)
+            ][:limit]
+
+    def list_dead(self, *, tenant_id: str | None = None, limit: int = 100) -> Sequence[Job]:
+        return self.list_history(status=JobStatus.FAILED, tenant_id=tenant_id, limit=limit)
+
+    def count_dead(self, *, tenant_id: str | None = None) -> Mapping[str, int]:
+        out: dict[str, int] = {}
+        for job in self.list_dead(tenant_id=tenant_id, limit=len(self._jobs) + 1):
+            out[job.queue] = out.get(job.queue, 0) + 1
+        return out
+
+    def purge_dead(self, job_id: UUID | None = None) -> int:
+        with self._lock:
+            doomed = [
+                i
+                for i, (_, job) in self._jobs.items()
+                if job.status is JobStatus.FAILED and (job_id is None or i == job_id)
+            ]
+            for i in doomed:
+                del self._jobs[i]
+            return len(doomed)
+
+    def close(self) -> None:
+        """Nothing to release."""

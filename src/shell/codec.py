@@ -1,0 +1,156 @@
+"""The wire format: one JSON document per job, the same on every backend.
+
+One private cattrs converter, configured once, here. The document carries a
+format version `v`; decoding returns a `Result`, so a malformed, foreign or
+hostile payload is a `DecodeError` value (dead-lettered as `decode-error`),
+never a crash and never anything imported or unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import attrs
+import cattrs
+from returns.result import Failure, Result, Success
+
+from ..core import FrozenMap, Job, freeze, thaw
+from ..core.validation import Limits, check_name
+
+FORMAT_VERSION = 1
+
+
+@attrs.frozen(slots=True)
+class DecodeError:
+    """Why a payload is not a job."""
+
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def _parse_time(value: Any, _: Any) -> datetime:
+    if not isinstance(value, str):
+        raise TypeError(f"expected an ISO-8601 string, got {type(value).__name__}")
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        raise ValueError(f"time {value!r} has no timezone")
+    return parsed.astimezone(UTC)
+
+
+def _parse_frozen_map(value: Any, _: Any) -> FrozenMap:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a JSON object, got {type(value).__name__}")
+    frozen = freeze(value)
+    assert isinstance(frozen, FrozenMap)
+    return frozen
+
+
+def _parse_strict(kind: type) -> Any:
+    def parse(value: Any, _: Any) -> Any:
+        # bool is an int in Python; a forged `"attempt": true` is not a count.
+        if type(value) is not kind:
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+        return value
+
+    return parse
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=False)
+    conv.register_unstructure_hook(datetime, lambda d: d.isoformat())
+    conv.register_structure_hook(datetime, _parse_time)
+    conv.register_unstructure_hook(UUID, str)
+    conv.register_structure_hook(UUID, lambda v, _: UUID(_parse_strict(str)(v, None)))
+    conv.register_unstructure_hook(FrozenMap, thaw)
+    conv.register_structure_hook(FrozenMap, _parse_frozen_map)
+    conv.register_structure_hook(int, _parse_strict(int))
+    conv.register_structure_hook(str, _parse_strict(str))
+    conv.register_structure_hook(bool, _parse_strict(bool))
+    conv.register_structure_hook(Any, lambda v, _: freeze(v))
+    return conv
+
+
+_CONVERTER = _make_converter()
+
+
+def to_document(job: Job) -> dict[str, Any]:
+    """The job as a plain JSON-ready dict, with the format version."""
+    doc: dict[str, Any] = _CONVERTER.unstructure(job)
+    doc["result"] = thaw(job.result)
+    doc["v"] = FORMAT_VERSION
+    return doc
+
+
+def encode(job: Job) -> str:
+    """The job's wire form: compact JSON text."""
+    return json.dumps(to_document(job), separators=(",", ":"), allow_nan=False)
+
+
+def _check(job: Job) -> str | None:
+    for field, name in (("job_type", job.job_type), ("queue", job.queue)):
+        problem = check_name(field, name, Limits())
+        if problem is not None:
+            return str(problem)
+    if job.tenant_id is not None and check_name("tenant_id", job.tenant_id) is not None:
+        return "tenant_id: not a valid name"
+    for field in ("max_retries", "retry_count", "attempt"):
+        if getattr(job, field) < 0:
+            return f"{field}: must be >= 0"
+    if job.metadata.requeue_count < 0 or job.metadata.reclaim_count < 0:
+        return "metadata: counters must be >= 0"
+    return None
+
+
+def from_document(doc: Any) -> Result[Job, DecodeError]:
+    """A job from a decoded JSON document, or why not."""
+    if not isinstance(doc, dict):
+        return Failure(DecodeError(f"expected a JSON object, got {type(doc).__name__}"))
+    version = doc.get("v")
+    if version != FORMAT_VERSION:
+        return Failure(DecodeError(f"unknown format version {version!r}"))
+    try:
+        job = _CONVERTER.structure(doc, Job)
+    except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
+        return Failure(DecodeError(f"not a job document: {_describe(exc)}"))
+    problem = _check(job)
+    if problem is not None:
+        return Failure(DecodeError(f"forged or corrupt field: {problem}"))
+    return Success(job)
+
+
+def decode(payload: str | bytes) -> Result[Job, DecodeError]:
+    """A job from its wire form, or a `DecodeError` (never an exception)."""
+    try:
+        text = payload.decode("utf-8") if isinstance(payload, bytes) else payload
+        doc = json.loads(text, parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return Failure(DecodeError(f"not JSON: {type(exc).__name__}: {str(exc)[:200]}"))
+    return from_document(doc)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, cattrs.BaseValidationError):
+        parts = cattrs.transform_error(exc)
+        return "; ".join(parts)[:500]
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def peek_id(payload: str | bytes) -> str:
+    """Best-effort id of an undecodable payload, for the dead-letter record."""
+    try:
+        text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
+        doc = json.loads(text)
+        if isinstance(doc, dict) and isinstance(doc.get("id"), str):
+            return str(doc["id"])[:64]
+    except (ValueError, RecursionError):
+        pass
+    return "unknown"

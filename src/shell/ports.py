@@ -1,0 +1,158 @@
+"""The ports: small protocols the executor and workers talk to.
+
+Adapters implement them; they store and move jobs and never decide policy
+(when to retry, how long to wait, when to give up). Every write a claim holder
+makes is fenced by the claim's token: a holder whose lease expired and whose job
+was claimed again cannot ack, extend or replace it.
+
+A new `JobQueue` operation gets a case in `tests/shell/test_adapter_surface.py`
+on the way in, so every backend is held to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol, runtime_checkable
+from uuid import UUID
+
+import attrs
+
+from ..core import Job, JobStatus
+
+
+@attrs.frozen(slots=True)
+class Claim:
+    """A job taken by one worker. `token` is fresh for every claim, never a worker name."""
+
+    job: Job
+    token: str
+    queue: str
+    locked_at: datetime
+
+
+@attrs.frozen(slots=True)
+class QueueCounts:
+    """Read-only figures for one queue, for `conveyor status`."""
+
+    ready: int = 0
+    scheduled: int = 0
+    in_flight: int = 0
+    oldest_ready_at: datetime | None = None
+
+
+@runtime_checkable
+class JobQueue(Protocol):
+    """Work still to do: ready queues, the scheduled set and the in-flight claims."""
+
+    def enqueue(self, job: Job) -> None:
+        """Upsert by id, unlocked. A parked job (`scheduled`/`retrying`) waits for its
+        `run_at` in the scheduled set; any other goes to its ready queue."""
+
+    def dequeue(self, queue: str, now: datetime) -> Claim | None:
+        """Claim the best ready job of `queue` (priority, then FIFO), or None."""
+
+    def ack(self, claim: Claim) -> bool:
+        """Release the claim: remove the in-flight entry only if `claim.token` still
+        holds it. True when something was removed."""
+
+    def extend(self, claim: Claim, now: datetime) -> bool:
+        """Heartbeat: renew the lease to `now` if the claim is still held."""
+
+    def replace(self, claim: Claim, job: Job) -> bool:
+        """Fenced upsert of a claimed job's successor (ready or parked, unlocked),
+        only if `claim.token` still holds it. The claim is no longer held afterwards."""
+
+    def promote_due(self, now: datetime, limit: int = 1000) -> int:
+        """Move parked jobs whose `run_at <= now` to their ready queues, atomically per
+        job: of concurrent callers, only one moves each. Returns how many moved."""
+
+    def abandoned(self, cutoff: datetime, limit: int = 100) -> Sequence[Claim]:
+        """In-flight claims locked (or last extended) before `cutoff`."""
+
+    def reclaim(self, claim: Claim, job: Job, cutoff: datetime) -> bool:
+        """Return an abandoned claim to ready as `job`, re-checking inside the write that
+        it is still held by `claim.token` and still locked before `cutoff`."""
+
+    def counts(self, now: datetime) -> Mapping[str, QueueCounts]:
+        """Figures per queue name."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+@runtime_checkable
+class JobStore(Protocol):
+    """Outcome history and the dead letters, kept apart from work still to do."""
+
+    def record(self, job: Job) -> None:
+        """Upsert a job's latest record (completed, failed = dead letter, revived)."""
+
+    def get(self, job_id: UUID) -> Job | None:
+        """The recorded job, or None."""
+
+    def list_dead(self, *, tenant_id: str | None = None, limit: int = 100) -> Sequence[Job]:
+        """Dead letters, newest first; only `tenant_id`'s when given."""
+
+    def list_history(
+        self,
+        *,
+        status: JobStatus | None = None,
+        tenant_id: str | None = None,
+        limit: int = 100,
+    ) -> Sequence[Job]:
+        """Recorded jobs, newest first, filtered by status and tenant."""
+
+    def count_dead(self, *, tenant_id: str | None = None) -> Mapping[str, int]:
+        """Dead letters per queue name."""
+
+    def purge_dead(self, job_id: UUID | None = None) -> int:
+        """Delete one dead letter, or all of them. Returns how many went."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+@runtime_checkable
+class TransactionalJobQueue(JobQueue, Protocol):
+    """A queue in the caller's own database: enqueue commits with the business change."""
+
+    def enqueue_in_tx(self, conn: Any, job: Job) -> None:
+        """Enqueue inside the caller's open transaction on `conn` (the queue row is the
+        outbox row). Anything but a connection with a transaction begun is a
+        `ValidationError`: it would autocommit and reopen the dual-write window."""
+
+
+def is_transactional(queue: object) -> bool:
+    """True when `queue` offers `enqueue_in_tx` (ask before calling it)."""
+    return isinstance(queue, TransactionalJobQueue)
+
+
+class Clock(Protocol):
+    """Where the shell reads the time. The core never does."""
+
+    def now(self) -> datetime: ...
+
+
+class SystemClock:
+    """The wall clock, in UTC."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+#: A jitter source: returns a sample in [0, 1).
+Jitter = Callable[[], float]
+
+#: A handler takes the job's args and returns a JSON value, a `returns` Result, or raises.
+Handler = Callable[[Mapping[str, Any]], Any]
+
+
+class HandlerRegistry(Protocol):
+    """Job type -> handler, per process. Register before starting workers."""
+
+    def register(self, job_type: str, handler: Handler) -> None: ...
+
+    def lookup(self, job_type: str) -> Handler | None: ...
+
+    def job_types(self) -> frozenset[str]: ...
