@@ -32,6 +32,22 @@ class Claim:
 
 
 @attrs.frozen(slots=True)
+class BadClaim:
+    """A claimed payload that is not a job (malformed, foreign, forged, pickled).
+
+    It is claimed like any job so exactly one worker deals with it; the worker
+    dead-letters it as `decode-error`. Nothing in it is ever imported or unpickled.
+    """
+
+    job_id: str
+    token: str
+    queue: str
+    payload: str
+    reason: str
+    locked_at: datetime
+
+
+@attrs.frozen(slots=True)
 class QueueCounts:
     """Read-only figures for one queue, for `conveyor status`."""
 
@@ -49,10 +65,10 @@ class JobQueue(Protocol):
         """Upsert by id, unlocked. A parked job (`scheduled`/`retrying`) waits for its
         `run_at` in the scheduled set; any other goes to its ready queue."""
 
-    def dequeue(self, queue: str, now: datetime) -> Claim | None:
+    def dequeue(self, queue: str, now: datetime) -> Claim | BadClaim | None:
         """Claim the best ready job of `queue` (priority, then FIFO), or None."""
 
-    def ack(self, claim: Claim) -> bool:
+    def ack(self, claim: Claim | BadClaim) -> bool:
         """Release the claim: remove the in-flight entry only if `claim.token` still
         holds it. True when something was removed."""
 

@@ -32,7 +32,7 @@ from hypothesis.stateful import (
 from ..core import Job, JobStatus, Priority, create_job, reclaim_cutoff, start
 from ..core.decisions import decide_reclaim
 from ..core.policies import LeasePolicy
-from ..shell.ports import Claim, JobQueue
+from ..shell.ports import BadClaim, Claim, JobQueue
 
 QUEUES = ("q1", "q2")
 LEASE_MS = 1000
@@ -124,6 +124,7 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
         @rule(target=claims, queue=st.sampled_from(QUEUES))
         def dequeue(self, queue: str) -> Claim | None:
             claim = self.queue.dequeue(queue, self.now)
+            assert not isinstance(claim, BadClaim), f"a model job did not decode: {claim}"
             ready = {
                 i: w
                 for i, w in self.where.items()

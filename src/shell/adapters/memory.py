@@ -19,7 +19,7 @@ from uuid import UUID
 import attrs
 
 from ...core import PRIORITY_ORDER, Job, JobStatus, Priority
-from ..ports import Claim, QueueCounts
+from ..ports import BadClaim, Claim, QueueCounts
 
 
 @attrs.define
@@ -92,7 +92,9 @@ class MemoryJobQueue:
         entry = self._in_flight.get(claim.job.id)
         return entry if entry is not None and entry.token == claim.token else None
 
-    def ack(self, claim: Claim) -> bool:
+    def ack(self, claim: Claim | BadClaim) -> bool:
+        if isinstance(claim, BadClaim):
+            return False  # this backend stores Job values; nothing here fails to decode
         with self._lock:
             if self._held(claim) is None:
                 return False

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Set up and run Conveyor's development tasks with nothing but Python 3.11+ and pip.
+
+    python3 dev.py demo    # the demo on the embedded SQLite default
+    python3 dev.py test    # lint, import contract, types, then the whole test suite
+    python3 dev.py bench   # the benchmarks (see docs/performance.md)
+
+Creates `.venv` and installs the project with its dev extras the first time, and
+again whenever pyproject.toml changes; otherwise it reuses what is there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if sys.platform == "win32" else "bin")
+STAMP = VENV / ".conveyor-installed"
+
+
+def run(*cmd: str | Path) -> None:
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    result = subprocess.run([str(c) for c in cmd], cwd=ROOT)
+    if result.returncode != 0:
+        sys.exit(result.returncode)
+
+
+def ensure_env(extras: str = "dev") -> None:
+    if sys.version_info < (3, 11):
+        sys.exit("Conveyor needs Python 3.11 or newer")
+    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == want:
+        return
+    if not (BIN / "python").exists():
+        print("+ creating .venv", flush=True)
+        venv.create(VENV, with_pip=True)
+    run(BIN / "python", "-m", "pip", "install", "-q", "--upgrade", "pip")
+    run(BIN / "python", "-m", "pip", "install", "-q", "-e", f".[{extras}]")
+    STAMP.write_text(want)
+
+
+def test(args: list[str]) -> None:
+    ensure_env()
+    run(BIN / "ruff", "check", "src", "tests", "benchmarks")
+    run(BIN / "lint-imports")
+    run(BIN / "mypy", "--strict", "src")
+    run(BIN / "python", "-m", "pytest", *args)
+
+
+def demo(args: list[str]) -> None:
+    ensure_env()
+    run(BIN / "conveyor", "demo", *args)
+
+
+def bench(args: list[str]) -> None:
+    ensure_env("dev,bench")
+    run(BIN / "python", "-m", "benchmarks.run", *args)
+
+
+TASKS = {"test": test, "demo": demo, "bench": bench}
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in TASKS:
+        sys.exit(f"usage: python3 dev.py {{{'|'.join(TASKS)}}} [args...]")
+    TASKS[sys.argv[1]](sys.argv[2:])

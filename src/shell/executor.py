@@ -1,0 +1,135 @@
+"""The executor: the one place that turns a `Decision` into writes.
+
+Write, then release. For every decision the outcome is written first (history
+row, replacement job, dead letter) and only then is the claim released with a
+conditional ack. Acking first would leave a window in which the job is neither
+queued nor in flight; a process that died there would lose it. `plan` spells
+the steps out as data, so tests can check their order and crash between any
+two of them.
+
+A step that raises (an infrastructure fault) is retried a bounded number of
+times with backoff. If it still fails, nothing after it runs: the claim stays
+in flight, and the lease keeper reclaims the job later. Never acked unwritten.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+import attrs
+
+from ..core import Complete, DeadLetter, Decision, Promote, Reclaim, Requeue, Retry
+from .ports import Claim, Clock, JobQueue, JobStore, SystemClock
+
+log = logging.getLogger("conveyor.executor")
+
+
+@attrs.frozen(slots=True)
+class Step:
+    """One effect of carrying out a decision. `kind` is fence, write or release."""
+
+    kind: str
+    name: str
+    run: Callable[[], bool | None]
+
+
+class ClaimLost(Exception):
+    """The claim was no longer held (its lease expired and someone else owns the job)."""
+
+
+class Executor:
+    """Carries out decisions against a queue and a store."""
+
+    def __init__(
+        self,
+        queue: JobQueue,
+        store: JobStore,
+        *,
+        clock: Clock | None = None,
+        attempts: int = 5,
+        backoff_s: float = 0.05,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.queue = queue
+        self.store = store
+        self.clock = clock or SystemClock()
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self.sleep = sleep
+
+    def plan(
+        self, claim: Claim | None, decision: Decision, *, cutoff: datetime | None = None
+    ) -> Sequence[Step]:
+        """The steps for `decision`, in the order they must happen."""
+        q, s = self.queue, self.store
+        match decision:
+            case Complete(job=job) | DeadLetter(job=job):
+                assert claim is not None
+                return (
+                    # Fence: a holder whose claim was taken over must not write an outcome.
+                    Step("fence", "extend", lambda: q.extend(claim, self.clock.now())),
+                    Step("write", "record", lambda: s.record(job)),
+                    Step("release", "ack", lambda: q.ack(claim)),
+                )
+            case Retry(job=job) | Requeue(job=job):
+                assert claim is not None
+                return (
+                    # replace is fenced and leaves the job parked and unlocked...
+                    Step("write", "replace", lambda: q.replace(claim, job)),
+                    # ...so this conditional ack finds nothing of ours and removes nothing.
+                    Step("release", "ack", lambda: q.ack(claim)),
+                )
+            case Reclaim(job=job):
+                assert claim is not None and cutoff is not None
+                # One conditional write: back to ready only if still abandoned and ours.
+                return (Step("write", "reclaim", lambda: q.reclaim(claim, job, cutoff)),)
+            case Promote(job=job):
+                return (Step("write", "enqueue", lambda: q.enqueue(job)),)
+
+    def carry_out(
+        self, claim: Claim | None, decision: Decision, *, cutoff: datetime | None = None
+    ) -> bool:
+        """Run the plan. True when every step ran; False when the claim was lost
+        (nothing more is written) or a step kept failing (left to the lease)."""
+        for step in self.plan(claim, decision, cutoff=cutoff):
+            try:
+                ok = self._run(step)
+            except ClaimLost:
+                log.info(
+                    "claim on job %s was lost before %s; leaving it to its new owner",
+                    claim.job.id if claim else "?",
+                    step.name,
+                )
+                return False
+            except Exception:
+                log.exception(
+                    "could not %s job %s after %d attempts; leaving it to its lease",
+                    step.name,
+                    claim.job.id if claim else "?",
+                    self.attempts,
+                )
+                return False
+            if not ok:
+                return False
+        return True
+
+    def _run(self, step: Step) -> bool:
+        delay = self.backoff_s
+        for attempt in range(1, self.attempts + 1):
+            try:
+                result = step.run()
+            except Exception:
+                if attempt == self.attempts:
+                    raise
+                log.warning("%s failed (attempt %d), retrying", step.name, attempt, exc_info=True)
+                self.sleep(delay)
+                delay *= 2
+                continue
+            if result is False and step.kind in ("fence", "write"):
+                raise ClaimLost(step.name)
+            # A release that finds nothing of ours (after replace) is expected.
+            return True
+        return False

@@ -1,0 +1,409 @@
+"""Workers: claim a job, run its handler, ask the core, hand the answer to the executor.
+
+A `Worker` polls one queue. Between claims it promotes due scheduled jobs and
+reclaims abandoned claims, each on its own interval. While a handler runs, a
+heartbeat renews the claim's lease so a long job is not reclaimed under it.
+The worker decides nothing itself: every verdict comes from `conveyor.core`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import attrs
+from returns.pipeline import is_successful
+
+from ..core import (
+    DeadLetter,
+    Decision,
+    Job,
+    JobStatus,
+    NoHandler,
+    Outcome,
+    Policies,
+    Priority,
+    dead_letter,
+    decide,
+    decide_reclaim,
+    reclaim_cutoff,
+    start,
+    tenant_verdict,
+    undecodable,
+)
+from ..core.frozen import FrozenMap
+from .executor import Executor
+from .ports import BadClaim, Claim, Clock, Jitter, JobQueue, JobStore, SystemClock
+from .registry import Registry, run_handler
+
+log = logging.getLogger("conveyor.worker")
+
+
+@attrs.frozen(slots=True)
+class WorkerStats:
+    """What a worker has done so far (for progress and status)."""
+
+    processed: int = 0
+    completed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    requeued: int = 0
+    reclaimed: int = 0
+    promoted: int = 0
+    lost_claims: int = 0
+
+
+@attrs.define
+class _Counters:
+    processed: int = 0
+    completed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    requeued: int = 0
+    reclaimed: int = 0
+    promoted: int = 0
+    lost_claims: int = 0
+
+
+class _Heartbeat:
+    """Renews a claim's lease every `interval_s` while the handler runs."""
+
+    def __init__(self, queue: JobQueue, claim: Claim, clock: Clock, interval_s: float) -> None:
+        self._queue, self._claim, self._clock = queue, claim, clock
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="conveyor-heartbeat")
+        self.lost = False
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                if not self._queue.extend(self._claim, self._clock.now()):
+                    self.lost = True
+                    log.warning("lease on job %s was lost while running", self._claim.job.id)
+                    return
+            except Exception:
+                log.warning("heartbeat for job %s failed", self._claim.job.id, exc_info=True)
+
+
+class Worker:
+    """Processes jobs from one queue.
+
+    `run_once()` does one round (maintenance, then at most one job) and says
+    whether a job was processed; `run()` loops until `stop()`; `drain()` runs
+    until the queue has nothing due.
+    """
+
+    def __init__(
+        self,
+        queue: JobQueue,
+        store: JobStore,
+        registry: Registry,
+        *,
+        queue_name: str = "default",
+        policies: Policies = Policies(),
+        clock: Clock | None = None,
+        jitter: Jitter = random.random,
+        poll_interval_ms: int = 1000,
+        promote_interval_ms: int = 5000,
+        reclaim_interval_ms: int | None = None,
+        heartbeat_interval_ms: int | None = None,
+        worker_id: str | None = None,
+        tenant_exists: Callable[[str], bool] | None = None,
+        executor: Executor | None = None,
+    ) -> None:
+        self.queue, self.store, self.registry = queue, store, registry
+        self.queue_name = queue_name
+        self.policies = policies
+        self.clock = clock or SystemClock()
+        self.jitter = jitter
+        self.poll_interval_ms = poll_interval_ms
+        self.promote_interval = timedelta(milliseconds=promote_interval_ms)
+        lease = policies.lease.lease_ms
+        self.reclaim_interval = timedelta(milliseconds=reclaim_interval_ms or max(lease // 2, 1))
+        self.heartbeat_s = (heartbeat_interval_ms or max(lease // 3, 1)) / 1000
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.tenant_exists = tenant_exists
+        self.executor = executor or Executor(queue, store, clock=self.clock)
+        self._stop = threading.Event()
+        self._last_promote: datetime | None = None
+        self._last_reclaim: datetime | None = None
+        self._counts = _Counters()
+        self._warned_empty = False
+
+    # ---- the loop ---------------------------------------------------------
+
+    @property
+    def stats(self) -> WorkerStats:
+        return WorkerStats(**attrs.asdict(self._counts))
+
+    def stop(self) -> None:
+        """Finish the current job, then return from `run()`."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def warn_if_empty(self) -> None:
+        if len(self.registry) == 0 and not self._warned_empty:
+            self._warned_empty = True
+            log.warning(
+                "worker %s on queue %r started with NO handlers registered: every job it "
+                "claims will be parked for another worker and finally dead-lettered as "
+                "no-handler. Register handlers before starting workers.",
+                self.worker_id,
+                self.queue_name,
+            )
+
+    def run(self) -> None:
+        """Process jobs until `stop()` is called."""
+        self.warn_if_empty()
+        wait = getattr(self.queue, "wait_for_work", None)
+        while not self._stop.is_set():
+            try:
+                worked = self.run_once()
+            except Exception:
+                log.exception("worker %s: round failed; carrying on", self.worker_id)
+                worked = False
+            if not worked and not self._stop.is_set():
+                timeout = self.poll_interval_ms / 1000
+                if wait is not None:
+                    try:
+                        wait(self.queue_name, timeout)
+                    except Exception:
+                        self._stop.wait(timeout)
+                else:
+                    self._stop.wait(timeout)
+
+    def drain(self, *, max_jobs: int | None = None) -> int:
+        """Run until nothing is due (promoting and reclaiming as it goes). Returns jobs run."""
+        self.warn_if_empty()
+        done = 0
+        while max_jobs is None or done < max_jobs:
+            self._last_promote = None
+            if not self.run_once():
+                break
+            done += 1
+        return done
+
+    def run_once(self) -> bool:
+        """Maintenance when due, then claim and process at most one job."""
+        now = self.clock.now()
+        self.maintain(now)
+        claim = self.queue.dequeue(self.queue_name, now)
+        if claim is None:
+            return False
+        self.process(claim)
+        return True
+
+    def maintain(self, now: datetime) -> None:
+        """Promote due scheduled jobs and reclaim abandoned claims, each on its interval."""
+        if self._last_promote is None or now - self._last_promote >= self.promote_interval:
+            self._last_promote = now
+            self._counts.promoted += self.queue.promote_due(now)
+        if self._last_reclaim is None or now - self._last_reclaim >= self.reclaim_interval:
+            self._last_reclaim = now
+            self.reclaim_abandoned(now)
+
+    def reclaim_abandoned(self, now: datetime) -> int:
+        """Return claims whose lease expired to ready; dead-letter poison pills."""
+        cutoff = reclaim_cutoff(now, self.policies.lease.lease_ms)
+        moved = 0
+        for claim in self.queue.abandoned(cutoff):
+            started = start(claim.job, now)
+            if not is_successful(started):
+                # A forged record (already terminal) cannot be reclaimed: dead-letter it.
+                self._dead_letter_bad(_bad(claim, str(started.failure()), now), now, claim=claim)
+                continue
+            job = started.unwrap()
+            decision = decide_reclaim(job, now, self.policies.lease)
+            if self.executor.carry_out(claim, decision, cutoff=cutoff):
+                moved += 1
+                if isinstance(decision, DeadLetter):
+                    self._counts.dead_lettered += 1
+                    log.warning("job %s dead-lettered: %s", job.id, decision.error.message)
+                else:
+                    self._counts.reclaimed += 1
+        return moved
+
+    # ---- one job ------------------------------------------------------------
+
+    def process(self, claim: Claim | BadClaim) -> Decision | None:
+        """Run one claimed job to a decision and carry it out. Returns the decision."""
+        now = self.clock.now()
+        if isinstance(claim, BadClaim):
+            return self._dead_letter_bad(claim, now)
+        started = start(claim.job, now)
+        if not is_successful(started):
+            bad = _bad(claim, str(started.failure()), now)
+            return self._dead_letter_bad(bad, now, claim=claim)
+        job = started.unwrap()
+        outcome = self._outcome(claim, job)
+        decision = decide(job, outcome, self.clock.now(), self.policies, self.jitter())
+        self._counts.processed += 1
+        if self.executor.carry_out(claim, decision):
+            self._count(decision)
+        else:
+            self._counts.lost_claims += 1
+        return decision
+
+    def _outcome(self, claim: Claim, job: Job) -> Outcome:
+        entry = self.registry.registration(job.job_type)
+        if entry is None:
+            return NoHandler()
+        exists = True
+        if job.tenant_id is not None:
+            exists = self.tenant_exists(job.tenant_id) if self.tenant_exists else True
+        verdict = tenant_verdict(job, tenant_scoped=entry.tenant_scoped, tenant_exists=exists)
+        if verdict is not None:
+            return verdict
+        with _Heartbeat(self.queue, claim, self.clock, self.heartbeat_s):
+            if entry.tenant_scoped:
+                runner: Any = getattr(self, "run_tenant_handler", None)
+                if runner is not None:
+                    outcome: Outcome = runner(entry.handler, job)
+                    return outcome
+            return run_handler(entry.handler, job.args)
+
+    def _count(self, decision: Decision) -> None:
+        name = type(decision).__name__
+        if name == "Complete":
+            self._counts.completed += 1
+        elif name == "Retry":
+            self._counts.retried += 1
+        elif name == "DeadLetter":
+            self._counts.dead_lettered += 1
+        elif name == "Requeue":
+            self._counts.requeued += 1
+
+    def _dead_letter_bad(
+        self, bad: BadClaim, now: datetime, *, claim: Claim | None = None
+    ) -> Decision | None:
+        """Record an undecodable payload as a `decode-error` dead letter, then release it."""
+        error = undecodable(bad.job_id, bad.reason)
+        log.error("dead-lettering undecodable job %s: %s", bad.job_id, bad.reason)
+        placeholder = _placeholder(bad, now)
+        decision = dead_letter(placeholder, error, now)
+        try:
+            self.store.record(decision.job)
+        except Exception:
+            log.exception("could not record undecodable job %s; left to its lease", bad.job_id)
+            return None
+        self.queue.ack(claim if claim is not None else bad)
+        self._counts.dead_lettered += 1
+        self._counts.processed += 1
+        return decision
+
+
+def _bad(claim: Claim, reason: str, now: datetime) -> BadClaim:
+    return BadClaim(str(claim.job.id), claim.token, claim.queue, "", reason, now)
+
+
+def _placeholder(bad: BadClaim, now: datetime) -> Job:
+    """A job record standing for an undecodable payload in the dead letters."""
+    try:
+        job_id = UUID(bad.job_id)
+    except ValueError:
+        job_id = uuid.uuid5(uuid.NAMESPACE_URL, f"conveyor:undecodable:{bad.token}")
+    return Job(
+        id=job_id,
+        job_type="undecodable",
+        args=FrozenMap({"raw_payload": bad.payload[:4096]}),
+        queue=bad.queue,
+        priority=Priority.NORMAL,
+        status=JobStatus.RUNNING,
+        created_at=now,
+        run_at=now,
+        max_retries=0,
+        attempt=1,
+        started_at=now,
+    )
+
+
+class WorkerPool:
+    """`worker_count` worker threads on one queue.
+
+    `stop(grace_s)` asks every worker to finish its current job and waits up to
+    `grace_s`; a job still running then is left to its lease (reclaimed later),
+    never acked unfinished.
+    """
+
+    def __init__(
+        self,
+        queue: JobQueue,
+        store: JobStore,
+        registry: Registry,
+        *,
+        worker_count: int = 1,
+        queue_name: str = "default",
+        **worker_options: Any,
+    ) -> None:
+        if worker_count < 0:
+            raise ValueError("worker_count must be >= 0")
+        self.queue_name = queue_name
+        self.workers = [
+            Worker(queue, store, registry, queue_name=queue_name, **worker_options)
+            for _ in range(worker_count)
+        ]
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        if self._threads:
+            return
+        if self.workers:
+            self.workers[0].warn_if_empty()
+        for i, worker in enumerate(self.workers):
+            worker._warned_empty = True
+            thread = threading.Thread(
+                target=worker.run, name=f"conveyor-{self.queue_name}-{i}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, grace_s: float = 30.0) -> bool:
+        """Stop every worker; True if all finished within `grace_s`."""
+        for worker in self.workers:
+            worker.stop()
+        end = time.monotonic() + grace_s
+        for thread in self._threads:
+            thread.join(max(0.0, end - time.monotonic()))
+        alive = [t for t in self._threads if t.is_alive()]
+        if alive:
+            log.warning(
+                "%d worker(s) on %r still busy after %.1fs; their jobs are left to the lease",
+                len(alive),
+                self.queue_name,
+                grace_s,
+            )
+        self._threads = alive
+        return not alive
+
+    @property
+    def stats(self) -> WorkerStats:
+        total = _Counters()
+        for worker in self.workers:
+            for field in attrs.fields(_Counters):
+                setattr(
+                    total,
+                    field.name,
+                    getattr(total, field.name) + getattr(worker.stats, field.name),
+                )
+        return WorkerStats(**attrs.asdict(total))

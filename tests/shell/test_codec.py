@@ -1,0 +1,65 @@
+"""The wire format: every job round-trips; anything else is a DecodeError, never a crash."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+from conveyor.shell.codec import FORMAT_VERSION, decode, encode
+from conveyor.testing.strategies import jobs
+from helpers import make_job
+from hypothesis import given
+from hypothesis import strategies as st
+from returns.result import Failure, Success
+
+
+@given(jobs())
+def test_every_job_round_trips(job) -> None:
+    assert decode(encode(job)) == Success(job)
+
+
+@given(jobs())
+def test_bytes_round_trip_too(job) -> None:
+    assert decode(encode(job).encode()) == Success(job)
+
+
+def test_the_document_carries_its_format_version() -> None:
+    assert json.loads(encode(make_job()))["v"] == FORMAT_VERSION
+
+
+def _doc(**changes: object) -> str:
+    doc = json.loads(encode(make_job()))
+    doc.update(changes)
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        ("{not json", "not JSON"),
+        (b"\xff\xfe", "not JSON"),
+        (pickle.dumps({"job_type": "x"}), "not JSON"),
+        ("[1, 2]", "expected a JSON object"),
+        ('{"v": 99}', "unknown format version"),
+        ('{"v": 1}', "required field missing"),
+        (_doc(status="zombie"), "status"),
+        (_doc(attempt=-1), "attempt"),
+        (_doc(attempt=True), "attempt"),
+        (_doc(retry_count="3"), "retry_count"),
+        (_doc(created_at="2026-01-01T00:00:00"), "created_at"),
+        (_doc(job_type="a;drop table"), "job_type"),
+        (_doc(args=[1]), "args"),
+        ('{"v": 1, "x": NaN}', "not JSON"),
+        ("[" * 50_000, "not JSON"),
+    ],
+)
+def test_bad_payloads_are_decode_errors_naming_the_problem(payload, reason) -> None:
+    result = decode(payload)
+    assert isinstance(result, Failure)
+    assert reason in str(result.failure())
+
+
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_never_raise(data: bytes) -> None:
+    assert isinstance(decode(data), Success | Failure)
