@@ -1,19 +1,306 @@
-"""The `conveyor` command line."""
+"""The `conveyor` command line: worker, enqueue, status, dead, demo.
+
+Every command reads the same config as `conveyor.build` (`--config FILE`, or
+the nearest `conveyor.toml` / `[tool.conveyor]`, then `CONVEYOR_*` variables).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import signal
 import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
 
 from .. import __version__
+from ..core import ValidationError
+from .runtime import Runtime, Status, build
+
+
+def _runtime(args: argparse.Namespace) -> Runtime:
+    return build(args.config)
+
+
+def _print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    cells = [
+        [str(h) for h in headers],
+        *[[("-" if c is None else str(c)) for c in r] for r in rows],
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for n, row in enumerate(cells):
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def render_status(status: Status) -> None:
+    rows = []
+    for q in status.queues:
+        age = None if q.oldest_ready_age_s is None else f"{q.oldest_ready_age_s:.1f}s"
+        flag = (
+            "NO LIVE WORKER POLLS THIS QUEUE"
+            if q.flagged
+            else ("" if q.configured else "not in workers.queues")
+        )
+        rows.append((q.queue, q.ready, q.scheduled, q.in_flight, q.dead, age, len(q.pollers), flag))
+    _print_table(
+        ("queue", "ready", "scheduled", "in flight", "dead", "oldest ready", "pollers", "note"),
+        rows,
+    )
+    print()
+    if status.workers:
+        _print_table(
+            ("worker", "host", "pid", "queues", "last seen"),
+            [
+                (
+                    w.worker_id,
+                    w.host,
+                    w.pid,
+                    ",".join(w.queues),
+                    w.last_seen.isoformat(timespec="seconds"),
+                )
+                for w in status.workers
+            ],
+        )
+    else:
+        print("no live workers")
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    runtime = _runtime(args)
+    if args.queues:
+        import attrs
+
+        runtime.config = attrs.evolve(
+            runtime.config, workers=attrs.evolve(runtime.config.workers, queues=tuple(args.queues))
+        )
+    if args.concurrency is not None:
+        import attrs
+
+        runtime.config = attrs.evolve(
+            runtime.config, workers=attrs.evolve(runtime.config.workers, count=args.concurrency)
+        )
+    done = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        print(
+            f"conveyor worker: {signal.Signals(signum).name}, stopping gracefully", file=sys.stderr
+        )
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    w = runtime.config.workers
+    print(
+        f"conveyor worker {runtime.worker_id}: provider={runtime.config.provider} "
+        f"queues={','.join(w.queues)} workers per queue={w.count} "
+        f"handlers={','.join(sorted(runtime.registry.job_types())) or '(none)'}",
+        file=sys.stderr,
+        flush=True,
+    )
+    runtime.start()
+    try:
+        while not done.wait(0.2):
+            pass
+    finally:
+        clean = runtime.stop(args.grace)
+        runtime.close()
+    return 0 if clean else 3
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    try:
+        payload = json.loads(args.args) if args.args else {}
+    except json.JSONDecodeError as exc:
+        raise ValidationError.of("args", f"not valid JSON: {exc}") from None
+    runtime = _runtime(args)
+    try:
+        job = runtime.enqueue(
+            args.job_type,
+            payload,
+            queue=args.queue,
+            priority=args.priority,
+            max_retries=args.max_retries,
+            delay=args.delay,
+            tenant_id=args.tenant,
+        )
+    finally:
+        runtime.close()
+    print(job.id)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    runtime = _runtime(args)
+    try:
+        status = runtime.status(tenant_id=args.tenant)
+    finally:
+        runtime.close()
+    if args.json:
+        print(json.dumps(status.to_dict(), indent=2, default=str))
+    else:
+        render_status(status)
+    return 1 if any(q.flagged for q in status.queues) and args.strict else 0
+
+
+def cmd_dead(args: argparse.Namespace) -> int:
+    runtime = _runtime(args)
+    try:
+        if args.dead_command == "list":
+            jobs = runtime.list_dead(tenant_id=args.tenant, limit=args.limit)
+            if args.json:
+                print(json.dumps([_job_summary(j) for j in jobs], indent=2))
+            else:
+                _print_table(
+                    ("id", "queue", "job type", "tenant", "error", "message", "finished"),
+                    [
+                        (
+                            j.id,
+                            j.queue,
+                            j.job_type,
+                            j.tenant_id,
+                            j.last_error.type if j.last_error else None,
+                            (j.last_error.message[:60] if j.last_error else None),
+                            j.finished_at.isoformat(timespec="seconds") if j.finished_at else None,
+                        )
+                        for j in jobs
+                    ],
+                )
+        elif args.dead_command == "show":
+            job = runtime.get(args.job_id)
+            if job is None:
+                print(f"no job {args.job_id}", file=sys.stderr)
+                return 1
+            summary = _job_summary(job)
+            if args.show_args:
+                from ..core import thaw
+
+                summary["args"] = thaw(job.args)
+            print(json.dumps(summary, indent=2))
+        elif args.dead_command == "retry":
+            job = runtime.retry_dead(args.job_id)
+            print(f"re-enqueued {job.id} on {job.queue}")
+        elif args.dead_command == "purge":
+            if args.job_id is None and not args.all:
+                print("give a job id, or --all to purge every dead letter", file=sys.stderr)
+                return 2
+            print(f"purged {runtime.purge_dead(args.job_id)}")
+    finally:
+        runtime.close()
+    return 0
+
+
+def _job_summary(job: Any) -> dict[str, Any]:
+    return {
+        "id": str(job.id),
+        "job_type": job.job_type,
+        "queue": job.queue,
+        "priority": job.priority.value,
+        "status": job.status.value,
+        "tenant_id": job.tenant_id,
+        "attempt": job.attempt,
+        "retry_count": job.retry_count,
+        "max_retries": job.max_retries,
+        "created_at": job.created_at.isoformat(),
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        "last_error": None
+        if job.last_error is None
+        else {"type": job.last_error.type, "message": job.last_error.message},
+    }
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    code: int = run_demo(directory=args.dir, jobs=args.jobs)
+    return code
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="conveyor", description="Conveyor: background jobs you can trust."
+    )
+    p.add_argument("--version", action="version", version=f"conveyor {__version__}")
+    p.add_argument(
+        "--config", "-c", help="config file (default: nearest conveyor.toml or [tool.conveyor])"
+    )
+    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    w = sub.add_parser("worker", help="run the worker pools from the config until SIGTERM/SIGINT")
+    w.add_argument(
+        "--queue",
+        "-q",
+        action="append",
+        dest="queues",
+        help="poll this queue (repeatable; overrides workers.queues)",
+    )
+    w.add_argument(
+        "--concurrency", "-n", type=int, help="workers per queue (overrides workers.count)"
+    )
+    w.add_argument(
+        "--grace", type=float, default=None, help="seconds to let in-flight jobs finish on stop"
+    )
+    w.set_defaults(func=cmd_worker)
+
+    e = sub.add_parser("enqueue", help="enqueue one job and print its id")
+    e.add_argument("job_type")
+    e.add_argument("args", nargs="?", default="{}", help="job args as a JSON object")
+    e.add_argument("--queue", "-q", default="default")
+    e.add_argument(
+        "--priority", "-p", default="normal", choices=["critical", "high", "normal", "low"]
+    )
+    e.add_argument("--max-retries", type=int, default=3)
+    e.add_argument("--delay", type=float, default=None, help="seconds from now")
+    e.add_argument("--tenant", default=None)
+    e.set_defaults(func=cmd_enqueue)
+
+    s = sub.add_parser("status", help="queues, counts, dead letters and live workers")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument("--tenant", default=None, help="count only this tenant's dead letters")
+    s.add_argument("--strict", action="store_true", help="exit 1 when a queue is flagged")
+    s.set_defaults(func=cmd_status)
+
+    d = sub.add_parser("dead", help="the dead letters: list, show, retry, purge")
+    dsub = d.add_subparsers(dest="dead_command", required=True)
+    dl = dsub.add_parser("list", help="newest first")
+    dl.add_argument("--tenant", default=None)
+    dl.add_argument("--limit", type=int, default=50)
+    dl.add_argument("--json", action="store_true")
+    ds = dsub.add_parser("show", help="one dead letter (args hidden unless --show-args)")
+    ds.add_argument("job_id")
+    ds.add_argument(
+        "--show-args", action="store_true", help="print the job args (may hold secrets)"
+    )
+    dr = dsub.add_parser("retry", help="re-enqueue a dead letter with its retries reset")
+    dr.add_argument("job_id")
+    dp = dsub.add_parser("purge", help="delete one dead letter, or --all")
+    dp.add_argument("job_id", nargs="?")
+    dp.add_argument("--all", action="store_true")
+    d.set_defaults(func=cmd_dead)
+
+    m = sub.add_parser("demo", help="a realistic mix of jobs on an embedded SQLite file")
+    m.add_argument("--dir", default=None, help="where to put the SQLite file (default: a temp dir)")
+    m.add_argument("--jobs", type=int, default=40, help="how many ordinary jobs to enqueue")
+    m.set_defaults(func=cmd_demo)
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="conveyor", description="Conveyor background jobs.")
-    parser.add_argument("--version", action="version", version=f"conveyor {__version__}")
-    parser.parse_args(argv)
-    parser.print_help()
-    return 0
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        code: int = args.func(args)
+        return code
+    except ValidationError as exc:
+        print(f"conveyor: invalid input: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

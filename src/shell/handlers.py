@@ -1,0 +1,79 @@
+"""Handler contributions: modules that bring their own `{job_type: handler}` mapping.
+
+A config lists `"package.module:attr"` strings; `attr` is a mapping of job type
+to handler, or a callable returning one. Installed packages can contribute
+through the `conveyor.handlers` entry-point group the same way. Only these
+configured names are ever imported: nothing in a job payload names code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ..core import FieldError, ValidationError
+from .registry import Registry
+
+
+def _mapping_of(where: str, value: Any) -> Mapping[str, Callable[..., Any]]:
+    if not isinstance(value, Mapping) and callable(value):
+        value = value()
+    if not isinstance(value, Mapping):
+        raise ValidationError.of(
+            where,
+            f"must be a mapping of job type to handler (or return one), got {type(value).__name__}",
+        )
+    return value
+
+
+def load_spec(spec: str, where: str = "handlers") -> Mapping[str, Callable[..., Any]]:
+    """Import `package.module:attr` and return its handler mapping."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValidationError.of(where, f"cannot import {module_name!r}: {exc}") from None
+    try:
+        value = getattr(module, attr)
+    except AttributeError:
+        raise ValidationError.of(
+            where, f"module {module_name!r} has no attribute {attr!r}"
+        ) from None
+    return _mapping_of(where, value)
+
+
+def contribute(
+    registry: Registry,
+    specs: Iterable[str] = (),
+    *,
+    entry_points: bool = True,
+    group: str = "conveyor.handlers",
+) -> list[str]:
+    """Register every contributed handler; returns the sources used, in order."""
+    sources: list[str] = []
+    errors: list[FieldError] = []
+    for i, spec in enumerate(specs):
+        try:
+            for job_type, handler in load_spec(spec, f"handlers[{i}]").items():
+                registry.register(job_type, handler)
+            sources.append(spec)
+        except ValidationError as exc:
+            errors.extend(exc.errors)
+        except ValueError as exc:
+            errors.append(FieldError(f"handlers[{i}]", str(exc)))
+    if entry_points:
+        for ep in importlib.metadata.entry_points(group=group):
+            where = f"entry point {ep.name} ({ep.value})"
+            try:
+                for job_type, handler in _mapping_of(where, ep.load()).items():
+                    registry.register(job_type, handler)
+                sources.append(f"entry point {ep.name}")
+            except ValidationError as exc:
+                errors.extend(exc.errors)
+            except (ImportError, AttributeError, ValueError) as exc:
+                errors.append(FieldError(where, str(exc)))
+    if errors:
+        raise ValidationError(errors)
+    return sources

@@ -1,0 +1,153 @@
+"""Worker presence: who is polling which queue, as seen by `conveyor status`.
+
+Each worker process beats every few seconds (id, host, pid, queues, last
+seen). A worker not seen for `ttl` is not live. A queue holding work with no
+live poller is flagged, so a runtime that boots and processes nothing is
+noticed instead of silently piling up jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import attrs
+import sqlalchemy as sa
+
+
+@attrs.frozen(slots=True)
+class WorkerInfo:
+    """One worker process's last heartbeat."""
+
+    worker_id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    last_seen: datetime
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "worker_id": self.worker_id,
+                "host": self.host,
+                "pid": self.pid,
+                "queues": list(self.queues),
+                "last_seen": self.last_seen.isoformat(),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> WorkerInfo | None:
+        try:
+            d = json.loads(text)
+            return cls(
+                str(d["worker_id"]),
+                str(d["host"]),
+                int(d["pid"]),
+                tuple(str(q) for q in d["queues"]),
+                datetime.fromisoformat(d["last_seen"]).astimezone(UTC),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+class Presence(Protocol):
+    """Where worker heartbeats are kept (in the same backend as the jobs)."""
+
+    def beat(self, info: WorkerInfo) -> None: ...
+
+    def leave(self, worker_id: str) -> None: ...
+
+    def live(self, now: datetime, ttl: timedelta) -> Sequence[WorkerInfo]: ...
+
+
+class MemoryPresence:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._workers: dict[str, WorkerInfo] = {}
+
+    def beat(self, info: WorkerInfo) -> None:
+        with self._lock:
+            self._workers[info.worker_id] = info
+
+    def leave(self, worker_id: str) -> None:
+        with self._lock:
+            self._workers.pop(worker_id, None)
+
+    def live(self, now: datetime, ttl: timedelta) -> Sequence[WorkerInfo]:
+        with self._lock:
+            return [w for w in self._workers.values() if w.last_seen >= now - ttl]
+
+
+_metadata = sa.MetaData()
+WORKERS = sa.Table(
+    "conveyor_workers",
+    _metadata,
+    sa.Column("worker_id", sa.String(200), primary_key=True),
+    sa.Column("last_seen_us", sa.BigInteger, nullable=False),
+    sa.Column("info", sa.Text, nullable=False),
+)
+
+
+def _us(when: datetime) -> int:
+    return int(when.timestamp() * 1_000_000)
+
+
+class SqlPresence:
+    """Heartbeats in a `conveyor_workers` table beside the job tables."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        _metadata.create_all(engine, checkfirst=True)
+
+    def beat(self, info: WorkerInfo) -> None:
+        with self.engine.begin() as conn:
+            updated = conn.execute(
+                WORKERS.update()
+                .where(WORKERS.c.worker_id == info.worker_id)
+                .values(last_seen_us=_us(info.last_seen), info=info.to_json())
+            )
+            if updated.rowcount == 0:
+                conn.execute(
+                    WORKERS.insert().values(
+                        worker_id=info.worker_id,
+                        last_seen_us=_us(info.last_seen),
+                        info=info.to_json(),
+                    )
+                )
+
+    def leave(self, worker_id: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(WORKERS.delete().where(WORKERS.c.worker_id == worker_id))
+
+    def live(self, now: datetime, ttl: timedelta) -> Sequence[WorkerInfo]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(WORKERS.c.info).where(WORKERS.c.last_seen_us >= _us(now - ttl))
+            ).all()
+        return [w for (text,) in rows if (w := WorkerInfo.from_json(text)) is not None]
+
+
+class RedisPresence:
+    """Heartbeats in one hash, `<prefix>:workers`, field per worker."""
+
+    def __init__(self, client: Any, prefix: str = "conveyor") -> None:
+        self.client = client
+        self.key = f"{{{prefix}}}:workers"
+
+    def beat(self, info: WorkerInfo) -> None:
+        self.client.hset(self.key, info.worker_id, info.to_json())
+
+    def leave(self, worker_id: str) -> None:
+        self.client.hdel(self.key, worker_id)
+
+    def live(self, now: datetime, ttl: timedelta) -> Sequence[WorkerInfo]:
+        found = []
+        for text in self.client.hvals(self.key):
+            info = WorkerInfo.from_json(text)
+            if info is not None and info.last_seen >= now - ttl:
+                found.append(info)
+        return found

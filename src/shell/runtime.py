@@ -1,0 +1,408 @@
+"""The runtime: everything built from one config.
+
+`build(config)` makes the queue, store and presence for the provider, loads
+contributed handlers, and gives back a `Runtime` that enqueues, runs one pool
+per configured queue (none on a web node with `workers.count = 0`), drains,
+and reports status. Enqueueing on a queue no pool is configured to poll is
+reported once, by name, with the config key that fixes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import attrs
+from returns.result import Failure, Success
+
+from ..core import Job, LeasePolicy, Policies, Priority, ValidationError, create_job, revive
+from .config import Config, load_config
+from .handlers import contribute
+from .ports import Clock, JobQueue, JobStore, SystemClock, is_transactional
+from .presence import MemoryPresence, Presence, WorkerInfo
+from .registry import Registry
+from .worker import Worker, WorkerPool, WorkerStats
+
+log = logging.getLogger("conveyor.runtime")
+
+PRESENCE_INTERVAL = timedelta(seconds=5)
+PRESENCE_TTL = timedelta(seconds=20)
+
+
+@attrs.frozen(slots=True)
+class QueueStatus:
+    """One row of `conveyor status`."""
+
+    queue: str
+    ready: int
+    scheduled: int
+    in_flight: int
+    dead: int
+    oldest_ready_age_s: float | None
+    pollers: tuple[str, ...]
+    configured: bool
+
+    @property
+    def flagged(self) -> bool:
+        """Work is waiting and no live worker polls this queue."""
+        return (self.ready + self.scheduled) > 0 and not self.pollers
+
+
+@attrs.frozen(slots=True)
+class Status:
+    queues: tuple[QueueStatus, ...]
+    workers: tuple[WorkerInfo, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "queues": [
+                {**attrs.asdict(q), "pollers": list(q.pollers), "flagged": q.flagged}
+                for q in self.queues
+            ],
+            "workers": [
+                {**attrs.asdict(w), "queues": list(w.queues), "last_seen": w.last_seen.isoformat()}
+                for w in self.workers
+            ],
+        }
+
+
+def _make_backend(config: Config) -> tuple[JobQueue, JobStore, Presence]:
+    if config.provider == "memory":
+        from .adapters.memory import MemoryJobQueue, MemoryJobStore
+
+        return MemoryJobQueue(), MemoryJobStore(), MemoryPresence()
+    if config.provider == "db":
+        from .adapters.sql import SqlJobQueue, SqlJobStore, make_engine
+        from .adapters.sql_schema import create_tables
+        from .presence import SqlPresence
+
+        url = config.url
+        if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        engine = make_engine(url)
+        # Both tables, so a failed job survives a restart.
+        create_tables(engine)
+        return SqlJobQueue(engine), SqlJobStore(engine), SqlPresence(engine)
+    if config.provider == "redis":
+        from .adapters.redis_queue import RedisJobQueue, RedisJobStore, connect
+        from .presence import RedisPresence
+
+        client = connect(config.redis_url)
+        return (
+            RedisJobQueue(client, prefix=config.redis_prefix),
+            RedisJobStore(client, prefix=config.redis_prefix),
+            RedisPresence(client, prefix=config.redis_prefix),
+        )
+    raise ValidationError.of("provider", f"unknown provider {config.provider!r}")
+
+
+class Runtime:
+    """A configured Conveyor: enqueue, run workers, drain, report."""
+
+    def __init__(
+        self,
+        config: Config,
+        queue: JobQueue,
+        store: JobStore,
+        registry: Registry,
+        *,
+        presence: Presence | None = None,
+        clock: Clock | None = None,
+        jitter: Callable[[], float] | None = None,
+    ) -> None:
+        self.config = config
+        self.queue, self.store, self.registry = queue, store, registry
+        self.presence = presence or MemoryPresence()
+        self.clock = clock or SystemClock()
+        self.jitter = jitter
+        self.policies = Policies(
+            retry=config.retry, requeue=config.requeue, lease=LeasePolicy(lease_ms=config.lease_ms)
+        )
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.pools: list[WorkerPool] = []
+        self._warned: set[str] = set()
+        self._beat_stop = threading.Event()
+        self._beat_thread: threading.Thread | None = None
+
+    # ---- enqueue ----------------------------------------------------------
+
+    def enqueue(
+        self,
+        job_type: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        queue: str = "default",
+        priority: Priority | str = Priority.NORMAL,
+        max_retries: int = 3,
+        run_at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        tenant_id: str | None = None,
+    ) -> Job:
+        """Validate and enqueue a job; raises `ValidationError` naming bad fields.
+        `delay` may be a timedelta or seconds."""
+        job = self._new_job(job_type, args, queue, priority, max_retries, run_at, delay, tenant_id)
+        self._warn_if_unpolled(job.queue)
+        self.queue.enqueue(job)
+        return job
+
+    def enqueue_in_tx(
+        self, conn: Any, job_type: str, args: Mapping[str, Any] | None = None, **options: Any
+    ) -> Job:
+        """Enqueue inside the caller's open transaction on `conn` (SQL provider only)."""
+        if not is_transactional(self.queue):
+            raise ValidationError.of(
+                "provider",
+                f"{self.config.provider!r} cannot enqueue in a transaction; use provider 'db'",
+            )
+        job = self._new_job(
+            job_type,
+            args,
+            options.pop("queue", "default"),
+            options.pop("priority", Priority.NORMAL),
+            options.pop("max_retries", 3),
+            options.pop("run_at", None),
+            options.pop("delay", None),
+            options.pop("tenant_id", None),
+        )
+        if options:
+            raise TypeError(f"unexpected options: {sorted(options)}")
+        self._warn_if_unpolled(job.queue)
+        self.queue.enqueue_in_tx(conn, job)  # type: ignore[attr-defined]
+        return job
+
+    def _new_job(
+        self,
+        job_type: str,
+        args: Mapping[str, Any] | None,
+        queue: str,
+        priority: Priority | str,
+        max_retries: int,
+        run_at: datetime | None,
+        delay: timedelta | float | None,
+        tenant_id: str | None,
+    ) -> Job:
+        if isinstance(delay, bool):
+            raise ValidationError.of("delay", "must be seconds or a timedelta, not a bool")
+        if isinstance(delay, int | float):
+            delay = timedelta(seconds=delay)
+        result = create_job(
+            id=uuid.uuid4(),
+            job_type=job_type,
+            args=args,
+            now=self.clock.now(),
+            queue=queue,
+            priority=priority,
+            max_retries=max_retries,
+            run_at=run_at,
+            delay=delay,
+            tenant_id=tenant_id,
+        )
+        match result:
+            case Success(job):
+                return job  # type: ignore[no-any-return]
+            case Failure(error):
+                raise error
+        raise AssertionError("unreachable")
+
+    def _warn_if_unpolled(self, queue: str) -> None:
+        if queue in self.config.workers.queues or queue in self._warned:
+            return
+        self._warned.add(queue)
+        log.warning(
+            "job enqueued on queue %r, which no worker pool is configured to poll "
+            "(workers.queues = %s). It will wait there until a worker polls it: "
+            "add %r to workers.queues.",
+            queue,
+            list(self.config.workers.queues),
+            queue,
+        )
+
+    # ---- workers ----------------------------------------------------------
+
+    def _worker_options(self) -> dict[str, Any]:
+        w = self.config.workers
+        options: dict[str, Any] = {
+            "policies": self.policies,
+            "clock": self.clock,
+            "poll_interval_ms": w.poll_interval_ms,
+            "promote_interval_ms": w.promote_interval_ms,
+        }
+        if self.jitter is not None:
+            options["jitter"] = self.jitter
+        return options
+
+    def start(self) -> Runtime:
+        """Start one pool per configured queue (nothing on a web node)."""
+        if self.pools or self.config.workers.count == 0:
+            if self.config.workers.count == 0:
+                log.info("workers.count = 0: this node enqueues only and processes nothing")
+            return self
+        for name in self.config.workers.queues:
+            pool = WorkerPool(
+                self.queue,
+                self.store,
+                self.registry,
+                worker_count=self.config.workers.count,
+                queue_name=name,
+                **self._worker_options(),
+            )
+            pool.start()
+            self.pools.append(pool)
+        self._beat()
+        self._beat_stop.clear()
+        self._beat_thread = threading.Thread(
+            target=self._beat_loop, daemon=True, name="conveyor-presence"
+        )
+        self._beat_thread.start()
+        return self
+
+    def _info(self) -> WorkerInfo:
+        return WorkerInfo(
+            self.worker_id,
+            socket.gethostname(),
+            os.getpid(),
+            tuple(p.queue_name for p in self.pools),
+            self.clock.now(),
+        )
+
+    def _beat(self) -> None:
+        try:
+            self.presence.beat(self._info())
+        except Exception:
+            log.warning("could not record worker heartbeat", exc_info=True)
+
+    def _beat_loop(self) -> None:
+        while not self._beat_stop.wait(PRESENCE_INTERVAL.total_seconds()):
+            self._beat()
+
+    def stop(self, grace_s: float | None = None) -> bool:
+        """Stop every pool, letting in-flight jobs finish within the grace period."""
+        grace = self.config.workers.grace_ms / 1000 if grace_s is None else grace_s
+        end = time.monotonic() + grace
+        clean = all([pool.stop(max(0.0, end - time.monotonic())) for pool in self.pools])
+        self.pools = []
+        self._beat_stop.set()
+        if self._beat_thread is not None:
+            self._beat_thread.join(1)
+            self._beat_thread = None
+            try:
+                self.presence.leave(self.worker_id)
+            except Exception:
+                log.warning("could not remove worker heartbeat", exc_info=True)
+        return clean
+
+    def __enter__(self) -> Runtime:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+        self.close()
+
+    def drain(self, *, timeout_s: float = 60.0, wait_scheduled: bool = False) -> WorkerStats:
+        """Process in this thread until no configured queue has work due (and, with
+        `wait_scheduled`, until nothing is scheduled either), or `timeout_s` passes."""
+        workers = [
+            Worker(self.queue, self.store, self.registry, queue_name=name, **self._worker_options())
+            for name in self.config.workers.queues
+        ]
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            worked = sum(w.drain() for w in workers)
+            if worked:
+                continue
+            if not wait_scheduled:
+                break
+            counts = self.queue.counts(self.clock.now())
+            pending = sum(
+                c.scheduled + c.ready + c.in_flight
+                for name, c in counts.items()
+                if name in self.config.workers.queues
+            )
+            if pending == 0:
+                break
+            time.sleep(0.02)
+        total: dict[str, int] = {}
+        for w in workers:
+            for key, value in attrs.asdict(w.stats).items():
+                total[key] = total.get(key, 0) + value
+        return WorkerStats(**total)
+
+    # ---- status and dead letters -----------------------------------------
+
+    def status(self, *, tenant_id: str | None = None) -> Status:
+        now = self.clock.now()
+        counts = self.queue.counts(now)
+        dead = self.store.count_dead(tenant_id=tenant_id)
+        live = tuple(self.presence.live(now, PRESENCE_TTL))
+        names = sorted(set(counts) | set(dead) | set(self.config.workers.queues))
+        rows = []
+        for name in names:
+            c = counts.get(name)
+            oldest = c.oldest_ready_at if c else None
+            rows.append(
+                QueueStatus(
+                    queue=name,
+                    ready=c.ready if c else 0,
+                    scheduled=c.scheduled if c else 0,
+                    in_flight=c.in_flight if c else 0,
+                    dead=dead.get(name, 0),
+                    oldest_ready_age_s=(now - oldest).total_seconds() if oldest else None,
+                    pollers=tuple(w.worker_id for w in live if name in w.queues),
+                    configured=name in self.config.workers.queues,
+                )
+            )
+        return Status(tuple(rows), live)
+
+    def list_dead(self, *, tenant_id: str | None = None, limit: int = 100) -> Sequence[Job]:
+        return self.store.list_dead(tenant_id=tenant_id, limit=limit)
+
+    def get(self, job_id: UUID | str) -> Job | None:
+        return self.store.get(UUID(str(job_id)))
+
+    def retry_dead(self, job_id: UUID | str) -> Job:
+        """Give a dead letter a fresh start: enqueued first, then marked revived."""
+        job = self.get(job_id)
+        if job is None or not job.status.is_terminal or job.last_error is None:
+            raise ValidationError.of("job_id", f"{job_id} is not a dead letter")
+        fresh = revive(job, self.clock.now())
+        self.queue.enqueue(fresh)  # write the new work before the dead letter goes
+        self.store.record(fresh)
+        return fresh
+
+    def purge_dead(self, job_id: UUID | str | None = None) -> int:
+        return self.store.purge_dead(None if job_id is None else UUID(str(job_id)))
+
+    def close(self) -> None:
+        for part in (self.queue, self.store):
+            try:
+                part.close()
+            except Exception:
+                log.debug("close failed", exc_info=True)
+
+
+def build(
+    config: Mapping[str, Any] | str | Path | Config | None = None,
+    *,
+    handlers: Mapping[str, Callable[..., Any]] | None = None,
+    registry: Registry | None = None,
+    clock: Clock | None = None,
+    jitter: Callable[[], float] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Runtime:
+    """Build a `Runtime` from a config mapping, a TOML file, or the nearest config file."""
+    cfg = load_config(config, env=env)
+    registry = registry or Registry()
+    for job_type, handler in (handlers or {}).items():
+        registry.register(job_type, handler)
+    contribute(registry, cfg.handlers, entry_points=cfg.entry_points)
+    queue, store, presence = _make_backend(cfg)
+    return Runtime(cfg, queue, store, registry, presence=presence, clock=clock, jitter=jitter)
