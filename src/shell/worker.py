@@ -40,7 +40,7 @@ from ..core import (
     tenant_verdict,
     undecodable,
 )
-from ..core.frozen import FrozenMap
+from ..core.frozen import FrozenMap, thaw
 from .executor import Executor
 from .ports import BadClaim, Claim, Clock, Jitter, JobQueue, JobStore, SystemClock
 from .registry import Registry, run_handler
@@ -281,7 +281,8 @@ class Worker:
                 if runner is not None:
                     outcome: Outcome = runner(entry.handler, job)
                     return outcome
-            return run_handler(entry.handler, job.args)
+            # A plain copy: handlers may json.dumps or mutate it without touching the record.
+            return run_handler(entry.handler, thaw(job.args))
 
     def _count(self, decision: Decision) -> None:
         name = type(decision).__name__

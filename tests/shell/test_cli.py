@@ -1,0 +1,163 @@
+"""The `conveyor` CLI, run as subprocesses the way a user runs it, on SQLite and Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
+
+HANDLERS = """
+import json, os, pathlib
+OUT = pathlib.Path(os.environ["DEMO_OUT"])
+def ship(args):
+    with OUT.open("a") as f:
+        f.write(json.dumps(args) + "\\n")
+    return "ok"
+def explode(args):
+    from conveyor import Permanent
+    raise Permanent("cannot ship to the moon")
+HANDLERS = {"ship": ship, "explode": explode}
+"""
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def project(request, tmp_path):
+    (tmp_path / "cli_handlers.py").write_text(HANDLERS)
+    if request.param == "sqlite":
+        backend = f'provider = "db"\nurl = "sqlite:///{tmp_path / "jobs.db"}"\n'
+    else:
+        from conveyor.testing.redis_server import RedisServer
+
+        server = RedisServer().start()
+        request.addfinalizer(server.kill)
+        backend = f'provider = "redis"\n[redis]\nurl = "{server.url}"\n'
+    (tmp_path / "conveyor.toml").write_text(
+        backend.replace(
+            "[redis]", 'handlers = ["cli_handlers:HANDLERS"]\nentry_points = false\n[redis]'
+        )
+        if "[redis]" in backend
+        else backend + 'handlers = ["cli_handlers:HANDLERS"]\nentry_points = false\n'
+    )
+    with (tmp_path / "conveyor.toml").open("a") as f:
+        f.write(
+            textwrap.dedent("""
+            [workers]
+            count = 2
+            queues = ["default"]
+            poll_interval_ms = 20
+            promote_interval_ms = 50
+        """)
+        )
+    return tmp_path
+
+
+def _env(project: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(project) + os.pathsep + env.get("PYTHONPATH", "")
+    env["DEMO_OUT"] = str(project / "out.jsonl")
+    env.pop("CONVEYOR_URL", None)
+    return env
+
+
+def run(project: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [*CONVEYOR, *args],
+        cwd=project,
+        env=_env(project),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def _status(project: Path) -> dict:
+    return json.loads(run(project, "status", "--json").stdout)
+
+
+def _row(status: dict, queue: str) -> dict:
+    return next(q for q in status["queues"] if q["queue"] == queue)
+
+
+def test_a_worker_processes_jobs_another_process_enqueued(project) -> None:
+    ids = [run(project, "enqueue", "ship", json.dumps({"n": i})).stdout.strip() for i in range(5)]
+    assert len(set(ids)) == 5
+    assert _row(_status(project), "default")["ready"] == 5
+    worker = subprocess.Popen(
+        [*CONVEYOR, "worker"], cwd=project, env=_env(project), stderr=subprocess.PIPE, text=True
+    )
+    out = project / "out.jsonl"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (
+        not out.exists() or len(out.read_text().splitlines()) < 5
+    ):
+        time.sleep(0.05)
+    live = _status(project)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0, worker.stderr.read() if worker.stderr else ""
+    assert sorted(json.loads(line)["n"] for line in out.read_text().splitlines()) == list(range(5))
+    row = _row(live, "default")
+    assert row["pollers"], "the live worker shows up as a poller"
+    assert _row(_status(project), "default")["ready"] == 0
+
+
+def test_status_flags_a_queue_with_work_and_no_poller(project) -> None:
+    run(project, "enqueue", "ship", "{}", "--queue", "orphans")
+    status = _status(project)
+    assert _row(status, "orphans")["flagged"] is True
+    text = run(project, "status").stdout
+    assert "orphans" in text and "NO LIVE WORKER" in text
+    assert run(project, "status", "--strict", check=False).returncode == 1
+
+
+def test_dead_letters_list_show_retry_and_purge(project) -> None:
+    job_id = run(
+        project, "enqueue", "explode", json.dumps({"secret": "s3cr3t-canary"})
+    ).stdout.strip()
+    worker = subprocess.Popen(
+        [*CONVEYOR, "worker"], cwd=project, env=_env(project), stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _row(_status(project), "default")["dead"] == 0:
+        time.sleep(0.1)
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=30)
+    listing = run(project, "dead", "list").stdout
+    assert job_id in listing and "cannot ship to the moon" in listing
+    shown = json.loads(run(project, "dead", "show", job_id).stdout)
+    assert shown["last_error"]["message"] == "cannot ship to the moon"
+    assert "s3cr3t-canary" not in json.dumps(shown), "args stay hidden unless asked"
+    assert "s3cr3t-canary" in run(project, "dead", "show", job_id, "--show-args").stdout
+    assert job_id in run(project, "dead", "retry", job_id).stdout
+    assert _row(_status(project), "default")["ready"] == 1
+    assert run(project, "dead", "purge", "--all").stdout.strip() == "purged 0"
+
+
+def test_bad_input_exits_2_naming_the_field(project) -> None:
+    result = run(project, "enqueue", "bad type!", "{}", check=False)
+    assert result.returncode == 2 and "job_type" in result.stderr
+    result = run(project, "enqueue", "ship", "[1,2]", check=False)
+    assert result.returncode == 2 and "args" in result.stderr
+
+
+def test_the_demo_runs_end_to_end(tmp_path) -> None:
+    result = subprocess.run(
+        [*CONVEYOR, "demo", "--dir", str(tmp_path), "--jobs", "12"],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for needle in ("no-handler", "ConnectionError", "charge-card", "send-reminder", "Dead letters"):
+        assert needle in result.stdout

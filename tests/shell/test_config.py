@@ -1,0 +1,70 @@
+"""Config validation: every bad key is named with the reason; env overrides apply."""
+
+from __future__ import annotations
+
+import pytest
+
+from conveyor.core import ValidationError
+from conveyor.shell.config import load_config, parse_config
+
+
+def _fields(raw: dict) -> tuple[str, ...]:
+    with pytest.raises(ValidationError) as info:
+        parse_config(raw)
+    return info.value.fields
+
+
+def test_defaults_are_the_embedded_sqlite_and_one_worker_on_default() -> None:
+    cfg = parse_config({})
+    assert cfg.provider == "db" and cfg.url.startswith("sqlite:///")
+    assert (cfg.workers.count, cfg.workers.queues) == (1, ("default",))
+    assert cfg.retry.max_delay_ms == 60_000 and cfg.requeue.max_requeue_age_ms == 300_000
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"provider": "kafka"}, "provider"),
+        ({"workers": {"count": -1}}, "workers.count"),
+        ({"workers": {"count": "two"}}, "workers.count"),
+        ({"workers": {"queues": "default"}}, "workers.queues"),
+        ({"workers": {"queues": ["ok", "bad name"]}}, "workers.queues[1]"),
+        ({"workers": {"retry": {"jitter": "yes"}}}, "workers.retry.jitter"),
+        ({"workers": {"retry": {"max_delay_ms": -5}}}, "workers.retry.max_delay_ms"),
+        ({"requeue": {"max_requeue_age_ms": 1.5}}, "requeue.max_requeue_age_ms"),
+        ({"lease_ms": 0}, "lease_ms"),
+        ({"handlers": ["no_colon_here"]}, "handlers[0]"),
+        ({"redis": {"url": "http://x"}}, "redis.url"),
+        ({"wrokers": {}}, "wrokers"),
+        ({"workers": {"cuont": 1}}, "workers.cuont"),
+    ],
+)
+def test_a_bad_key_is_named(raw: dict, field: str) -> None:
+    assert field in _fields(raw)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    assert set(_fields({"provider": "x", "lease_ms": -1})) == {"provider", "lease_ms"}
+
+
+def test_environment_overrides_the_file(tmp_path) -> None:
+    path = tmp_path / "conveyor.toml"
+    path.write_text('provider = "memory"\n[workers]\ncount = 3\n')
+    cfg = load_config(
+        path,
+        env={"CONVEYOR_WORKERS": "0", "CONVEYOR_QUEUES": "a, b", "CONVEYOR_URL": "sqlite:///x.db"},
+    )
+    assert cfg.provider == "memory" and cfg.workers.count == 0
+    assert cfg.workers.queues == ("a", "b") and cfg.url == "sqlite:///x.db"
+
+
+def test_pyproject_tool_table_is_found(tmp_path, monkeypatch) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.conveyor]\nprovider = "memory"\n')
+    monkeypatch.chdir(tmp_path)
+    assert load_config(env={}).provider == "memory"
+
+
+def test_a_bad_env_number_names_the_key() -> None:
+    with pytest.raises(ValidationError) as info:
+        load_config({}, env={"CONVEYOR_LEASE_MS": "soon"})
+    assert info.value.fields == ("lease_ms",)
