@@ -14,7 +14,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from .frozen import freeze
-from .job import ErrorInfo, Job, JobStatus, Metadata
+from .job import ErrorInfo, Job, Metadata
 from .policies import (
     LeasePolicy,
     Policies,
@@ -236,9 +236,9 @@ def undecodable(job_id: str, reason: str) -> ErrorInfo:
 
 def revive(job: Job, now: datetime) -> Job:
     """A dead letter given a fresh start by an operator: pending, retries reset."""
+    revived = transition(job, Event.REVIVE, now).unwrap()
     return attrs.evolve(
-        job,
-        status=JobStatus.PENDING,
+        revived,
         retry_count=0,
         run_at=now,
         finished_at=None,

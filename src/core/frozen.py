@@ -66,8 +66,20 @@ def freeze(value: Any, *, path: str = "$", depth: int = 0, max_depth: int = 32) 
     """
     if depth > max_depth:
         raise NotJson(path, f"nested deeper than {max_depth} levels")
-    if value is None or isinstance(value, bool | int | str):
+    if value is None or type(value) in (bool, int):
         return value
+    if type(value) is str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise NotJson(path, "string is not valid Unicode (a lone surrogate)") from None
+        return value
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)  # an IntEnum and friends become plain JSON numbers
+    if isinstance(value, str):
+        return freeze(str(value), path=path, depth=depth, max_depth=max_depth)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise NotJson(path, "NaN and infinities are not JSON")

@@ -42,13 +42,13 @@ def backoff_ms(policy: RetryPolicy, retry_count: int, jitter_sample: float) -> i
     `jitter_sample` is a number in [0, 1) drawn by the caller; it is ignored
     when `policy.jitter` is False. The result never exceeds `max_delay_ms * 1.1`.
     """
-    if not 0.0 <= jitter_sample < 1.0:
-        raise ValueError(f"jitter_sample must be in [0, 1), got {jitter_sample}")
     # Cap before exponentiating far: 2**retry_count for a large count is huge but exact.
     exponent = min(max(retry_count, 0), 64)
     base: int = min(policy.initial_delay_ms * (2**exponent), policy.max_delay_ms)
     if not policy.jitter:
         return base
+    if not 0.0 <= jitter_sample < 1.0:
+        raise ValueError(f"jitter_sample must be in [0, 1), got {jitter_sample}")
     factor = 1.0 - JITTER_FRACTION + 2 * JITTER_FRACTION * jitter_sample
     delay: int = round(base * factor)
     return delay

@@ -12,6 +12,8 @@ both happen on `PROMOTE`, when a parked job's `run_at` has passed. `running ->
 scheduled` on `REQUEUE` is the missing-handler park: another node with the
 handler may take the job once its requeue delay has passed. `running ->
 pending` on `RECLAIM` is the lease keeper returning an abandoned claim.
+`failed -> pending` on `REVIVE` is an operator retrying a dead letter by hand;
+nothing automatic ever takes it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Event(enum.Enum):
     REQUEUE = "requeue"  # no handler here: park it for another node
     DEAD_LETTER = "dead_letter"  # give up: retries exhausted, non-retryable, no handler
     RECLAIM = "reclaim"  # the claim's lease expired
+    REVIVE = "revive"  # an operator gives a dead letter a fresh start
 
 
 S, E = JobStatus, Event
@@ -54,7 +57,7 @@ TABLE: Mapping[JobStatus, Mapping[Event, JobStatus]] = {
     },
     S.RETRYING: {E.PROMOTE: S.PENDING},
     S.COMPLETED: {},
-    S.FAILED: {},
+    S.FAILED: {E.REVIVE: S.PENDING},
 }
 
 

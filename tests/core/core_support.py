@@ -6,9 +6,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from returns.result import Failure, Result, Success
-
 from conveyor.core import Job, ValidationError, create_job, start
+from returns.result import Failure, Result, Success
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 JOB_ID = UUID("00000000-0000-4000-8000-000000000001")

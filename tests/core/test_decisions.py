@@ -1,0 +1,343 @@
+"""decide and its siblings: one test per rule."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import attrs
+import pytest
+from conveyor.core import (
+    DECODE_ERROR,
+    INVALID_RESULT,
+    LEASE_EXPIRED,
+    MISSING_TENANT,
+    NO_HANDLER,
+    TENANT_NOT_FOUND,
+    Complete,
+    DeadLetter,
+    ErrorInfo,
+    Failed,
+    FrozenMap,
+    Job,
+    JobStatus,
+    LeasePolicy,
+    Metadata,
+    MissingTenant,
+    NoHandler,
+    Policies,
+    Promote,
+    Reclaim,
+    Requeue,
+    RequeuePolicy,
+    Retry,
+    RetryPolicy,
+    Succeeded,
+    TenantNotFound,
+    decide,
+    decide_promotion,
+    decide_reclaim,
+    revive,
+    start,
+    tenant_verdict,
+    undecodable,
+)
+from core_support import NOW, make_job, ms, running_job
+
+LATER = NOW + ms(5000)
+POLICIES = Policies()
+BOOM = ErrorInfo("ValueError", "boom", retryable=True)
+FATAL = ErrorInfo("PermissionError", "denied", retryable=False)
+
+
+# ---- success -------------------------------------------------------------------
+
+
+def test_success_completes_the_job_with_its_frozen_result() -> None:
+    decision = decide(running_job(), Succeeded({"rows": [1, 2], "ok": True}), LATER, POLICIES, 0.5)
+    assert isinstance(decision, Complete)
+    done = decision.job
+    assert done.status is JobStatus.COMPLETED
+    assert done.finished_at == LATER
+    assert isinstance(done.result, FrozenMap)
+    assert done.result == FrozenMap({"rows": (1, 2), "ok": True})
+
+
+def test_a_result_of_none_completes_the_job() -> None:
+    decision = decide(running_job(), Succeeded(), LATER, POLICIES, 0.5)
+    assert isinstance(decision, Complete)
+    assert decision.job.result is None
+
+
+@pytest.mark.parametrize("result", [b"bytes", {1, 2}, object(), {"x": float("nan")}])
+def test_a_result_that_is_not_json_dead_letters_as_invalid_result(result: Any) -> None:
+    decision = decide(running_job(), Succeeded(result), LATER, POLICIES, 0.5)
+    assert isinstance(decision, DeadLetter)
+    assert decision.error.type == INVALID_RESULT
+    assert decision.error.retryable is False
+    assert decision.job.status is JobStatus.FAILED
+    assert decision.job.last_error == decision.error
+
+
+# ---- failure ---------------------------------------------------------------------
+
+
+def test_a_retryable_failure_with_retries_left_is_retried_after_the_backoff() -> None:
+    decision = decide(running_job(), Failed(BOOM), LATER, POLICIES, 0.5)
+    assert isinstance(decision, Retry)
+    assert decision.run_at == LATER + ms(1000)
+    retrying = decision.job
+    assert retrying.status is JobStatus.RETRYING
+    assert retrying.run_at == decision.run_at
+    assert retrying.retry_count == 1
+    assert retrying.last_error == BOOM
+    assert retrying.finished_at is None
+
+
+def test_each_retry_waits_by_the_backoff_of_its_retry_count() -> None:
+    job = attrs.evolve(running_job(max_retries=5), retry_count=3)
+    decision = decide(job, Failed(BOOM), LATER, POLICIES, 0.0)
+    assert isinstance(decision, Retry)
+    assert decision.run_at == LATER + ms(7200)  # 1000 * 2**3, minus 10 % jitter
+    assert decision.job.retry_count == 4
+
+
+def test_the_retry_delay_follows_the_retry_policy() -> None:
+    policies = Policies(retry=RetryPolicy(initial_delay_ms=250, jitter=False))
+    decision = decide(running_job(), Failed(BOOM), LATER, policies, 0.99)
+    assert isinstance(decision, Retry)
+    assert decision.run_at == LATER + ms(250)
+
+
+def test_the_last_allowed_retry_is_still_a_retry() -> None:
+    job = attrs.evolve(running_job(max_retries=3), retry_count=2)
+    decision = decide(job, Failed(BOOM), LATER, POLICIES, 0.5)
+    assert isinstance(decision, Retry)
+    assert decision.job.retry_count == 3
+
+
+def test_a_failure_with_retries_exhausted_is_dead_lettered_with_that_error() -> None:
+    job = attrs.evolve(running_job(max_retries=3), retry_count=3)
+    decision = decide(job, Failed(BOOM), LATER, POLICIES, 0.5)
+    assert isinstance(decision, DeadLetter)
+    assert decision.error == BOOM
+    assert decision.job.last_error == BOOM
+    assert decision.job.status is JobStatus.FAILED
+    assert decision.job.finished_at == LATER
+    assert decision.job.retry_count == 3
+
+
+def test_a_job_with_no_retries_is_dead_lettered_on_its_first_failure() -> None:
+    decision = decide(running_job(max_retries=0), Failed(BOOM), LATER, POLICIES, 0.5)
+    assert isinstance(decision, DeadLetter)
+    assert decision.error == BOOM
+
+
+def test_a_non_retryable_failure_is_dead_lettered_immediately() -> None:
+    decision = decide(running_job(max_retries=10), Failed(FATAL), LATER, POLICIES, 0.5)
+    assert isinstance(decision, DeadLetter)
+    assert decision.error == FATAL
+    assert decision.job.last_error == FATAL
+    assert decision.job.retry_count == 0
+
+
+# ---- no handler ----------------------------------------------------------------------
+
+
+def missed_since(first_missing_at: datetime, requeue_count: int = 1) -> Job:
+    """A running job that has already gone unhandled since `first_missing_at`."""
+    metadata = Metadata(first_missing_at=first_missing_at, requeue_count=requeue_count)
+    return attrs.evolve(running_job(), metadata=metadata)
+
+
+def test_a_first_missing_handler_parks_the_job_a_requeue_delay_ahead() -> None:
+    decision = decide(running_job(), NoHandler(), LATER, POLICIES, 0.5)
+    assert isinstance(decision, Requeue)
+    assert decision.run_at == LATER + ms(1000)
+    parked = decision.job
+    assert parked.status is JobStatus.SCHEDULED
+    assert parked.run_at == decision.run_at
+    assert parked.metadata.first_missing_at == LATER
+    assert parked.metadata.requeue_count == 1
+    assert parked.retry_count == 0
+
+
+def test_a_missing_handler_never_goes_straight_back_to_ready() -> None:
+    policies = Policies(requeue=RequeuePolicy(requeue_delay_ms=0))
+    decision = decide(running_job(), NoHandler(), LATER, policies, 0.5)
+    assert isinstance(decision, Requeue)
+    assert decision.job.status.is_parked
+
+
+def test_a_later_miss_keeps_the_first_missing_at() -> None:
+    first = decide(running_job(), NoHandler(), NOW, POLICIES, 0.5).job
+    again = start(first, NOW + ms(1000)).unwrap()
+    decision = decide(again, NoHandler(), NOW + ms(2000), POLICIES, 0.5)
+    assert isinstance(decision, Requeue)
+    assert decision.job.metadata.first_missing_at == NOW
+    assert decision.job.metadata.requeue_count == 2
+
+
+def test_a_missing_handler_just_inside_the_window_is_requeued() -> None:
+    decision = decide(missed_since(NOW), NoHandler(), NOW + ms(299_999), POLICIES, 0.5)
+    assert isinstance(decision, Requeue)
+
+
+def test_a_missing_handler_for_max_requeue_age_is_dead_lettered_as_no_handler() -> None:
+    decision = decide(missed_since(NOW), NoHandler(), NOW + ms(300_000), POLICIES, 0.5)
+    assert isinstance(decision, DeadLetter)
+    assert decision.error.type == NO_HANDLER
+    assert decision.error.retryable is False
+    assert "email.send" in decision.error.message
+    assert decision.job.status is JobStatus.FAILED
+    assert decision.job.last_error == decision.error
+
+
+def test_the_requeue_backstop_dead_letters_a_runaway_job() -> None:
+    policies = Policies(requeue=RequeuePolicy(max_requeues=3))
+    decision = decide(missed_since(NOW, requeue_count=3), NoHandler(), NOW, policies, 0.5)
+    assert isinstance(decision, DeadLetter)
+    assert decision.error.type == NO_HANDLER
+
+
+def test_success_after_a_miss_clears_first_missing_at() -> None:
+    decision = decide(missed_since(NOW), Succeeded(1), LATER, POLICIES, 0.5)
+    assert isinstance(decision, Complete)
+    assert decision.job.metadata.first_missing_at is None
+
+
+def test_a_failure_after_a_miss_clears_first_missing_at() -> None:
+    decision = decide(missed_since(NOW), Failed(BOOM), LATER, POLICIES, 0.5)
+    assert isinstance(decision, Retry)
+    assert decision.job.metadata.first_missing_at is None
+
+
+# ---- tenants -----------------------------------------------------------------------------
+
+
+def test_a_tenant_that_does_not_exist_is_dead_lettered_never_retried() -> None:
+    job = running_job(tenant_id="acme", max_retries=10)
+    decision = decide(job, TenantNotFound(), LATER, POLICIES, 0.5)
+    assert isinstance(decision, DeadLetter)
+    assert decision.error.type == TENANT_NOT_FOUND
+    assert decision.error.retryable is False
+    assert "acme" in decision.error.message
+    assert decision.job.last_error == decision.error
+
+
+def test_a_tenant_scoped_job_without_a_tenant_is_dead_lettered_as_missing_tenant() -> None:
+    decision = decide(running_job(max_retries=10), MissingTenant(), LATER, POLICIES, 0.5)
+    assert isinstance(decision, DeadLetter)
+    assert decision.error.type == MISSING_TENANT
+    assert decision.error.retryable is False
+    assert decision.job.status is JobStatus.FAILED
+
+
+@pytest.mark.parametrize(
+    ("scoped", "tenant_id", "exists", "verdict"),
+    [
+        (False, None, True, None),
+        (False, None, False, None),
+        (False, "acme", True, None),
+        (False, "acme", False, TenantNotFound()),
+        (True, None, True, MissingTenant()),
+        (True, None, False, MissingTenant()),
+        (True, "acme", True, None),
+        (True, "acme", False, TenantNotFound()),
+    ],
+)
+def test_tenant_verdict(scoped: bool, tenant_id: str | None, exists: bool, verdict: Any) -> None:
+    job = make_job(tenant_id=tenant_id)
+    assert tenant_verdict(job, tenant_scoped=scoped, tenant_exists=exists) == verdict
+
+
+# ---- reclaim -----------------------------------------------------------------------------
+
+
+def test_an_abandoned_claim_is_reclaimed_to_pending_and_counted() -> None:
+    decision = decide_reclaim(running_job(), LATER, LeasePolicy())
+    assert isinstance(decision, Reclaim)
+    assert decision.job.status is JobStatus.PENDING
+    assert decision.job.metadata.reclaim_count == 1
+    assert decision.job.retry_count == 0
+
+
+def test_a_reclaim_keeps_counting() -> None:
+    job = attrs.evolve(running_job(), metadata=Metadata(reclaim_count=2))
+    decision = decide_reclaim(job, LATER, LeasePolicy())
+    assert isinstance(decision, Reclaim)
+    assert decision.job.metadata.reclaim_count == 3
+
+
+def test_a_poison_pill_is_dead_lettered_as_lease_expired() -> None:
+    job = attrs.evolve(running_job(max_retries=3), metadata=Metadata(reclaim_count=3))
+    decision = decide_reclaim(job, LATER, LeasePolicy())
+    assert isinstance(decision, DeadLetter)
+    assert decision.error.type == LEASE_EXPIRED
+    assert decision.error.retryable is False
+    assert decision.job.status is JobStatus.FAILED
+    assert decision.job.last_error == decision.error
+    assert decision.job.metadata.reclaim_count == 4
+    assert decision.job.finished_at == LATER
+
+
+def test_max_reclaims_sets_the_poison_pill_budget() -> None:
+    job = attrs.evolve(running_job(max_retries=10), metadata=Metadata(reclaim_count=1))
+    assert isinstance(decide_reclaim(job, LATER, LeasePolicy(max_reclaims=1)), DeadLetter)
+    assert isinstance(decide_reclaim(job, LATER, LeasePolicy(max_reclaims=2)), Reclaim)
+
+
+# ---- promotion -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("parked", [JobStatus.SCHEDULED, JobStatus.RETRYING])
+def test_a_due_parked_job_is_promoted_to_pending(parked: JobStatus) -> None:
+    job = attrs.evolve(make_job(), status=parked, run_at=NOW)
+    decision = decide_promotion(job, NOW + ms(1))
+    assert isinstance(decision, Promote)
+    assert decision.job.status is JobStatus.PENDING
+
+
+def test_a_parked_job_is_due_exactly_at_its_run_at() -> None:
+    job = make_job(run_at=LATER)
+    assert isinstance(decide_promotion(job, LATER), Promote)
+
+
+def test_a_parked_job_that_is_not_due_is_left_alone() -> None:
+    job = make_job(run_at=LATER)
+    assert decide_promotion(job, LATER - ms(1)) is None
+
+
+@pytest.mark.parametrize("status", [JobStatus.PENDING, JobStatus.RUNNING, JobStatus.COMPLETED])
+def test_a_job_that_is_not_parked_is_never_promoted(status: JobStatus) -> None:
+    job = attrs.evolve(make_job(), status=status)
+    assert decide_promotion(job, LATER) is None
+
+
+# ---- operator helpers --------------------------------------------------------------------------
+
+
+def test_revive_gives_a_dead_letter_a_fresh_pending_start() -> None:
+    job = attrs.evolve(running_job(max_retries=1), retry_count=1)
+    dead = decide(job, Failed(BOOM), NOW, POLICIES, 0.5).job
+    revived = revive(dead, LATER)
+    assert revived.status is JobStatus.PENDING
+    assert revived.retry_count == 0
+    assert revived.run_at == LATER
+    assert revived.finished_at is None
+    assert revived.metadata == Metadata()
+
+
+def test_an_undecodable_payload_is_a_non_retryable_decode_error() -> None:
+    error = undecodable("abc", "bad json")
+    assert error.type == DECODE_ERROR
+    assert error.retryable is False
+    assert "abc" in error.message
+
+
+def test_decide_leaves_the_input_record_unchanged() -> None:
+    job = running_job()
+    before = attrs.evolve(job)
+    decide(job, Failed(BOOM), LATER, POLICIES, 0.5)
+    decide(job, NoHandler(), LATER, POLICIES, 0.5)
+    assert job == before

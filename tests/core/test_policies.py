@@ -1,0 +1,283 @@
+"""The policies: exact backoff values, the missing-handler window, the lease."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+import attrs
+import pytest
+from conveyor.core import (
+    Job,
+    LeasePolicy,
+    Metadata,
+    Policies,
+    RequeuePolicy,
+    RetryPolicy,
+    backoff_ms,
+    is_abandoned,
+    is_poison_pill,
+    lease_deadline,
+    reclaim_cutoff,
+    should_give_up_unhandled,
+    unhandled_for_ms,
+)
+from core_support import NOW, make_job, ms
+from hypothesis import given
+from hypothesis import strategies as st
+
+samples = st.floats(min_value=0.0, max_value=1.0, exclude_max=True)
+retry_counts = st.integers(min_value=0, max_value=200)
+retry_policies = st.builds(
+    RetryPolicy,
+    initial_delay_ms=st.integers(min_value=0, max_value=10**7),
+    max_delay_ms=st.integers(min_value=0, max_value=10**8),
+    jitter=st.booleans(),
+)
+
+
+# ---- backoff --------------------------------------------------------------------
+
+
+def test_retry_policy_defaults() -> None:
+    assert RetryPolicy() == RetryPolicy(initial_delay_ms=1000, max_delay_ms=60_000, jitter=True)
+
+
+@pytest.mark.parametrize(
+    ("retry_count", "expected"),
+    [(0, 1000), (1, 2000), (2, 4000), (3, 8000), (4, 16_000), (5, 32_000), (6, 60_000)],
+)
+def test_a_middle_sample_gives_exactly_the_exponential_base(
+    retry_count: int, expected: int
+) -> None:
+    assert backoff_ms(RetryPolicy(), retry_count, 0.5) == expected
+
+
+@pytest.mark.parametrize(
+    ("retry_count", "expected"), [(0, 900), (1, 1800), (3, 7200), (10, 54_000)]
+)
+def test_a_zero_sample_takes_ten_percent_off(retry_count: int, expected: int) -> None:
+    assert backoff_ms(RetryPolicy(), retry_count, 0.0) == expected
+
+
+def test_a_sample_just_under_one_adds_almost_ten_percent() -> None:
+    assert backoff_ms(RetryPolicy(), 0, 0.999_999) == 1100
+    assert backoff_ms(RetryPolicy(), 0, 0.75) == 1050
+
+
+@pytest.mark.parametrize("sample", [0.0, 0.25, 0.5, 0.999])
+def test_without_jitter_the_sample_is_ignored(sample: float) -> None:
+    policy = RetryPolicy(jitter=False)
+    assert [backoff_ms(policy, n, sample) for n in range(8)] == [
+        1000,
+        2000,
+        4000,
+        8000,
+        16_000,
+        32_000,
+        60_000,
+        60_000,
+    ]
+
+
+def test_the_delay_is_capped_at_max_delay_before_jitter() -> None:
+    policy = RetryPolicy(initial_delay_ms=500, max_delay_ms=3000)
+    assert backoff_ms(policy, 10, 0.5) == 3000
+    assert backoff_ms(policy, 10, 0.0) == 2700
+    assert backoff_ms(policy, 10_000, 0.5) == 3000
+
+
+def test_a_huge_retry_count_is_still_capped() -> None:
+    assert backoff_ms(RetryPolicy(jitter=False), 10**9, 0.5) == 60_000
+
+
+@pytest.mark.parametrize("sample", [-0.1, 1.0, 1.5, math.nan, math.inf])
+def test_a_sample_outside_zero_to_one_raises(sample: float) -> None:
+    with pytest.raises(ValueError, match="jitter_sample"):
+        backoff_ms(RetryPolicy(), 0, sample)
+
+
+@pytest.mark.parametrize("field", ["initial_delay_ms", "max_delay_ms"])
+def test_a_negative_delay_setting_is_refused(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        RetryPolicy(**{field: -1})
+
+
+@given(policy=retry_policies, retry_count=retry_counts, sample=samples)
+def test_backoff_never_shrinks_as_retries_grow(
+    policy: RetryPolicy, retry_count: int, sample: float
+) -> None:
+    assert backoff_ms(policy, retry_count, sample) <= backoff_ms(policy, retry_count + 1, sample)
+
+
+@given(policy=retry_policies, retry_count=retry_counts, sample=samples)
+def test_backoff_never_exceeds_max_delay_plus_ten_percent(
+    policy: RetryPolicy, retry_count: int, sample: float
+) -> None:
+    delay = backoff_ms(policy, retry_count, sample)
+    assert 0 <= delay <= policy.max_delay_ms * 1.1 + 1
+
+
+@given(policy=retry_policies, retry_count=retry_counts, sample=samples)
+def test_jitter_stays_within_ten_percent_of_the_base(
+    policy: RetryPolicy, retry_count: int, sample: float
+) -> None:
+    base = min(policy.initial_delay_ms * 2**retry_count, policy.max_delay_ms)
+    delay = backoff_ms(attrs.evolve(policy, jitter=True), retry_count, sample)
+    assert base * 0.9 - 1 <= delay <= base * 1.1 + 1
+
+
+@given(policy=retry_policies, retry_count=retry_counts, sample=samples)
+def test_without_jitter_backoff_is_exactly_the_capped_exponential(
+    policy: RetryPolicy, retry_count: int, sample: float
+) -> None:
+    exact = min(policy.initial_delay_ms * 2**retry_count, policy.max_delay_ms)
+    assert backoff_ms(attrs.evolve(policy, jitter=False), retry_count, sample) == exact
+
+
+@given(policy=retry_policies, retry_count=retry_counts, low=samples, high=samples)
+def test_a_larger_sample_never_gives_a_shorter_delay(
+    policy: RetryPolicy, retry_count: int, low: float, high: float
+) -> None:
+    low, high = sorted((low, high))
+    assert backoff_ms(policy, retry_count, low) <= backoff_ms(policy, retry_count, high)
+
+
+# ---- missing handler: requeue -----------------------------------------------------
+
+
+def unhandled_since(first: datetime | None, requeue_count: int = 0) -> Job:
+    return attrs.evolve(
+        make_job(), metadata=Metadata(first_missing_at=first, requeue_count=requeue_count)
+    )
+
+
+def test_requeue_policy_defaults() -> None:
+    assert RequeuePolicy() == RequeuePolicy(
+        requeue_delay_ms=1000, max_requeue_age_ms=300_000, max_requeues=10_000
+    )
+
+
+def test_a_first_miss_has_been_unhandled_for_zero_ms() -> None:
+    assert unhandled_for_ms(unhandled_since(None), NOW) == 0
+
+
+def test_unhandled_time_is_measured_from_first_missing_at() -> None:
+    assert unhandled_for_ms(unhandled_since(NOW), NOW + ms(2500)) == 2500
+
+
+def test_a_clock_behind_first_missing_at_counts_as_zero() -> None:
+    assert unhandled_for_ms(unhandled_since(NOW), NOW - ms(10)) == 0
+
+
+def test_give_up_happens_exactly_at_max_requeue_age() -> None:
+    policy = RequeuePolicy()
+    job = unhandled_since(NOW)
+    assert not should_give_up_unhandled(policy, job, NOW + ms(299_999))
+    assert should_give_up_unhandled(policy, job, NOW + ms(300_000))
+
+
+def test_a_fraction_of_a_millisecond_short_of_the_window_is_not_yet_give_up() -> None:
+    job = unhandled_since(NOW)
+    just_short = NOW + ms(300_000) - timedelta(microseconds=1)
+    assert not should_give_up_unhandled(RequeuePolicy(), job, just_short)
+
+
+def test_a_first_miss_never_gives_up_under_the_defaults() -> None:
+    assert not should_give_up_unhandled(RequeuePolicy(), unhandled_since(None), NOW)
+
+
+def test_the_requeue_count_backstop_gives_up_regardless_of_age() -> None:
+    policy = RequeuePolicy(max_requeues=5)
+    assert not should_give_up_unhandled(policy, unhandled_since(NOW, requeue_count=4), NOW)
+    assert should_give_up_unhandled(policy, unhandled_since(NOW, requeue_count=5), NOW)
+
+
+@given(
+    max_age=st.integers(min_value=0, max_value=10**7),
+    age_a=st.integers(min_value=0, max_value=2 * 10**7),
+    extra=st.integers(min_value=0, max_value=10**7),
+    requeues=st.integers(min_value=0, max_value=100),
+)
+def test_once_it_gives_up_at_some_age_it_gives_up_at_every_later_age(
+    max_age: int, age_a: int, extra: int, requeues: int
+) -> None:
+    policy = RequeuePolicy(max_requeue_age_ms=max_age, max_requeues=50)
+    job = unhandled_since(NOW, requeue_count=requeues)
+    if should_give_up_unhandled(policy, job, NOW + ms(age_a)):
+        assert should_give_up_unhandled(policy, job, NOW + ms(age_a + extra))
+
+
+@given(max_age=st.integers(min_value=0, max_value=10**7), age=st.integers(0, 2 * 10**7))
+def test_give_up_by_age_is_exactly_age_at_least_the_window(max_age: int, age: int) -> None:
+    policy = RequeuePolicy(max_requeue_age_ms=max_age)
+    job = unhandled_since(NOW)
+    assert should_give_up_unhandled(policy, job, NOW + ms(age)) == (age >= max_age)
+
+
+@pytest.mark.parametrize("field", ["requeue_delay_ms", "max_requeue_age_ms", "max_requeues"])
+def test_a_negative_requeue_setting_is_refused(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        RequeuePolicy(**{field: -1})
+
+
+# ---- lease ------------------------------------------------------------------------
+
+
+def test_lease_policy_defaults() -> None:
+    assert LeasePolicy() == LeasePolicy(lease_ms=60_000, max_reclaims=None)
+
+
+def test_policies_bundle_the_three_defaults() -> None:
+    assert Policies() == Policies(RetryPolicy(), RequeuePolicy(), LeasePolicy())
+
+
+@pytest.mark.parametrize("lease_ms", [0, -1])
+def test_a_lease_must_be_positive(lease_ms: int) -> None:
+    with pytest.raises(ValueError, match="lease_ms"):
+        LeasePolicy(lease_ms=lease_ms)
+
+
+def test_the_lease_deadline_is_locked_at_plus_the_lease() -> None:
+    assert lease_deadline(NOW, 60_000) == NOW + timedelta(minutes=1)
+
+
+def test_a_claim_exactly_at_its_deadline_is_not_abandoned() -> None:
+    assert not is_abandoned(NOW, 60_000, NOW + ms(60_000))
+
+
+def test_a_claim_one_microsecond_past_its_deadline_is_abandoned() -> None:
+    assert is_abandoned(NOW, 60_000, NOW + ms(60_000) + timedelta(microseconds=1))
+
+
+def test_a_fresh_claim_is_not_abandoned() -> None:
+    assert not is_abandoned(NOW, 60_000, NOW)
+
+
+@given(
+    locked_offset_us=st.integers(min_value=-(10**11), max_value=10**11),
+    lease_ms=st.integers(min_value=1, max_value=10**8),
+)
+def test_the_reclaim_cutoff_agrees_with_is_abandoned(locked_offset_us: int, lease_ms: int) -> None:
+    locked_at = NOW + timedelta(microseconds=locked_offset_us)
+    assert is_abandoned(locked_at, lease_ms, NOW) == (locked_at < reclaim_cutoff(NOW, lease_ms))
+
+
+def reclaimed(times: int, max_retries: int = 3) -> Job:
+    return attrs.evolve(make_job(max_retries=max_retries), metadata=Metadata(reclaim_count=times))
+
+
+def test_the_poison_pill_budget_is_the_jobs_max_retries_by_default() -> None:
+    policy = LeasePolicy()
+    assert not is_poison_pill(policy, reclaimed(2, max_retries=3))
+    assert is_poison_pill(policy, reclaimed(3, max_retries=3))
+
+
+def test_a_job_with_no_retries_is_a_poison_pill_on_its_first_reclaim() -> None:
+    assert is_poison_pill(LeasePolicy(), reclaimed(0, max_retries=0))
+
+
+def test_max_reclaims_overrides_the_jobs_retry_budget() -> None:
+    assert is_poison_pill(LeasePolicy(max_reclaims=1), reclaimed(1, max_retries=3))
+    assert not is_poison_pill(LeasePolicy(max_reclaims=5), reclaimed(4, max_retries=0))
+    assert is_poison_pill(LeasePolicy(max_reclaims=5), reclaimed(5, max_retries=10))
