@@ -34,6 +34,22 @@ class WorkersConfig:
 
 
 @attrs.frozen(slots=True)
+class TenancyConfig:
+    """How tenant jobs are scoped. `resolver` is "table" or "package.module:attr"
+    (a `TenantResolver`, or a callable of the engine returning one)."""
+
+    strategy: str = "shared"
+    resolver: str = "table"
+    table: str = "tenants"
+    id_column: str = "id"
+    schema_column: str | None = "schema_name"
+    url: str | None = None
+
+
+STRATEGIES = ("shared", "schema")
+
+
+@attrs.frozen(slots=True)
 class Config:
     """Everything `build` needs."""
 
@@ -47,6 +63,7 @@ class Config:
     requeue: RequeuePolicy = RequeuePolicy()
     handlers: tuple[str, ...] = ()
     entry_points: bool = True
+    tenancy: TenancyConfig | None = None
 
 
 ENV = {
@@ -106,6 +123,7 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
             "requeue",
             "handlers",
             "entry_points",
+            "tenancy",
         },
     )
     provider = raw.get("provider", "db")
@@ -186,6 +204,50 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
     if not isinstance(entry_points, bool):
         errors.append(FieldError("entry_points", "must be true or false"))
 
+    tenancy = None
+    if raw.get("tenancy") is not None:
+        t = _table(errors, "tenancy", raw.get("tenancy"))
+        _unknown(
+            errors,
+            "tenancy.",
+            t,
+            {"strategy", "resolver", "table", "id_column", "schema_column", "url"},
+        )
+        strategy = t.get("strategy", "shared")
+        if strategy not in STRATEGIES:
+            errors.append(
+                FieldError(
+                    "tenancy.strategy", f"must be one of {', '.join(STRATEGIES)}, got {strategy!r}"
+                )
+            )
+        resolver = t.get("resolver", "table")
+        if not isinstance(resolver, str) or (resolver != "table" and resolver.count(":") != 1):
+            errors.append(
+                FieldError("tenancy.resolver", 'must be "table" or "package.module:attr"')
+            )
+        for key in ("table", "id_column"):
+            if (
+                problem := check_name(
+                    f"tenancy.{key}", t.get(key, "tenants" if key == "table" else "id")
+                )
+            ) is not None:
+                errors.append(problem)
+        tenancy = TenancyConfig(
+            strategy=str(strategy),
+            resolver=str(resolver),
+            table=str(t.get("table", "tenants")),
+            id_column=str(t.get("id_column", "id")),
+            schema_column=t.get("schema_column", "schema_name"),
+            url=t.get("url"),
+        )
+        if tenancy.url is None and provider != "db":
+            errors.append(
+                FieldError(
+                    "tenancy.url",
+                    "is required unless provider is 'db' (then the job database is used)",
+                )
+            )
+
     if errors:
         raise ValidationError(errors)
     assert None not in (
@@ -217,6 +279,7 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
         requeue=RequeuePolicy(rq_delay, rq_age, rq_max),  # type: ignore[arg-type]
         handlers=tuple(handlers),
         entry_points=entry_points,
+        tenancy=tenancy,
     )
 
 

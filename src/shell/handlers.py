@@ -28,20 +28,24 @@ def _mapping_of(where: str, value: Any) -> Mapping[str, Callable[..., Any]]:
     return value
 
 
-def load_spec(spec: str, where: str = "handlers") -> Mapping[str, Callable[..., Any]]:
-    """Import `package.module:attr` and return its handler mapping."""
+def import_attr(spec: str, where: str) -> Any:
+    """Import `package.module:attr` named in the config (never from a payload)."""
     module_name, _, attr = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValidationError.of(where, f"cannot import {module_name!r}: {exc}") from None
     try:
-        value = getattr(module, attr)
+        return getattr(module, attr)
     except AttributeError:
         raise ValidationError.of(
             where, f"module {module_name!r} has no attribute {attr!r}"
         ) from None
-    return _mapping_of(where, value)
+
+
+def load_spec(spec: str, where: str = "handlers") -> Mapping[str, Callable[..., Any]]:
+    """Import `package.module:attr` and return its handler mapping."""
+    return _mapping_of(where, import_attr(spec, where))
 
 
 def contribute(

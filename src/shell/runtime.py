@@ -30,6 +30,7 @@ from .handlers import contribute
 from .ports import Clock, JobQueue, JobStore, SystemClock, is_transactional
 from .presence import MemoryPresence, Presence, WorkerInfo
 from .registry import Registry
+from .tenancy import TenantResolver, TenantScope
 from .worker import Worker, WorkerPool, WorkerStats
 
 log = logging.getLogger("conveyor.runtime")
@@ -105,6 +106,29 @@ def _make_backend(config: Config) -> tuple[JobQueue, JobStore, Presence]:
     raise ValidationError.of("provider", f"unknown provider {config.provider!r}")
 
 
+def _make_tenancy(config: Config) -> TenantScope | None:
+    t = config.tenancy
+    if t is None:
+        return None
+    import sqlalchemy as sa
+
+    from .handlers import import_attr
+    from .tenancy import SchemaPerTenant, SharedTables, TableTenantResolver
+
+    url = t.url or config.url
+    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    resolver: TenantResolver
+    if t.resolver == "table":
+        resolver = TableTenantResolver(
+            engine, table=t.table, id_column=t.id_column, schema_column=t.schema_column
+        )
+    else:
+        found = import_attr(t.resolver, "tenancy.resolver")
+        resolver = found if hasattr(found, "resolve") else found(engine)
+    strategy = SchemaPerTenant() if t.strategy == "schema" else SharedTables()
+    return TenantScope(engine, resolver, strategy)
+
+
 class Runtime:
     """A configured Conveyor: enqueue, run workers, drain, report."""
 
@@ -118,8 +142,10 @@ class Runtime:
         presence: Presence | None = None,
         clock: Clock | None = None,
         jitter: Callable[[], float] | None = None,
+        tenancy: TenantScope | None = None,
     ) -> None:
         self.config = config
+        self.tenancy = tenancy
         self.queue, self.store, self.registry = queue, store, registry
         self.presence = presence or MemoryPresence()
         self.clock = clock or SystemClock()
@@ -238,6 +264,8 @@ class Runtime:
         }
         if self.jitter is not None:
             options["jitter"] = self.jitter
+        if self.tenancy is not None:
+            options["tenancy"] = self.tenancy
         return options
 
     def start(self) -> Runtime:
@@ -397,6 +425,7 @@ def build(
     clock: Clock | None = None,
     jitter: Callable[[], float] | None = None,
     env: Mapping[str, str] | None = None,
+    tenancy: TenantScope | None = None,
 ) -> Runtime:
     """Build a `Runtime` from a config mapping, a TOML file, or the nearest config file."""
     cfg = load_config(config, env=env)
@@ -405,4 +434,13 @@ def build(
         registry.register(job_type, handler)
     contribute(registry, cfg.handlers, entry_points=cfg.entry_points)
     queue, store, presence = _make_backend(cfg)
-    return Runtime(cfg, queue, store, registry, presence=presence, clock=clock, jitter=jitter)
+    return Runtime(
+        cfg,
+        queue,
+        store,
+        registry,
+        presence=presence,
+        clock=clock,
+        jitter=jitter,
+        tenancy=tenancy if tenancy is not None else _make_tenancy(cfg),
+    )

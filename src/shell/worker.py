@@ -15,7 +15,6 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -26,6 +25,8 @@ from returns.pipeline import is_successful
 from ..core import (
     DeadLetter,
     Decision,
+    ErrorInfo,
+    Failed,
     Job,
     JobStatus,
     NoHandler,
@@ -44,6 +45,7 @@ from ..core.frozen import FrozenMap, thaw
 from .executor import Executor
 from .ports import BadClaim, Claim, Clock, Jitter, JobQueue, JobStore, SystemClock
 from .registry import Registry, run_handler
+from .tenancy import Tenant, TenantScope
 
 log = logging.getLogger("conveyor.worker")
 
@@ -126,7 +128,7 @@ class Worker:
         reclaim_interval_ms: int | None = None,
         heartbeat_interval_ms: int | None = None,
         worker_id: str | None = None,
-        tenant_exists: Callable[[str], bool] | None = None,
+        tenancy: TenantScope | None = None,
         executor: Executor | None = None,
     ) -> None:
         self.queue, self.store, self.registry = queue, store, registry
@@ -140,7 +142,7 @@ class Worker:
         self.reclaim_interval = timedelta(milliseconds=reclaim_interval_ms or max(lease // 2, 1))
         self.heartbeat_s = (heartbeat_interval_ms or max(lease // 3, 1)) / 1000
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.tenant_exists = tenant_exists
+        self.tenancy = tenancy
         self.executor = executor or Executor(queue, store, clock=self.clock)
         self._stop = threading.Event()
         self._last_promote: datetime | None = None
@@ -269,18 +271,23 @@ class Worker:
         entry = self.registry.registration(job.job_type)
         if entry is None:
             return NoHandler()
+        tenant: Tenant | None = None
         exists = True
-        if job.tenant_id is not None:
-            exists = self.tenant_exists(job.tenant_id) if self.tenant_exists else True
+        if job.tenant_id is not None and self.tenancy is not None:
+            try:
+                tenant = self.tenancy.resolve(job.tenant_id)
+            except Exception as exc:
+                return Failed(ErrorInfo("tenant-resolver-error", str(exc)[:500], retryable=True))
+            exists = tenant is not None
         verdict = tenant_verdict(job, tenant_scoped=entry.tenant_scoped, tenant_exists=exists)
         if verdict is not None:
             return verdict
         with _Heartbeat(self.queue, claim, self.clock, self.heartbeat_s):
             if entry.tenant_scoped:
-                runner: Any = getattr(self, "run_tenant_handler", None)
-                if runner is not None:
-                    outcome: Outcome = runner(entry.handler, job)
-                    return outcome
+                if self.tenancy is None or tenant is None:
+                    message = "a tenant-scoped handler needs tenancy configured on the worker"
+                    return Failed(ErrorInfo("tenancy-not-configured", message, retryable=False))
+                return self.tenancy.run(entry.handler, thaw(job.args), tenant)
             # A plain copy: handlers may json.dumps or mutate it without touching the record.
             return run_handler(entry.handler, thaw(job.args))
 
