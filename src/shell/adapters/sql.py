@@ -1,0 +1,696 @@
+"""SQL backend on SQLAlchemy 2 Core: one code path for SQLite and PostgreSQL.
+
+A job lives in one `job_queue` row while there is work to do (`ready`,
+`scheduled` or `processing`) and its outcome in one `job_store` row. The
+`payload` column is the authoritative job, `codec.encode(job)`; the other
+columns are copies for the indexes.
+
+Claim: select the best ready row (priority, then `seq`), then
+`UPDATE ... SET status='processing', locked_by=:token WHERE id=:id AND
+status='ready'`, in one transaction. The conditional UPDATE is what makes it
+safe everywhere; `FOR UPDATE SKIP LOCKED` on the select (rendered on
+PostgreSQL, absent on SQLite, where `BEGIN IMMEDIATE` already serialises
+writers) only keeps concurrent claimers from queueing behind one row. Every
+write of a claim holder — ack, extend, replace, reclaim — is fenced by
+`id`, `locked_by` and `status='processing'`, so a stale holder changes nothing.
+
+Times: every instant written or compared (`locked_at`, `run_at`, cutoffs) is the
+`now` or `cutoff` the caller passes in, from the worker's injected clock, never
+the database clock. One clock for every backend keeps the lease arithmetic the
+same on memory, SQL and Redis, and lets tests move time by hand; the price is
+that workers' clocks must agree (keep them NTP-synced). Times are stored as
+integer microseconds since the Unix epoch, UTC.
+
+SQLite: build the engine with `make_engine` (WAL, `busy_timeout`,
+`synchronous=NORMAL`, `BEGIN IMMEDIATE` for writes). `database is locked` is
+retried with bounded, jittered backoff, never surfaced as a lost enqueue or ack.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import sqlite3
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+from uuid import UUID
+
+from returns.result import Success
+from sqlalchemy import (
+    URL,
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Engine,
+    Executable,
+    Table,
+    case,
+    create_engine,
+    delete,
+    event,
+    func,
+    literal,
+    make_url,
+    null,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import DBAPIError
+
+from ...core import Job, JobStatus, ValidationError
+from ..codec import decode, encode
+from ..ports import BadClaim, Claim, QueueCounts
+from .sql_schema import (
+    JOB_COUNTER,
+    PROCESSING,
+    READY,
+    SCHEDULED,
+    SCHEMA,
+    STORE_COUNTER,
+    Schema,
+)
+
+__all__ = [
+    "BadClaim",
+    "SqlJobQueue",
+    "SqlJobStore",
+    "configure_sqlite",
+    "from_micros",
+    "make_engine",
+    "to_micros",
+]
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_SUPPORTED = ("postgresql", "sqlite")
+_NAMES = "sqlite or postgresql"
+#: The execution option naming how a SQLite transaction begins (IMMEDIATE or DEFERRED).
+SQLITE_BEGIN_OPTION = "conveyor_sqlite_begin"
+#: Claim attempts when the chosen row went to another claimer between select and update.
+_CLAIM_ATTEMPTS = 16
+#: SQLSTATEs after which PostgreSQL rolled the whole transaction back: safe to rerun.
+_RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
+
+
+def to_micros(when: datetime, field: str = "now") -> int:
+    """`when` as integer microseconds since the Unix epoch (exact; no float rounding)."""
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValidationError.of(field, "must be timezone-aware (UTC); got a naive datetime")
+    return (when - _EPOCH) // _MICROSECOND
+
+
+def from_micros(value: int) -> datetime:
+    """An aware UTC datetime from microseconds since the Unix epoch."""
+    return _EPOCH + timedelta(microseconds=value)
+
+
+def _held_by(claim: Claim | BadClaim) -> tuple[str, str]:
+    if isinstance(claim, BadClaim):
+        return claim.job_id, claim.token
+    return str(claim.job.id), claim.token
+
+
+# --- engines -------------------------------------------------------------------------------
+
+_CONFIGURED: weakref.WeakSet[Engine] = weakref.WeakSet()
+_CONFIGURE_LOCK = threading.Lock()
+_SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+
+
+def configure_sqlite(
+    engine: Engine, *, busy_timeout_ms: int = 5000, synchronous: str = "NORMAL"
+) -> None:
+    """Make a SQLite engine safe for several threads and processes on one file.
+
+    Each new connection gets WAL (readers never block the writer),
+    `busy_timeout` (wait for the write lock instead of failing at once) and
+    `synchronous`. Transactions begin with `BEGIN IMMEDIATE`, which takes the write
+    lock up front: a deferred transaction that reads and then writes can fail with
+    `database is locked` no busy timeout can cure, once another writer committed in
+    between. Read-only work of the adapters opts out with `BEGIN DEFERRED`.
+    Idempotent per engine; `make_engine` calls it for you.
+    """
+    if engine.dialect.name != "sqlite":
+        raise ValidationError.of("engine", f"is {engine.dialect.name}, not sqlite")
+    mode = synchronous.upper()
+    if mode not in _SYNCHRONOUS:
+        raise ValidationError.of("synchronous", f"must be one of {', '.join(sorted(_SYNCHRONOUS))}")
+    if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
+        raise ValidationError.of("busy_timeout_ms", "must be an integer")
+    if busy_timeout_ms < 0:
+        raise ValidationError.of("busy_timeout_ms", "must be >= 0")
+    with _CONFIGURE_LOCK:
+        if engine in _CONFIGURED:
+            return
+        _CONFIGURED.add(engine)
+
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take BEGIN away from the sqlite3 module (it would defer it past our SELECTs)
+        # and give it to the "begin" listener below.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            # The busy timeout first, so switching the journal mode waits its turn too.
+            cursor.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+            current = str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+            if current not in ("wal", "memory"):
+                cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute(f"PRAGMA synchronous = {mode}")
+        finally:
+            cursor.close()
+
+    def on_begin(conn: Connection) -> None:
+        how = conn.get_execution_options().get(SQLITE_BEGIN_OPTION, "IMMEDIATE")
+        conn.exec_driver_sql("BEGIN DEFERRED" if how == "DEFERRED" else "BEGIN IMMEDIATE")
+
+    event.listen(engine, "connect", on_connect)
+    event.listen(engine, "begin", on_begin)
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Parse `url`; a bare `postgres://` or `postgresql://` gets the psycopg 3 driver."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgres", "postgresql"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def make_engine(
+    url: str | URL,
+    *,
+    busy_timeout_ms: int = 5000,
+    synchronous: str = "NORMAL",
+    **options: Any,
+) -> Engine:
+    """An engine for the SQL backend.
+
+    `sqlite:///path/to/file.db` gets `configure_sqlite` (WAL, busy timeout,
+    `BEGIN IMMEDIATE`); an in-memory SQLite database is refused, since each pooled
+    connection would see its own empty database (use the memory backend instead).
+    `postgresql://...` (or `postgres://`) uses psycopg 3 and pings pooled connections
+    before use. Other keyword `options` go to `sqlalchemy.create_engine`.
+    """
+    parsed = normalize_url(url)
+    backend = parsed.get_backend_name()
+    if backend not in _SUPPORTED:
+        raise ValidationError.of("url", f"backend {backend!r} is not supported; use {_NAMES}")
+    if backend == "sqlite":
+        database = parsed.database or ""
+        if database in ("", ":memory:") or parsed.query.get("mode") == "memory":
+            raise ValidationError.of(
+                "url", "an in-memory SQLite database is per connection; give a file path"
+            )
+        engine = create_engine(parsed, **options)
+        configure_sqlite(engine, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
+        return engine
+    options.setdefault("pool_pre_ping", True)
+    return create_engine(parsed, **options)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """True for errors after which nothing was committed and the work may simply rerun."""
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    if isinstance(orig, sqlite3.OperationalError):
+        message = str(orig).lower()
+        return "locked" in message or "busy" in message
+    return getattr(orig, "sqlstate", None) in _RETRYABLE_SQLSTATES
+
+
+class _Database:
+    """Runs units of work in their own transaction, rerunning transient failures."""
+
+    def __init__(self, engine: Engine, schema: Schema, lock_retry_s: float) -> None:
+        name = engine.dialect.name
+        if name not in _SUPPORTED:
+            raise ValidationError.of("engine", f"dialect {name!r} is not supported; use {_NAMES}")
+        if lock_retry_s < 0:
+            raise ValidationError.of("lock_retry_s", "must be >= 0")
+        if name == "sqlite":
+            configure_sqlite(engine)
+        self.engine = engine
+        self.schema = schema
+        self.sqlite = name == "sqlite"
+        self.lock_retry_s = lock_retry_s
+        self._retries = 0
+        self._retries_lock = threading.Lock()
+
+    @property
+    def retries(self) -> int:
+        with self._retries_lock:
+            return self._retries
+
+    def run(self, work: Callable[[Connection], T], *, write: bool = True) -> T:
+        """`work(conn)` in one transaction, committed when it returns.
+
+        A transient failure (`database is locked`, a PostgreSQL deadlock or
+        serialization failure) rolled everything back, so rerunning cannot apply
+        anything twice; reruns back off exponentially with jitter and stop after
+        `lock_retry_s`, re-raising the last error.
+        """
+        deadline = time.monotonic() + self.lock_retry_s
+        delay = 0.002
+        while True:
+            try:
+                with self.engine.connect() as conn:
+                    if self.sqlite and not write:
+                        conn = conn.execution_options(**{SQLITE_BEGIN_OPTION: "DEFERRED"})
+                    with conn.begin():
+                        return work(conn)
+            except DBAPIError as exc:
+                if not _is_transient(exc) or time.monotonic() + delay > deadline:
+                    raise
+            with self._retries_lock:
+                self._retries += 1
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.2)
+
+    def next_seq(self, conn: Connection, counter: str) -> ColumnElement[int]:
+        """A fresh value, larger than every one handed out before, as a SQL expression.
+
+        On PostgreSQL a sequence's `nextval` (per row, no shared hot row); on SQLite a
+        counter row bumped inside `conn`'s transaction, safe because SQLite has one
+        writer at a time.
+        """
+        if conn.dialect.supports_sequences:
+            seq = self.schema.job_seq if counter == JOB_COUNTER else self.schema.store_seq
+            return seq.next_value()
+        counters = self.schema.counters
+        bump = sqlite_insert(counters).values(name=counter, value=1)
+        bump = bump.on_conflict_do_update(
+            index_elements=[counters.c.name], set_={"value": counters.c.value + 1}
+        )
+        value = conn.execute(bump.returning(counters.c.value)).scalar_one()
+        return literal(int(value), BigInteger)
+
+
+def _upsert(conn: Connection, table: Table, values: Mapping[str, Any]) -> Executable:
+    """INSERT ... ON CONFLICT (id) DO UPDATE of every given column, in this dialect."""
+    columns = [name for name in values if name != "id"]
+    if conn.dialect.name == "postgresql":
+        pg = pg_insert(table).values(dict(values))
+        return pg.on_conflict_do_update(
+            index_elements=[table.c.id], set_={c: pg.excluded[c] for c in columns}
+        )
+    lite = sqlite_insert(table).values(dict(values))
+    return lite.on_conflict_do_update(
+        index_elements=[table.c.id], set_={c: lite.excluded[c] for c in columns}
+    )
+
+
+# --- the queue -----------------------------------------------------------------------------
+
+
+class SqlJobQueue:
+    """A `JobQueue` and `TransactionalJobQueue` in a SQLite or PostgreSQL database.
+
+    Create the tables first with `sql_schema.create_tables(engine)`. A SQLite engine
+    not built by `make_engine` is configured the same way on first use. Transient
+    lock errors are retried for up to `lock_retry_s` seconds per operation.
+    """
+
+    def __init__(
+        self, engine: Engine, *, schema: Schema = SCHEMA, lock_retry_s: float = 30.0
+    ) -> None:
+        self._db = _Database(engine, schema, lock_retry_s)
+        self._t = schema.job_queue
+
+    @property
+    def engine(self) -> Engine:
+        """The engine this queue writes through."""
+        return self._db.engine
+
+    @property
+    def lock_retries(self) -> int:
+        """How many transactions were rerun after a transient lock error (for metrics)."""
+        return self._db.retries
+
+    def _placement(self, conn: Connection, job: Job) -> dict[str, Any]:
+        """Column values putting `job` where its status says, unlocked."""
+        if job.status.is_parked:
+            status: str = SCHEDULED
+            seq: Any = None
+        else:
+            status, seq = READY, self._db.next_seq(conn, JOB_COUNTER)
+        return {
+            "status": status,
+            "seq": seq,
+            "run_at": to_micros(job.run_at, "run_at"),
+            "locked_by": None,
+            "locked_at": None,
+            "priority": job.priority.rank,
+            "queue": job.queue,
+            "tenant_id": job.tenant_id,
+            "payload": encode(job),
+        }
+
+    def _enqueue(self, conn: Connection, job: Job) -> None:
+        values = {"id": str(job.id), **self._placement(conn, job)}
+        conn.execute(_upsert(conn, self._t, values))
+
+    def enqueue(self, job: Job) -> None:
+        """Upsert by id, unlocked: parked jobs wait as `scheduled`, others go to the tail
+        of ready. Re-enqueueing a claimed job takes it from its holder, whose ack then
+        finds nothing."""
+        self._db.run(lambda conn: self._enqueue(conn, job))
+
+    def enqueue_in_tx(self, conn: Any, job: Job) -> None:
+        """Enqueue inside the caller's open transaction on `conn` (the outbox row): it
+        commits or rolls back with the caller's own writes. `conn` must be a SQLAlchemy
+        `Connection` to this queue's database with a transaction begun."""
+        if not isinstance(conn, Connection):
+            raise ValidationError.of(
+                "conn",
+                f"must be a sqlalchemy Connection with a transaction begun, got "
+                f"{type(conn).__name__}; an Engine would commit the job on its own, apart "
+                "from your change",
+            )
+        if not conn.in_transaction():
+            raise ValidationError.of(
+                "conn",
+                "has no transaction begun; use `with engine.begin() as conn` or "
+                "conn.begin(), so the job commits together with your change",
+            )
+        if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+            raise ValidationError.of(
+                "conn", "is in AUTOCOMMIT mode; the job would commit apart from your change"
+            )
+        self._enqueue(conn, job)
+
+    def dequeue(self, queue: str, now: datetime) -> Claim | BadClaim | None:
+        """Claim the best ready job of `queue` (priority, then FIFO) under a fresh token,
+        locked at `now`. An undecodable payload comes back as a `BadClaim`."""
+        at = to_micros(now)
+        t = self._t
+
+        def claim(conn: Connection) -> tuple[str, str, str] | None:
+            for _ in range(_CLAIM_ATTEMPTS):
+                best = (
+                    select(t.c.id)
+                    .where(t.c.queue == queue, t.c.status == READY)
+                    .order_by(t.c.priority, t.c.seq)
+                    .limit(1)
+                    .with_for_update(skip_locked=True)
+                )
+                job_id = conn.execute(best).scalar_one_or_none()
+                if job_id is None:
+                    return None
+                token = uuid.uuid4().hex
+                take = (
+                    update(t)
+                    .where(t.c.id == job_id, t.c.status == READY)
+                    .values(status=PROCESSING, locked_by=token, locked_at=at)
+                    .returning(t.c.payload)
+                )
+                payload = conn.execute(take).scalar_one_or_none()
+                if payload is not None:
+                    return str(job_id), token, str(payload)
+            # Every candidate went to another claimer; they made progress, we poll again.
+            return None
+
+        got = self._db.run(claim)
+        if got is None:
+            return None
+        job_id, token, payload = got
+        return _as_claim(job_id, token, queue, payload, now)
+
+    def _fenced(self, claim: Claim | BadClaim) -> list[ColumnElement[bool]]:
+        job_id, token = _held_by(claim)
+        t = self._t
+        return [t.c.id == job_id, t.c.locked_by == token, t.c.status == PROCESSING]
+
+    def ack(self, claim: Claim | BadClaim) -> bool:
+        """Delete the row only while `claim.token` still holds it."""
+        stmt = delete(self._t).where(*self._fenced(claim))
+        return self._db.run(lambda conn: conn.execute(stmt).rowcount == 1)
+
+    def extend(self, claim: Claim | BadClaim, now: datetime) -> bool:
+        """Renew the lease to `now` while `claim.token` still holds the row."""
+        stmt = update(self._t).where(*self._fenced(claim)).values(locked_at=to_micros(now))
+        return self._db.run(lambda conn: conn.execute(stmt).rowcount == 1)
+
+    def replace(self, claim: Claim, job: Job) -> bool:
+        """Swap the held row for `job` (ready at the tail, or parked), unlocked, while
+        `claim.token` still holds it."""
+        _same_id(claim, job)
+
+        def work(conn: Connection) -> bool:
+            stmt = update(self._t).where(*self._fenced(claim)).values(self._placement(conn, job))
+            return conn.execute(stmt).rowcount == 1
+
+        return self._db.run(work)
+
+    def promote_due(self, now: datetime, limit: int = 1000) -> int:
+        """Move up to `limit` scheduled rows with `run_at <= now` to the tail of ready.
+
+        `WHERE status='scheduled'` is re-checked by the UPDATE itself, so of concurrent
+        promoters only one moves each row; `SKIP LOCKED` lets them share the work
+        instead of waiting on each other. Jobs moved by one call come after everything
+        already ready; among themselves their order is unspecified.
+        """
+        if limit <= 0:
+            return 0
+        at = to_micros(now)
+        t = self._t
+
+        def work(conn: Connection) -> int:
+            due = (
+                select(t.c.id)
+                .where(t.c.status == SCHEDULED, t.c.run_at <= at)
+                # run_at alone, so the (status, run_at) index yields rows in order and
+                # LIMIT stops the scan; the claim orders by priority anyway.
+                .order_by(t.c.run_at)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            )
+            # Two statements, not `WHERE id IN (subquery)`: PostgreSQL may run such a
+            # subquery once per row it updates, and each run finds `limit` fresh rows.
+            ids = list(conn.execute(due).scalars())
+            if not ids:
+                return 0
+            stmt = (
+                update(t)
+                .where(t.c.id.in_(ids), t.c.status == SCHEDULED)
+                .values(status=READY, seq=self._db.next_seq(conn, JOB_COUNTER))
+            )
+            return int(conn.execute(stmt).rowcount)
+
+        return self._db.run(work)
+
+    def abandoned(self, cutoff: datetime, limit: int = 100) -> Sequence[Claim]:
+        """Claims whose lease was taken or last extended before `cutoff`, oldest first.
+
+        A row whose payload does not decode has no job for the lease keeper to decide
+        about: it goes back to ready as it is (fenced like any reclaim), so the worker
+        that claims it next gets a `BadClaim` and dead-letters it, as on Redis.
+        """
+        t = self._t
+        cut = to_micros(cutoff, "cutoff")
+        stmt = (
+            select(t.c.id, t.c.queue, t.c.locked_by, t.c.locked_at, t.c.payload)
+            .where(t.c.status == PROCESSING, t.c.locked_at < cut)
+            .order_by(t.c.locked_at)
+            .limit(limit)
+        )
+        rows = self._db.run(lambda conn: conn.execute(stmt).all(), write=False)
+        out: list[Claim] = []
+        for r in rows:
+            found = _as_claim(r.id, r.locked_by or "", r.queue, r.payload, from_micros(r.locked_at))
+            if isinstance(found, Claim):
+                out.append(found)
+                continue
+            _log.warning("returning undecodable job %s to ready: %s", found.job_id, found.reason)
+            self._db.run(functools.partial(self._requeue_bad, bad=found, cut=cut))
+        return out
+
+    def _requeue_bad(self, conn: Connection, bad: BadClaim, cut: int) -> None:
+        t = self._t
+        conn.execute(
+            update(t)
+            .where(*self._fenced(bad), t.c.locked_at < cut)
+            .values(
+                status=READY,
+                seq=self._db.next_seq(conn, JOB_COUNTER),
+                locked_by=None,
+                locked_at=None,
+            )
+        )
+
+    def reclaim(self, claim: Claim, job: Job, cutoff: datetime) -> bool:
+        """Return an abandoned row to ready as `job` (or park it, by its status), only if
+        it is still held by `claim.token` and still locked before `cutoff`: the
+        predicate is re-checked inside the write, so a job acked or extended since
+        `abandoned()` looked is left alone."""
+        _same_id(claim, job)
+        cut = to_micros(cutoff, "cutoff")
+
+        def work(conn: Connection) -> bool:
+            stmt = (
+                update(self._t)
+                .where(*self._fenced(claim), self._t.c.locked_at < cut)
+                .values(self._placement(conn, job))
+            )
+            return conn.execute(stmt).rowcount == 1
+
+        return self._db.run(work)
+
+    def counts(self, now: datetime) -> Mapping[str, QueueCounts]:
+        """Ready, scheduled and in-flight rows per queue, and the oldest ready `run_at`,
+        in one GROUP BY. A due job still counts as scheduled until it is promoted, so
+        `now` changes nothing here."""
+        t = self._t
+
+        def tally(status: str) -> ColumnElement[Any]:
+            return func.sum(case((t.c.status == status, 1), else_=0))
+
+        stmt = (
+            select(
+                t.c.queue,
+                tally(READY),
+                tally(SCHEDULED),
+                tally(PROCESSING),
+                func.min(case((t.c.status == READY, t.c.run_at), else_=null())),
+            )
+            .group_by(t.c.queue)
+            .order_by(t.c.queue)
+        )
+        rows = self._db.run(lambda conn: conn.execute(stmt).all(), write=False)
+        return {
+            str(name): QueueCounts(
+                ready=int(ready or 0),
+                scheduled=int(scheduled or 0),
+                in_flight=int(in_flight or 0),
+                oldest_ready_at=None if oldest is None else from_micros(int(oldest)),
+            )
+            for name, ready, scheduled, in_flight, oldest in rows
+        }
+
+    def close(self) -> None:
+        """Close pooled connections (the engine reconnects if used again)."""
+        self._db.engine.dispose()
+
+
+def _same_id(claim: Claim, job: Job) -> None:
+    if job.id != claim.job.id:
+        raise ValidationError.of("job", f"has id {job.id}, but the claim holds {claim.job.id}")
+
+
+def _as_claim(
+    job_id: str, token: str, queue: str, payload: str, locked_at: datetime
+) -> Claim | BadClaim:
+    """A claim on a decoded job, or a `BadClaim` saying why the payload is not one."""
+    decoded = decode(payload)
+    if not isinstance(decoded, Success):
+        return BadClaim(job_id, token, queue, payload, str(decoded.failure()), locked_at)
+    job = decoded.unwrap()
+    if str(job.id) != job_id:
+        # A payload naming another job would make every fenced write miss this row.
+        reason = f"payload names job {job.id}, but the row is {job_id}"
+        return BadClaim(job_id, token, queue, payload, reason, locked_at)
+    return Claim(job=job, token=token, queue=queue, locked_at=locked_at)
+
+
+# --- the store -----------------------------------------------------------------------------
+
+
+class SqlJobStore:
+    """A `JobStore` (history and dead letters) in a SQLite or PostgreSQL database."""
+
+    def __init__(
+        self, engine: Engine, *, schema: Schema = SCHEMA, lock_retry_s: float = 30.0
+    ) -> None:
+        self._db = _Database(engine, schema, lock_retry_s)
+        self._t = schema.job_store
+
+    def record(self, job: Job) -> None:
+        """Upsert the job's latest record; it becomes the newest in the listings."""
+
+        def work(conn: Connection) -> None:
+            finished = job.finished_at
+            values = {
+                "id": str(job.id),
+                "queue": job.queue,
+                "job_type": job.job_type,
+                "status": job.status.value,
+                "tenant_id": job.tenant_id,
+                "finished_at": None if finished is None else to_micros(finished, "finished_at"),
+                "recorded_seq": self._db.next_seq(conn, STORE_COUNTER),
+                "payload": encode(job),
+            }
+            conn.execute(_upsert(conn, self._t, values))
+
+        self._db.run(work)
+
+    def get(self, job_id: UUID) -> Job | None:
+        """The recorded job, or None (also when its record no longer decodes)."""
+        stmt = select(self._t.c.payload).where(self._t.c.id == str(job_id))
+        payload = self._db.run(lambda conn: conn.execute(stmt).scalar_one_or_none(), write=False)
+        return None if payload is None else _decoded_record(str(job_id), str(payload))
+
+    def list_history(
+        self,
+        *,
+        status: JobStatus | None = None,
+        tenant_id: str | None = None,
+        limit: int = 100,
+    ) -> Sequence[Job]:
+        """Recorded jobs, most recently recorded first, filtered by status and tenant."""
+        t = self._t
+        stmt = select(t.c.id, t.c.payload).order_by(t.c.recorded_seq.desc()).limit(limit)
+        if status is not None:
+            stmt = stmt.where(t.c.status == status.value)
+        if tenant_id is not None:
+            stmt = stmt.where(t.c.tenant_id == tenant_id)
+        rows = self._db.run(lambda conn: conn.execute(stmt).all(), write=False)
+        jobs = (_decoded_record(str(r.id), str(r.payload)) for r in rows)
+        return [job for job in jobs if job is not None]
+
+    def list_dead(self, *, tenant_id: str | None = None, limit: int = 100) -> Sequence[Job]:
+        """Dead letters, newest first; only `tenant_id`'s when given."""
+        return self.list_history(status=JobStatus.FAILED, tenant_id=tenant_id, limit=limit)
+
+    def count_dead(self, *, tenant_id: str | None = None) -> Mapping[str, int]:
+        """Dead letters per queue name."""
+        t = self._t
+        stmt = (
+            select(t.c.queue, func.count())
+            .where(t.c.status == JobStatus.FAILED.value)
+            .group_by(t.c.queue)
+            .order_by(t.c.queue)
+        )
+        if tenant_id is not None:
+            stmt = stmt.where(t.c.tenant_id == tenant_id)
+        rows = self._db.run(lambda conn: conn.execute(stmt).all(), write=False)
+        return {str(queue): int(n) for queue, n in rows}
+
+    def purge_dead(self, job_id: UUID | None = None) -> int:
+        """Delete one dead letter, or all of them. Returns how many went."""
+        stmt = delete(self._t).where(self._t.c.status == JobStatus.FAILED.value)
+        if job_id is not None:
+            stmt = stmt.where(self._t.c.id == str(job_id))
+        return self._db.run(lambda conn: int(conn.execute(stmt).rowcount))
+
+    def close(self) -> None:
+        """Close pooled connections (the engine reconnects if used again)."""
+        self._db.engine.dispose()
+
+
+def _decoded_record(job_id: str, payload: str) -> Job | None:
+    decoded = decode(payload)
+    if isinstance(decoded, Success):
+        job: Job = decoded.unwrap()
+        return job
+    # Only this adapter writes the store, so this is corruption: say so, without the payload.
+    _log.warning("job_store row %s does not decode: %s", job_id, decoded.failure())
+    return None

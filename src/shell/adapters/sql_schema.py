@@ -1,0 +1,175 @@
+"""The SQL backend's tables, built with SQLAlchemy Core, for SQLite and PostgreSQL.
+
+Two tables hold everything: `<prefix>_job_queue` (work still to do: ready,
+scheduled and in-flight rows) and `<prefix>_job_store` (history and dead
+letters). The authoritative job is the `payload` column, `codec.encode(job)`;
+every other column is a copy kept only so that claims, promotions, reclaims and
+listings are index scans.
+
+FIFO order comes from `seq`, which every placement into ready takes afresh, so a
+replaced, promoted or reclaimed job goes to the tail like a new one. On a
+database with sequences (PostgreSQL) it is a `Sequence`, safe across processes
+without a shared hot row. SQLite has no sequences; there a one-row-per-name
+counter table is bumped in the same transaction as the placement, which is safe
+because SQLite admits one writer at a time.
+
+`create_tables(engine)` is idempotent. `ddl_text("postgresql")` prints the same
+schema as SQL for people who ship their own migrations.
+"""
+
+from __future__ import annotations
+
+import attrs
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Engine,
+    Index,
+    MetaData,
+    Sequence,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine.interfaces import Dialect
+from sqlalchemy.schema import CreateIndex, CreateSequence, CreateTable
+
+from ...core import ValidationError
+from ...core.validation import check_name
+
+#: Values of `job_queue.status`. A row is in exactly one of these places.
+READY = "ready"
+SCHEDULED = "scheduled"
+PROCESSING = "processing"
+
+#: Counter names in the counter table (databases without sequences only).
+JOB_COUNTER = "job_seq"
+STORE_COUNTER = "store_seq"
+
+DEFAULT_PREFIX = "conveyor"
+
+
+@attrs.frozen
+class Schema:
+    """The tables and sequences of one Conveyor installation (one table prefix)."""
+
+    metadata: MetaData
+    job_queue: Table
+    job_store: Table
+    counters: Table
+    job_seq: Sequence
+    store_seq: Sequence
+
+    def tables_for(self, dialect: Dialect) -> list[Table]:
+        """The tables this dialect needs: the counter table only where sequences are missing."""
+        tables = [self.job_queue, self.job_store]
+        if not dialect.supports_sequences:
+            tables.append(self.counters)
+        return tables
+
+
+def make_schema(prefix: str = DEFAULT_PREFIX) -> Schema:
+    """Build the schema with table, index and sequence names starting with `prefix`."""
+    problem = check_name("prefix", prefix)
+    if problem is not None or "." in prefix or "-" in prefix:
+        # The prefix lands unquoted in DDL someone may paste into a migration.
+        raise ValidationError.of("prefix", "may hold only letters, digits and '_'")
+    md = MetaData()
+    job_seq = Sequence(f"{prefix}_job_seq", metadata=md)
+    store_seq = Sequence(f"{prefix}_store_seq", metadata=md)
+    job_queue = Table(
+        f"{prefix}_job_queue",
+        md,
+        Column("id", String(36), primary_key=True),
+        Column("queue", String(128), nullable=False),
+        Column("status", String(16), nullable=False),
+        Column("priority", SmallInteger, nullable=False),
+        # NULL while parked: a parked job takes its seq when it is promoted.
+        Column("seq", BigInteger, nullable=True),
+        Column("run_at", BigInteger, nullable=False),
+        Column("locked_by", String(64), nullable=True),
+        Column("locked_at", BigInteger, nullable=True),
+        Column("tenant_id", String(128), nullable=True),
+        Column("payload", Text, nullable=False),
+    )
+    Index(
+        f"{prefix}_job_queue_claim",
+        job_queue.c.queue,
+        job_queue.c.status,
+        job_queue.c.priority,
+        job_queue.c.seq,
+    )
+    Index(f"{prefix}_job_queue_due", job_queue.c.status, job_queue.c.run_at)
+    Index(f"{prefix}_job_queue_lease", job_queue.c.status, job_queue.c.locked_at)
+    job_store = Table(
+        f"{prefix}_job_store",
+        md,
+        Column("id", String(36), primary_key=True),
+        Column("queue", String(128), nullable=False),
+        Column("job_type", String(128), nullable=False),
+        Column("status", String(16), nullable=False),
+        Column("tenant_id", String(128), nullable=True),
+        Column("finished_at", BigInteger, nullable=True),
+        # Newest first is by the order of recording, not by a clock that may step back.
+        Column("recorded_seq", BigInteger, nullable=False),
+        Column("payload", Text, nullable=False),
+    )
+    Index(
+        f"{prefix}_job_store_status",
+        job_store.c.status,
+        job_store.c.tenant_id,
+        job_store.c.recorded_seq,
+    )
+    Index(f"{prefix}_job_store_dead", job_store.c.status, job_store.c.recorded_seq)
+    Index(f"{prefix}_job_store_recorded", job_store.c.recorded_seq)
+    counters = Table(
+        f"{prefix}_counters",
+        md,
+        Column("name", String(32), primary_key=True),
+        Column("value", BigInteger, nullable=False),
+    )
+    return Schema(md, job_queue, job_store, counters, job_seq, store_seq)
+
+
+#: The default schema (`conveyor_job_queue`, `conveyor_job_store`, ...).
+SCHEMA = make_schema()
+#: The default schema's `MetaData`, for Alembic's `target_metadata`.
+metadata = SCHEMA.metadata
+
+
+def create_tables(engine: Engine, schema: Schema = SCHEMA) -> None:
+    """Create whatever of the schema is missing. Safe to call again and from many processes
+    started one after another; existing tables are left as they are."""
+    schema.metadata.create_all(engine, tables=schema.tables_for(engine.dialect), checkfirst=True)
+
+
+_DIALECTS = {"postgresql": postgresql.dialect, "sqlite": sqlite.dialect}
+
+
+def ddl_text(dialect: str | Dialect, schema: Schema = SCHEMA) -> str:
+    """The schema's CREATE statements for `dialect` (`"postgresql"`, `"sqlite"` or a
+    `Dialect`), one per paragraph, each ending in `;`: paste them into a migration."""
+    if isinstance(dialect, Dialect):
+        target = dialect
+    else:
+        factory = _DIALECTS.get(dialect)
+        if factory is None:
+            known = ", ".join(sorted(_DIALECTS))
+            raise ValidationError.of("dialect", f"unknown dialect {dialect!r}; use one of {known}")
+        target = factory()
+    statements: list[str] = []
+    if target.supports_sequences:
+        for seq in (schema.job_seq, schema.store_seq):
+            statements.append(str(CreateSequence(seq).compile(dialect=target)))
+    for table in schema.tables_for(target):
+        statements.append(str(CreateTable(table).compile(dialect=target)).strip())
+        for index in sorted(table.indexes, key=lambda i: str(i.name)):
+            statements.append(str(CreateIndex(index).compile(dialect=target)))
+    # Compiled DDL has tab indents and trailing blanks; tidy it for a migration file.
+    tidy = (
+        "\n".join(line.rstrip().replace("\t", "    ") for line in s.splitlines())
+        for s in statements
+    )
+    return "".join(f"{s};\n\n" for s in tidy)

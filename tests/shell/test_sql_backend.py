@@ -1,0 +1,775 @@
+"""The SQL backend, on a SQLite file and on a real PostgreSQL server.
+
+Every test taking `db` runs on both. PostgreSQL comes from `DATABASE_URL` or from a
+server this process starts (see `conveyor.testing.postgres_server`); when neither
+works the PostgreSQL cases fail, they never skip. Times are the injected clock's:
+the tests pass instants by hand, far from the database's own clock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4
+
+import attrs
+import pytest
+from conveyor.core import (
+    Job,
+    JobStatus,
+    LeasePolicy,
+    Priority,
+    ValidationError,
+    create_job,
+    decide_reclaim,
+    reclaim_cutoff,
+    start,
+)
+from conveyor.shell.adapters.sql import SqlJobQueue, SqlJobStore, make_engine
+from conveyor.shell.adapters.sql_schema import SCHEMA, create_tables, ddl_text, make_schema
+from conveyor.shell.ports import BadClaim, Claim
+from conveyor.testing.postgres_server import (
+    drop_database,
+    fresh_database,
+    postgres_url,
+    with_psycopg,
+)
+from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, func, insert, select, text
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+LEASE_MS = 30_000
+MICRO = timedelta(microseconds=1)
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "sql.md"
+
+
+# --- fixtures ------------------------------------------------------------------------------
+
+
+@dataclass
+class Db:
+    kind: str
+    url: str
+    engine: Engine
+    queue: SqlJobQueue
+    store: SqlJobStore
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    """This module's own PostgreSQL database, with the tables created."""
+    url = fresh_database(postgres_url())
+    engine = make_engine(url)
+    create_tables(engine)
+    engine.dispose()
+    yield url
+    drop_database(url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'conveyor.db'}"
+        engine = make_engine(url)
+        create_tables(engine)
+    else:
+        url = request.getfixturevalue("pg_url")
+        engine = make_engine(url)
+        with engine.begin() as conn:
+            conn.execute(text(f"TRUNCATE {SCHEMA.job_queue.name}, {SCHEMA.job_store.name}"))
+            conn.execute(text("DROP TABLE IF EXISTS orders"))
+    yield Db(request.param, url, engine, SqlJobQueue(engine), SqlJobStore(engine))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database with no tables at all."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    url = fresh_database(postgres_url())
+    yield url
+    drop_database(url)
+
+
+def make_job(
+    queue: str = "default",
+    priority: Priority = Priority.NORMAL,
+    delay_ms: int = 0,
+    now: datetime = T0,
+    **options: Any,
+) -> Job:
+    delay = timedelta(milliseconds=delay_ms) if delay_ms else None
+    return create_job(
+        id=uuid4(), job_type="work", now=now, queue=queue, priority=priority, delay=delay, **options
+    ).unwrap()
+
+
+def claim(q: SqlJobQueue, queue: str = "default", now: datetime = T0) -> Claim:
+    got = q.dequeue(queue, now)
+    assert isinstance(got, Claim), f"expected a claim, got {got!r}"
+    return got
+
+
+def claim_order(q: SqlJobQueue, queue: str = "default", now: datetime = T0) -> list[UUID]:
+    order = []
+    while (got := q.dequeue(queue, now)) is not None:
+        assert isinstance(got, Claim) and q.ack(got)
+        order.append(got.job.id)
+    return order
+
+
+def queue_rows(db: Db) -> int:
+    with db.engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(SCHEMA.job_queue)).scalar_one())
+
+
+def retry_of(c: Claim, now: datetime, park_ms: int = 0) -> Job:
+    running = start(c.job, now).unwrap()
+    if not park_ms:
+        return attrs.evolve(running, status=JobStatus.PENDING)
+    return attrs.evolve(
+        running,
+        status=JobStatus.RETRYING,
+        retry_count=running.retry_count + 1,
+        run_at=now + timedelta(milliseconds=park_ms),
+    )
+
+
+def reclaimed(c: Claim, now: datetime) -> Job:
+    decision = decide_reclaim(start(c.job, now).unwrap(), now, LeasePolicy(lease_ms=LEASE_MS))
+    return decision.job
+
+
+# --- helper processes ----------------------------------------------------------------------
+
+WORKER = r"""
+import json, sys, time
+from datetime import UTC, datetime
+from uuid import uuid4
+from conveyor.core import create_job
+from conveyor.shell.adapters.sql import SqlJobQueue, make_engine
+
+mode, url = sys.argv[1], sys.argv[2]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+if mode == "claim-all":
+    q = SqlJobQueue(make_engine(url))
+    print("ready", flush=True)
+    sys.stdin.readline()
+    got = []
+    while (c := q.dequeue("default", T0)) is not None:
+        assert q.ack(c), "an ack of a live claim failed"
+        got.append(str(c.job.id))
+    print(json.dumps(got), flush=True)
+
+elif mode == "claim-and-hang":
+    q = SqlJobQueue(make_engine(url))
+    c = q.dequeue("default", T0)
+    print(json.dumps({"id": str(c.job.id), "token": c.token}), flush=True)
+    time.sleep(120)
+
+elif mode == "hammer":
+    q = SqlJobQueue(make_engine(url, busy_timeout_ms=1), lock_retry_s=60)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    enqueued, acked = [], []
+    for _ in range(int(sys.argv[3])):
+        job = create_job(id=uuid4(), job_type="work", now=T0, queue="hammer").unwrap()
+        q.enqueue(job)
+        enqueued.append(str(job.id))
+        c = q.dequeue("hammer", T0)
+        if c is not None:
+            assert q.ack(c), "an ack of a live claim failed"
+            acked.append(str(c.job.id))
+    print(json.dumps({"enqueued": enqueued, "acked": acked, "retries": q.lock_retries}))
+"""
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", WORKER, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run_together(procs: list[subprocess.Popen[str]]) -> list[Any]:
+    """Wait until every process is ready, release them at once, return their JSON output."""
+    for p in procs:
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        assert line.strip() == "ready", p.stderr.read() if p.stderr else line
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+# --- schema --------------------------------------------------------------------------------
+
+
+def test_create_tables_twice_is_harmless(db: Db) -> None:
+    db.queue.enqueue(make_job())
+    create_tables(db.engine)
+    create_tables(db.engine)
+    assert db.queue.counts(T0)["default"].ready == 1
+
+
+def test_ddl_text_is_create_statements_for_each_dialect() -> None:
+    pg, lite = ddl_text("postgresql"), ddl_text("sqlite")
+    for ddl in (pg, lite):
+        assert "CREATE TABLE conveyor_job_queue (" in ddl
+        assert "CREATE TABLE conveyor_job_store (" in ddl
+        assert "CREATE INDEX conveyor_job_queue_claim ON conveyor_job_queue " in ddl
+    assert "CREATE SEQUENCE conveyor_job_seq" in pg and "conveyor_counters" not in pg
+    assert "CREATE TABLE conveyor_counters (" in lite and "SEQUENCE" not in lite
+
+
+def test_ddl_text_builds_a_working_schema(empty_url: str) -> None:
+    engine = make_engine(empty_url)
+    try:
+        with engine.begin() as conn:
+            for statement in ddl_text(engine.dialect).split(";\n\n"):
+                if statement.strip():
+                    conn.exec_driver_sql(statement)
+        q = SqlJobQueue(engine)
+        job = make_job()
+        q.enqueue(job)
+        assert claim(q).job == job
+    finally:
+        engine.dispose()
+
+
+def test_a_table_prefix_keeps_two_installations_apart(db: Db) -> None:
+    other = make_schema("other")
+    create_tables(db.engine, other)
+    try:
+        SqlJobQueue(db.engine, schema=other).enqueue(make_job())
+        assert db.queue.counts(T0) == {}
+    finally:
+        other.metadata.drop_all(db.engine, tables=other.tables_for(db.engine.dialect))
+
+
+# --- claims --------------------------------------------------------------------------------
+
+
+def test_claims_take_priority_first_then_fifo(db: Db) -> None:
+    low, normal1, critical, normal2 = (
+        make_job(priority=p)
+        for p in (Priority.LOW, Priority.NORMAL, Priority.CRITICAL, Priority.NORMAL)
+    )
+    for job in (low, normal1, critical, normal2):
+        db.queue.enqueue(job)
+    assert claim_order(db.queue) == [critical.id, normal1.id, normal2.id, low.id]
+
+
+def test_a_claim_is_locked_at_the_callers_now_not_the_database_clock(db: Db) -> None:
+    long_ago = datetime(2001, 1, 1, tzinfo=UTC)
+    db.queue.enqueue(make_job())
+    held = claim(db.queue, now=long_ago)
+    assert held.locked_at == long_ago
+    assert db.queue.abandoned(long_ago) == []
+    [found] = db.queue.abandoned(long_ago + MICRO)
+    assert (found.token, found.locked_at) == (held.token, long_ago)
+
+
+def test_every_claim_gets_a_fresh_token(db: Db) -> None:
+    job = make_job()
+    db.queue.enqueue(job)
+    first = claim(db.queue)
+    assert db.queue.replace(first, retry_of(first, T0))
+    second = claim(db.queue)
+    assert second.job.id == first.job.id and second.token != first.token
+
+
+def test_enqueueing_the_same_id_twice_keeps_one_row_with_the_latest_job(db: Db) -> None:
+    job = make_job()
+    again = attrs.evolve(job, priority=Priority.HIGH)
+    db.queue.enqueue(job)
+    db.queue.enqueue(again)
+    assert queue_rows(db) == 1
+    assert claim(db.queue).job == again
+
+
+def test_re_enqueueing_a_ready_job_moves_it_to_the_tail(db: Db) -> None:
+    a, b = make_job(), make_job()
+    for job in (a, b, a):
+        db.queue.enqueue(job)
+    assert claim_order(db.queue) == [b.id, a.id]
+
+
+def test_a_replaced_job_goes_behind_the_jobs_already_ready(db: Db) -> None:
+    a, b = make_job(), make_job()
+    db.queue.enqueue(a)
+    db.queue.enqueue(b)
+    held = claim(db.queue)
+    assert db.queue.replace(held, retry_of(held, T0))
+    assert claim_order(db.queue) == [b.id, a.id]
+
+
+def test_promoted_jobs_go_behind_the_jobs_already_ready(db: Db) -> None:
+    parked, ready = make_job(delay_ms=1000), make_job()
+    db.queue.enqueue(parked)
+    db.queue.enqueue(ready)
+    assert db.queue.promote_due(T0 + timedelta(seconds=1)) == 1
+    assert claim_order(db.queue) == [ready.id, parked.id]
+
+
+def test_a_reclaimed_job_goes_behind_the_jobs_already_ready(db: Db) -> None:
+    a, b = make_job(), make_job()
+    db.queue.enqueue(a)
+    db.queue.enqueue(b)
+    held = claim(db.queue)
+    now = T0 + timedelta(milliseconds=LEASE_MS + 1)
+    cutoff = reclaim_cutoff(now, LEASE_MS)
+    assert db.queue.reclaim(held, reclaimed(held, now), cutoff)
+    assert claim_order(db.queue, now=now) == [b.id, a.id]
+
+
+def test_a_scheduled_job_is_not_claimable_before_it_is_promoted(db: Db) -> None:
+    db.queue.enqueue(make_job(delay_ms=1000))
+    assert db.queue.promote_due(T0 + timedelta(milliseconds=999)) == 0
+    assert db.queue.dequeue("default", T0 + timedelta(hours=1)) is None
+    assert db.queue.promote_due(T0 + timedelta(seconds=1)) == 1
+    assert db.queue.promote_due(T0 + timedelta(seconds=1)) == 0
+
+
+def test_promote_due_moves_at_most_limit_jobs(db: Db) -> None:
+    for _ in range(5):
+        db.queue.enqueue(make_job(delay_ms=10))
+    later = T0 + timedelta(seconds=1)
+    assert [db.queue.promote_due(later, limit=2) for _ in range(4)] == [2, 2, 1, 0]
+
+
+def test_counts_give_each_queue_its_figures(db: Db) -> None:
+    q = db.queue
+    q.enqueue(make_job("mail", now=T0))
+    q.enqueue(make_job("mail", now=T0 + timedelta(seconds=5)))
+    q.enqueue(make_job("mail", delay_ms=60_000))
+    q.enqueue(make_job("video"))
+    claim(q, "video")
+    counts = q.counts(T0)
+    assert counts["mail"].ready == 2 and counts["mail"].scheduled == 1
+    assert counts["mail"].oldest_ready_at == T0
+    assert (counts["video"].ready, counts["video"].in_flight) == (0, 1)
+    assert counts["video"].oldest_ready_at is None
+
+
+# --- fencing -------------------------------------------------------------------------------
+
+
+def test_ack_after_replace_leaves_the_replacement_alone(db: Db) -> None:
+    db.queue.enqueue(make_job())
+    held = claim(db.queue)
+    assert db.queue.replace(held, retry_of(held, T0, park_ms=500))
+    assert db.queue.ack(held) is False
+    assert db.queue.counts(T0)["default"].scheduled == 1
+
+
+def test_ack_after_a_held_job_is_re_enqueued_leaves_the_new_row_alone(db: Db) -> None:
+    job = make_job()
+    db.queue.enqueue(job)
+    held = claim(db.queue)
+    db.queue.enqueue(job)
+    assert db.queue.ack(held) is False
+    assert db.queue.counts(T0)["default"].ready == 1
+
+
+def test_a_stale_token_can_neither_ack_extend_replace_nor_reclaim(db: Db) -> None:
+    db.queue.enqueue(make_job())
+    stale = claim(db.queue)
+    now = T0 + timedelta(milliseconds=LEASE_MS + 1)
+    cutoff = reclaim_cutoff(now, LEASE_MS)
+    assert db.queue.reclaim(stale, reclaimed(stale, now), cutoff)
+    fresh = claim(db.queue, now=now)
+    assert db.queue.ack(stale) is False
+    assert db.queue.extend(stale, now) is False
+    assert db.queue.replace(stale, retry_of(stale, now)) is False
+    assert db.queue.reclaim(stale, reclaimed(stale, now), now + MICRO) is False
+    [still] = db.queue.abandoned(now + MICRO)
+    assert (still.token, still.locked_at) == (fresh.token, now)
+
+
+def test_reclaim_rechecks_the_lease_inside_the_write(db: Db) -> None:
+    db.queue.enqueue(make_job())
+    held = claim(db.queue)
+    now = T0 + timedelta(milliseconds=LEASE_MS + 1)
+    cutoff = reclaim_cutoff(now, LEASE_MS)
+    [seen] = db.queue.abandoned(cutoff)
+    assert db.queue.extend(held, now)  # the holder heartbeats after the lease keeper looked
+    assert db.queue.reclaim(seen, reclaimed(seen, now), cutoff) is False
+    assert db.queue.ack(held) is True
+
+
+def test_replace_refuses_a_job_with_another_id(db: Db) -> None:
+    db.queue.enqueue(make_job())
+    held = claim(db.queue)
+    with pytest.raises(ValidationError) as error:
+        db.queue.replace(held, make_job())
+    assert error.value.fields == ("job",)
+
+
+# --- payloads that are not jobs ------------------------------------------------------------
+
+
+class _Exploit:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def insert_raw(db: Db, payload: str, status: str = "ready", locked_at: int | None = None) -> str:
+    job_id = str(uuid4())
+    row = {"id": job_id, "queue": "default", "status": status, "priority": 2, "seq": 1}
+    row |= {"run_at": 0, "payload": payload, "locked_at": locked_at}
+    row |= {"locked_by": "dead-worker" if status == "processing" else None}
+    with db.engine.begin() as conn:
+        conn.execute(insert(SCHEMA.job_queue).values(row))
+    return job_id
+
+
+def test_a_pickle_payload_is_claimed_as_a_bad_claim_and_never_unpickled(
+    db: Db, tmp_path: Path
+) -> None:
+    marker = tmp_path / "unpickled"
+    payload = pickle.dumps(_Exploit(marker), protocol=0).decode("ascii")
+    job_id = insert_raw(db, payload)
+    bad = db.queue.dequeue("default", T0)
+    assert isinstance(bad, BadClaim)
+    assert (bad.job_id, bad.payload, bad.locked_at) == (job_id, payload, T0)
+    assert "not JSON" in bad.reason
+    assert not marker.exists()
+    assert db.queue.counts(T0)["default"].in_flight == 1
+
+
+def test_a_bad_claim_is_released_by_ack(db: Db) -> None:
+    insert_raw(db, "{not json")
+    bad = db.queue.dequeue("default", T0)
+    assert isinstance(bad, BadClaim)
+    assert db.queue.ack(bad) is True
+    assert db.queue.counts(T0) == {}
+
+
+def test_an_abandoned_undecodable_row_returns_to_ready_for_a_worker_to_dead_letter(
+    db: Db,
+) -> None:
+    job_id = insert_raw(db, '{"v": 99}', status="processing", locked_at=0)
+    assert db.queue.abandoned(T0) == []
+    bad = db.queue.dequeue("default", T0)
+    assert isinstance(bad, BadClaim) and bad.job_id == job_id and "version" in bad.reason
+
+
+# --- concurrency ---------------------------------------------------------------------------
+
+
+def test_eight_threads_claim_each_of_2000_jobs_exactly_once(db: Db) -> None:
+    jobs = [make_job() for _ in range(2000)]
+    with db.engine.begin() as conn:
+        for job in jobs:
+            db.queue.enqueue_in_tx(conn, job)
+    start_line = threading.Barrier(8)
+
+    def claimer() -> list[UUID]:
+        start_line.wait()
+        return claim_order(db.queue)
+
+    with ThreadPoolExecutor(8) as pool:
+        results = [f.result() for f in [pool.submit(claimer) for _ in range(8)]]
+    claimed = [job_id for mine in results for job_id in mine]
+    assert len(claimed) == len(jobs) and set(claimed) == {j.id for j in jobs}
+    assert db.queue.counts(T0) == {}
+
+
+def test_three_processes_claim_each_job_exactly_once(db: Db) -> None:
+    jobs = [make_job() for _ in range(600)]
+    with db.engine.begin() as conn:
+        for job in jobs:
+            db.queue.enqueue_in_tx(conn, job)
+    results = run_together([spawn("claim-all", db.url) for _ in range(3)])
+    claimed = [job_id for mine in results for job_id in mine]
+    assert len(claimed) == len(jobs) and set(claimed) == {str(j.id) for j in jobs}
+    assert db.queue.counts(T0) == {}
+
+
+def test_concurrent_promoters_move_each_job_once(db: Db) -> None:
+    with db.engine.begin() as conn:
+        for _ in range(400):
+            db.queue.enqueue_in_tx(conn, make_job(delay_ms=10))
+    later = T0 + timedelta(seconds=1)
+    start_line = threading.Barrier(4)
+
+    def promoter() -> int:
+        start_line.wait()
+        moved = 0
+        while (n := db.queue.promote_due(later, limit=25)) > 0:
+            moved += n
+        return moved
+
+    with ThreadPoolExecutor(4) as pool:
+        moved = [f.result() for f in [pool.submit(promoter) for _ in range(4)]]
+    assert sum(moved) == 400
+    assert db.queue.counts(later)["default"].ready == 400
+
+
+def test_a_worker_killed_mid_job_is_reclaimed_and_its_stale_ack_changes_nothing(db: Db) -> None:
+    job = make_job()
+    db.queue.enqueue(job)
+    worker = spawn("claim-and-hang", db.url)
+    assert worker.stdout is not None
+    held = json.loads(worker.stdout.readline())
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+    assert worker.returncode == -signal.SIGKILL
+    assert db.queue.abandoned(T0) == []  # still within its lease
+
+    now = T0 + timedelta(milliseconds=LEASE_MS + 1)
+    cutoff = reclaim_cutoff(now, LEASE_MS)
+    [orphan] = db.queue.abandoned(cutoff)
+    assert isinstance(orphan, Claim)
+    assert (str(orphan.job.id), orphan.token) == (held["id"], held["token"])
+    assert db.queue.reclaim(orphan, reclaimed(orphan, now), cutoff)
+
+    rescuer = claim(db.queue, now=now)
+    assert rescuer.job.id == job.id and rescuer.job.metadata.reclaim_count == 1
+    assert db.queue.ack(orphan) is False  # the dead worker's token, were it to come back
+    assert db.queue.counts(now)["default"].in_flight == 1
+    assert db.queue.ack(rescuer) is True
+    assert db.queue.counts(now) == {}
+
+
+def test_sqlite_database_is_locked_is_retried_and_loses_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'hammer.db'}"
+    engine = make_engine(url)
+    create_tables(engine)
+    results = run_together([spawn("hammer", url, "250") for _ in range(2)])
+    enqueued = [i for r in results for i in r["enqueued"]]
+    acked = [i for r in results for i in r["acked"]]
+    assert sum(r["retries"] for r in results) > 0, "the lock was never contended"
+    left = [str(i) for i in claim_order(SqlJobQueue(engine), "hammer")]
+    assert len(acked) == len(set(acked))
+    assert sorted(acked + left) == sorted(enqueued)
+    engine.dispose()
+
+
+# --- transactional enqueue (outbox) --------------------------------------------------------
+
+ORDERS = Table(
+    "orders",
+    MetaData(),
+    Column("id", Integer, primary_key=True),
+    Column("item", String(50), nullable=False),
+)
+
+
+def order_count(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(ORDERS)).scalar_one())
+
+
+@pytest.fixture
+def orders(db: Db) -> Db:
+    ORDERS.create(db.engine, checkfirst=True)
+    return db
+
+
+def test_outbox_commit_keeps_both_the_order_and_the_job(orders: Db) -> None:
+    job = make_job()
+    with orders.engine.begin() as conn:
+        conn.execute(insert(ORDERS).values(item="book"))
+        orders.queue.enqueue_in_tx(conn, job)
+    assert order_count(orders.engine) == 1
+    assert claim(orders.queue).job == job
+
+
+class Boom(Exception):
+    pass
+
+
+def test_outbox_rollback_keeps_neither(orders: Db) -> None:
+    with pytest.raises(Boom), orders.engine.begin() as conn:
+        conn.execute(insert(ORDERS).values(item="book"))
+        orders.queue.enqueue_in_tx(conn, make_job())
+        raise Boom
+    assert order_count(orders.engine) == 0
+    assert orders.queue.counts(T0) == {}
+
+
+def test_outbox_job_is_invisible_to_other_connections_until_commit(orders: Db) -> None:
+    with orders.engine.connect() as conn:
+        tx = conn.begin()
+        conn.execute(insert(ORDERS).values(item="book"))
+        orders.queue.enqueue_in_tx(conn, make_job())
+        assert orders.queue.counts(T0) == {}
+        tx.commit()
+    assert orders.queue.counts(T0)["default"].ready == 1
+
+
+@pytest.mark.parametrize("db", ["postgresql"], indirect=True)
+def test_postgresql_claimer_sees_nothing_before_the_commit(orders: Db) -> None:
+    job = make_job()
+    with orders.engine.connect() as conn:
+        tx = conn.begin()
+        orders.queue.enqueue_in_tx(conn, job)
+        assert orders.queue.dequeue("default", T0) is None
+        tx.commit()
+    assert claim(orders.queue).job == job
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_sqlite_claimer_waits_for_the_enqueuing_transaction_to_commit(orders: Db) -> None:
+    job = make_job()
+    with ThreadPoolExecutor(1) as pool, orders.engine.connect() as conn:
+        tx = conn.begin()
+        orders.queue.enqueue_in_tx(conn, job)
+        claimer = pool.submit(orders.queue.dequeue, "default", T0)
+        time.sleep(0.3)
+        assert not claimer.done(), "claimed through an open write transaction"
+        tx.commit()
+        got = claimer.result(timeout=10)
+    assert isinstance(got, Claim) and got.job == job
+
+
+def test_enqueue_in_tx_refuses_an_engine(db: Db) -> None:
+    with pytest.raises(ValidationError) as error:
+        db.queue.enqueue_in_tx(db.engine, make_job())
+    assert error.value.fields == ("conn",) and "Engine" in str(error.value)
+    assert db.queue.counts(T0) == {}
+
+
+def test_enqueue_in_tx_refuses_a_connection_without_a_transaction(db: Db) -> None:
+    with db.engine.connect() as conn, pytest.raises(ValidationError) as error:
+        db.queue.enqueue_in_tx(conn, make_job())
+    assert error.value.fields == ("conn",) and "no transaction" in str(error.value)
+    assert db.queue.counts(T0) == {}
+
+
+def test_the_docs_transactional_enqueue_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.S)
+    exec(compile(blocks[-1], str(DOCS), "exec"), {})
+    assert capsys.readouterr().out.split() == ["orders=1", "claimed=send-receipt"]
+
+
+# --- the store -----------------------------------------------------------------------------
+
+
+def finished(job: Job, status: JobStatus, at: datetime = T0) -> Job:
+    return attrs.evolve(job, status=status, finished_at=at)
+
+
+def test_a_recorded_job_can_be_read_back(db: Db) -> None:
+    job = finished(make_job(tenant_id="acme"), JobStatus.COMPLETED)
+    db.store.record(job)
+    assert db.store.get(job.id) == job
+    assert db.store.get(uuid4()) is None
+
+
+def test_history_is_newest_first_and_filtered_by_status_and_tenant(db: Db) -> None:
+    done = finished(make_job(tenant_id="acme"), JobStatus.COMPLETED)
+    dead = finished(make_job(tenant_id="acme"), JobStatus.FAILED)
+    other = finished(make_job(tenant_id="globex"), JobStatus.FAILED)
+    for job in (done, dead, other):
+        db.store.record(job)
+    assert [j.id for j in db.store.list_history()] == [other.id, dead.id, done.id]
+    assert [j.id for j in db.store.list_history(limit=1)] == [other.id]
+    assert [j.id for j in db.store.list_history(status=JobStatus.COMPLETED)] == [done.id]
+    assert [j.id for j in db.store.list_dead(tenant_id="acme")] == [dead.id]
+
+
+def test_recording_again_replaces_the_record_and_makes_it_newest(db: Db) -> None:
+    first, second = make_job(), make_job()
+    db.store.record(finished(first, JobStatus.FAILED))
+    db.store.record(finished(second, JobStatus.FAILED))
+    db.store.record(finished(first, JobStatus.COMPLETED))
+    assert [(j.id, j.status) for j in db.store.list_history()] == [
+        (first.id, JobStatus.COMPLETED),
+        (second.id, JobStatus.FAILED),
+    ]
+
+
+def test_dead_letters_are_counted_per_queue_and_tenant(db: Db) -> None:
+    for queue, tenant in (("mail", "acme"), ("mail", "globex"), ("video", "acme")):
+        db.store.record(finished(make_job(queue, tenant_id=tenant), JobStatus.FAILED))
+    db.store.record(finished(make_job("mail"), JobStatus.COMPLETED))
+    assert db.store.count_dead() == {"mail": 2, "video": 1}
+    assert db.store.count_dead(tenant_id="acme") == {"mail": 1, "video": 1}
+
+
+def test_purge_dead_removes_one_or_all_dead_letters_and_nothing_else(db: Db) -> None:
+    dead = [finished(make_job(), JobStatus.FAILED) for _ in range(3)]
+    done = finished(make_job(), JobStatus.COMPLETED)
+    for job in (*dead, done):
+        db.store.record(job)
+    assert db.store.purge_dead(dead[0].id) == 1
+    assert db.store.purge_dead(done.id) == 0
+    assert db.store.purge_dead() == 2
+    assert [j.id for j in db.store.list_history()] == [done.id]
+
+
+# --- engines -------------------------------------------------------------------------------
+
+
+def test_make_engine_gives_sqlite_wal_a_busy_timeout_and_normal_sync(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}", busy_timeout_ms=1234)
+    with engine.connect() as conn:
+        settings = [
+            conn.exec_driver_sql(f"PRAGMA {name}").scalar()
+            for name in ("journal_mode", "busy_timeout", "synchronous")
+        ]
+    assert settings == ["wal", 1234, 1]  # synchronous 1 is NORMAL
+    engine.dispose()
+
+
+def test_sqlite_write_transactions_take_the_write_lock_at_begin(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    engine = make_engine(f"sqlite:///{path}")
+    create_tables(engine)
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        with engine.begin(), pytest.raises(sqlite3.OperationalError, match="locked"):
+            other.execute("BEGIN IMMEDIATE")
+        other.execute("BEGIN IMMEDIATE")
+    finally:
+        other.close()
+        engine.dispose()
+
+
+def test_make_engine_refuses_in_memory_sqlite() -> None:
+    with pytest.raises(ValidationError) as error:
+        make_engine("sqlite://")
+    assert error.value.fields == ("url",)
+
+
+def test_plain_postgresql_urls_get_the_psycopg_driver() -> None:
+    assert make_engine("postgresql://u@db.example/app").url.drivername == "postgresql+psycopg"
+    assert with_psycopg("postgres://u@h/d") == "postgresql+psycopg://u@h/d"
+    assert with_psycopg("postgresql://u@h/d") == "postgresql+psycopg://u@h/d"
+
+
+def test_the_docs_show_the_current_postgresql_ddl() -> None:
+    [shown] = re.findall(r"```sql\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.S)
+    assert shown.strip() == ddl_text("postgresql").strip()
