@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
     RuleBasedStateMachine,
-    consumes,
     initialize,
     invariant,
     precondition,
@@ -151,7 +150,9 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
             w = self.where.get(claim.job.id)
             return isinstance(w, _Held) and w.token == claim.token
 
-        @rule(claim=consumes(claims))
+        # Claims stay in the bundle after ack or replace, so later rules reuse them as
+        # stale claims: every port write must then refuse them.
+        @rule(claim=claims)
         def ack(self, claim: Claim | None) -> None:
             if claim is None:
                 return
@@ -179,7 +180,7 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
             if live:
                 self.where[claim.job.id] = _Held(claim.token, self.now)
 
-        @rule(claim=consumes(claims), park_ms=st.sampled_from([0, 500]))
+        @rule(claim=claims, park_ms=st.sampled_from([0, 500]))
         def replace(self, claim: Claim | None, park_ms: int) -> None:
             if claim is None:
                 return
@@ -203,7 +204,7 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
                 else:
                     self._to_ready(claim.job.id, successor.priority)
 
-        @rule(ms=st.sampled_from([1, 250, 700, 1500]))
+        @rule(ms=st.sampled_from([1, 250, 700, 1500, 3000]))
         def tick(self, ms: int) -> None:
             self.now += timedelta(milliseconds=ms)
             note(f"clock +{ms}ms")
@@ -242,6 +243,14 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
                 assert not self.queue.reclaim(claim, decision.job, cutoff)
                 self.jobs[claim.job.id] = decision.job
                 self.where[claim.job.id] = _Ready(decision.job.priority, self.seq)
+
+        @precondition(lambda self: any(isinstance(w, _Held) for w in self.where.values()))
+        @rule(target=claims, queue=st.sampled_from(QUEUES))
+        def lease_expires_and_another_worker_claims(self, queue: str) -> Claim | None:
+            """The common road to a stale claim: its holder stalls past the lease."""
+            self.tick(2 * LEASE_MS)
+            self.reclaim()
+            return self.dequeue(queue)
 
         @invariant()
         def counts_match_the_model(self) -> None:
