@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import attrs
@@ -250,7 +250,7 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
             """The common road to a stale claim: its holder stalls past the lease."""
             self.tick(2 * LEASE_MS)
             self.reclaim()
-            return self.dequeue(queue)
+            return cast("Claim | None", self.dequeue(queue))
 
         @invariant()
         def counts_match_the_model(self) -> None:
