@@ -212,3 +212,29 @@ def test_a_pool_processes_with_several_threads_and_stops_gracefully() -> None:
     assert pool.stop(grace_s=5)
     assert sorted(done) == list(range(200))
     assert pool.stats.completed == 200
+
+
+def test_a_long_job_keeps_its_claim_alive_by_heartbeat() -> None:
+    import threading
+    import time
+
+    from conveyor.core import reclaim_cutoff
+    from conveyor.shell.ports import SystemClock
+
+    queue, store = MemoryJobQueue(), MemoryJobStore()
+    clock = SystemClock()
+    release = threading.Event()
+    registry = Registry({"slow": lambda a: release.wait(5)})
+    policies = Policies(lease=LeasePolicy(lease_ms=300))
+    worker = Worker(queue, store, registry, policies=policies, heartbeat_interval_ms=50)
+    queue.enqueue(make_job("slow", now=clock.now()))
+    runner = threading.Thread(target=worker.drain)
+    runner.start()
+    seen_abandoned = []
+    for _ in range(8):  # 0.8 s: well past the 300 ms lease
+        time.sleep(0.1)
+        seen_abandoned += queue.abandoned(reclaim_cutoff(clock.now(), 300))
+    release.set()
+    runner.join(5)
+    assert seen_abandoned == [], "the heartbeat renewed the lease while the handler ran"
+    assert worker.stats.completed == 1
