@@ -110,13 +110,12 @@ def _make_tenancy(config: Config) -> TenantScope | None:
     t = config.tenancy
     if t is None:
         return None
-    import sqlalchemy as sa
-
+    from .adapters.sql import make_engine
     from .handlers import import_attr
     from .tenancy import SchemaPerTenant, SharedTables, TableTenantResolver
 
-    url = t.url or config.url
-    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    # The same engine settings as the job tables (WAL and busy timeout on SQLite).
+    engine = make_engine(t.url or config.url)
     resolver: TenantResolver
     if t.resolver == "table":
         resolver = TableTenantResolver(
