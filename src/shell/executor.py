@@ -22,7 +22,7 @@ from datetime import datetime
 import attrs
 
 from ..core import Complete, DeadLetter, Decision, Promote, Reclaim, Requeue, Retry
-from .ports import Claim, Clock, JobQueue, JobStore, SystemClock
+from .ports import Claim, Clock, FinishingJobQueue, JobQueue, JobStore, SystemClock
 
 log = logging.getLogger("conveyor.executor")
 
@@ -59,6 +59,7 @@ class Executor:
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.sleep = sleep
+        self._atomic_finish = isinstance(queue, FinishingJobQueue) and queue.finishes_with(store)
 
     def plan(
         self, claim: Claim | None, decision: Decision, *, cutoff: datetime | None = None
@@ -66,6 +67,10 @@ class Executor:
         """The steps for `decision`, in the order they must happen."""
         q, s = self.queue, self.store
         match decision:
+            case Complete(job=job) | DeadLetter(job=job) if self._atomic_finish:
+                assert claim is not None
+                # Same database/server: the record and the release commit together, fenced.
+                return (Step("write", "finish", lambda: q.finish(claim, job)),)  # type: ignore[attr-defined]
             case Complete(job=job) | DeadLetter(job=job):
                 assert claim is not None
                 return (

@@ -139,6 +139,19 @@ class TransactionalJobQueue(JobQueue, Protocol):
         `ValidationError`: it would autocommit and reopen the dual-write window."""
 
 
+@runtime_checkable
+class FinishingJobQueue(JobQueue, Protocol):
+    """A queue that can write a job's final record and release its claim in one
+    atomic step, when the store lives in the same database or server."""
+
+    def finishes_with(self, store: JobStore) -> bool:
+        """True when `finish` can write to `store` atomically with the release."""
+
+    def finish(self, claim: Claim, record: Job) -> bool:
+        """Fenced by `claim.token`: record `record` (completed or failed) in the store and
+        release the claim, both or neither. False (nothing written) if the claim is lost."""
+
+
 def is_transactional(queue: object) -> bool:
     """True when `queue` offers `enqueue_in_tx` (ask before calling it)."""
     return isinstance(queue, TransactionalJobQueue)

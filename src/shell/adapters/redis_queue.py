@@ -36,7 +36,7 @@ import attrs
 import redis
 from returns.result import Failure, Success
 
-from ...core import Job, JobStatus, Priority
+from ...core import Job, JobStatus, Priority, ValidationError
 from ..codec import decode, encode
 from ..ports import BadClaim, Claim, QueueCounts
 
@@ -198,6 +198,10 @@ class RedisJobQueue:
         self._abandoned = script("abandoned")
         self._reclaim = script("reclaim")
         self._counts = script("counts")
+        self._finish = cast(
+            _Script,
+            self._client.register_script(_source("common", "store_common", "finish")),
+        )
         for warning in check_server(self._client):
             log.warning("redis server %s", warning)
 
@@ -246,6 +250,32 @@ class RedisJobQueue:
         """Write the successor (ready or parked, unlocked) if the claim is still held."""
         placement = self._placement(job)
         return bool(self._run(self._replace, placement[0], claim.token, *placement[1:]))
+
+    def finishes_with(self, store: object) -> bool:
+        """True when `store` lives under this queue's key base on the same server."""
+        if not isinstance(store, RedisJobStore) or store.keys.base != self.keys.base:
+            return False
+        mine = self._client.connection_pool.connection_kwargs
+        theirs = store._client.connection_pool.connection_kwargs
+        return all(mine.get(k) == theirs.get(k) for k in ("host", "port", "db", "path"))
+
+    def finish(self, claim: Claim, record: Job) -> bool:
+        """Record `record` in the store and release the claim in one script, fenced."""
+        if record.id != claim.job.id:
+            raise ValidationError.of(
+                "job", f"has id {record.id}, but the claim holds {claim.job.id}"
+            )
+        return bool(
+            self._run(
+                self._finish,
+                str(record.id),
+                claim.token,
+                encode(record),
+                record.status.value,
+                record.queue,
+                record.tenant_id or "",
+            )
+        )
 
     def promote_due(self, now: datetime, limit: int = 1000) -> int:
         """Move up to `limit` parked jobs due by `now` to their ready lists (one script)."""

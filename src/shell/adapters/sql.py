@@ -576,9 +576,47 @@ class SqlJobQueue:
             for name, ready, scheduled, in_flight, oldest in rows
         }
 
+    def finishes_with(self, store: object) -> bool:
+        """True when `store` keeps its table in this queue's database."""
+        return (
+            isinstance(store, SqlJobStore)
+            and store._db.engine.url == self._db.engine.url
+            and store._db.schema is self._db.schema
+        )
+
+    def finish(self, claim: Claim, record: Job) -> bool:
+        """One transaction: delete the held row (fenced) and upsert `record` in the
+        store. Both commit or neither; a lost claim writes nothing."""
+        _same_id(claim, record)
+        gone = delete(self._t).where(*self._fenced(claim))
+
+        def work(conn: Connection) -> bool:
+            if conn.execute(gone).rowcount != 1:
+                return False
+            _record(self._db, conn, record)
+            return True
+
+        return self._db.run(work)
+
     def close(self) -> None:
         """Close pooled connections (the engine reconnects if used again)."""
         self._db.engine.dispose()
+
+
+def _record(db: _Database, conn: Connection, job: Job) -> None:
+    """Upsert `job` into the store table inside `conn`'s transaction."""
+    finished = job.finished_at
+    values = {
+        "id": str(job.id),
+        "queue": job.queue,
+        "job_type": job.job_type,
+        "status": job.status.value,
+        "tenant_id": job.tenant_id,
+        "finished_at": None if finished is None else to_micros(finished, "finished_at"),
+        "recorded_seq": db.next_seq(conn, STORE_COUNTER),
+        "payload": encode(job),
+    }
+    conn.execute(_upsert(conn, db.schema.job_store, values))
 
 
 def _same_id(claim: Claim, job: Job) -> None:
@@ -616,21 +654,7 @@ class SqlJobStore:
     def record(self, job: Job) -> None:
         """Upsert the job's latest record; it becomes the newest in the listings."""
 
-        def work(conn: Connection) -> None:
-            finished = job.finished_at
-            values = {
-                "id": str(job.id),
-                "queue": job.queue,
-                "job_type": job.job_type,
-                "status": job.status.value,
-                "tenant_id": job.tenant_id,
-                "finished_at": None if finished is None else to_micros(finished, "finished_at"),
-                "recorded_seq": self._db.next_seq(conn, STORE_COUNTER),
-                "payload": encode(job),
-            }
-            conn.execute(_upsert(conn, self._t, values))
-
-        self._db.run(work)
+        self._db.run(lambda conn: _record(self._db, conn, job))
 
     def get(self, job_id: UUID) -> Job | None:
         """The recorded job, or None (also when its record no longer decodes)."""
