@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -64,16 +65,12 @@ class WorkerStats:
     lost_claims: int = 0
 
 
-@attrs.define
-class _Counters:
-    processed: int = 0
-    completed: int = 0
-    retried: int = 0
-    dead_lettered: int = 0
-    requeued: int = 0
-    reclaimed: int = 0
-    promoted: int = 0
-    lost_claims: int = 0
+_COUNTERS = {
+    "Complete": "completed",
+    "Retry": "retried",
+    "DeadLetter": "dead_lettered",
+    "Requeue": "requeued",
+}
 
 
 class _Heartbeat:
@@ -147,14 +144,14 @@ class Worker:
         self._stop = threading.Event()
         self._last_promote: datetime | None = None
         self._last_reclaim: datetime | None = None
-        self._counts = _Counters()
+        self._counts: Counter[str] = Counter()
         self._warned_empty = False
 
     # ---- the loop ---------------------------------------------------------
 
     @property
     def stats(self) -> WorkerStats:
-        return WorkerStats(**attrs.asdict(self._counts))
+        return WorkerStats(**self._counts)
 
     def stop(self) -> None:
         """Finish the current job, then return from `run()`."""
@@ -220,7 +217,7 @@ class Worker:
         """Promote due scheduled jobs and reclaim abandoned claims, each on its interval."""
         if self._last_promote is None or now - self._last_promote >= self.promote_interval:
             self._last_promote = now
-            self._counts.promoted += self.queue.promote_due(now)
+            self._counts["promoted"] += self.queue.promote_due(now)
         if self._last_reclaim is None or now - self._last_reclaim >= self.reclaim_interval:
             self._last_reclaim = now
             self.reclaim_abandoned(now)
@@ -240,10 +237,10 @@ class Worker:
             if self.executor.carry_out(claim, decision, cutoff=cutoff):
                 moved += 1
                 if isinstance(decision, DeadLetter):
-                    self._counts.dead_lettered += 1
+                    self._counts["dead_lettered"] += 1
                     log.warning("job %s dead-lettered: %s", job.id, decision.error.message)
                 else:
-                    self._counts.reclaimed += 1
+                    self._counts["reclaimed"] += 1
         return moved
 
     # ---- one job ------------------------------------------------------------
@@ -260,11 +257,11 @@ class Worker:
         job = started.unwrap()
         outcome = self._outcome(claim, job)
         decision = decide(job, outcome, self.clock.now(), self.policies, self.jitter())
-        self._counts.processed += 1
+        self._counts["processed"] += 1
         if self.executor.carry_out(claim, decision):
             self._count(decision)
         else:
-            self._counts.lost_claims += 1
+            self._counts["lost_claims"] += 1
         return decision
 
     def _outcome(self, claim: Claim, job: Job) -> Outcome:
@@ -292,15 +289,9 @@ class Worker:
             return run_handler(entry.handler, thaw(job.args))
 
     def _count(self, decision: Decision) -> None:
-        name = type(decision).__name__
-        if name == "Complete":
-            self._counts.completed += 1
-        elif name == "Retry":
-            self._counts.retried += 1
-        elif name == "DeadLetter":
-            self._counts.dead_lettered += 1
-        elif name == "Requeue":
-            self._counts.requeued += 1
+        counter = _COUNTERS.get(type(decision).__name__)
+        if counter is not None:
+            self._counts[counter] += 1
 
     def _dead_letter_bad(
         self, bad: BadClaim, now: datetime, *, claim: Claim | None = None
@@ -316,8 +307,8 @@ class Worker:
             log.exception("could not record undecodable job %s; left to its lease", bad.job_id)
             return None
         self.queue.ack(claim if claim is not None else bad)
-        self._counts.dead_lettered += 1
-        self._counts.processed += 1
+        self._counts["dead_lettered"] += 1
+        self._counts["processed"] += 1
         return decision
 
 
@@ -406,12 +397,7 @@ class WorkerPool:
 
     @property
     def stats(self) -> WorkerStats:
-        total = _Counters()
+        total: Counter[str] = Counter()
         for worker in self.workers:
-            for field in attrs.fields(_Counters):
-                setattr(
-                    total,
-                    field.name,
-                    getattr(total, field.name) + getattr(worker.stats, field.name),
-                )
-        return WorkerStats(**attrs.asdict(total))
+            total.update(worker._counts)
+        return WorkerStats(**total)

@@ -5,17 +5,7 @@
 local id, token = ARGV[2], ARGV[3]
 local jk = key('job', id)
 if not held(jk, token) then return 0 end
-local body, status, rqueue, tenant = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-unindex(id)
-local seq = redis.call('INCR', key('seq', 'store'))
-redis.call('HSET', key('store', id), 'body', body, 'status', status, 'queue', rqueue,
-           'tenant', tenant, 'seq', seq)
-for _, k in ipairs(index_keys(status, tenant)) do
-  redis.call('ZADD', k, seq, id)
-end
-if status == 'failed' then
-  count_dead(rqueue, tenant, 1)
-end
+record(id, ARGV[4], ARGV[5], ARGV[6], ARGV[7])
 local queue = redis.call('HGET', jk, 'queue')
 redis.call('ZREM', key('inflight'), id)
 redis.call('ZREM', key('inflight', queue), id)

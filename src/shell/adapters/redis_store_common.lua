@@ -56,3 +56,18 @@ local function unindex(id)
   end
   return status
 end
+
+-- Upsert a record and its indexes; a failed record counts as a dead letter.
+local function record(id, body, status, queue, tenant)
+  unindex(id)
+  local seq = redis.call('INCR', key('seq', 'store'))
+  redis.call('HSET', key('store', id), 'body', body, 'status', status, 'queue', queue,
+             'tenant', tenant, 'seq', seq)
+  for _, k in ipairs(index_keys(status, tenant)) do
+    redis.call('ZADD', k, seq, id)
+  end
+  if status == 'failed' then
+    count_dead(queue, tenant, 1)
+  end
+  return seq
+end
