@@ -8,6 +8,7 @@ The worker decides nothing itself: every verdict comes from `conveyor.core`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -16,6 +17,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -74,32 +76,49 @@ _COUNTERS = {
 
 
 class _Heartbeat:
-    """Renews a claim's lease every `interval_s` while the handler runs."""
+    """Renews the lease of the claim being worked on, every `interval_s`.
 
-    def __init__(self, queue: JobQueue, claim: Claim, clock: Clock, interval_s: float) -> None:
-        self._queue, self._claim, self._clock = queue, claim, clock
-        self._interval = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, daemon=True, name="conveyor-heartbeat")
-        self.lost = False
+    One long-lived thread per worker (not one per job): `watching(claim)` makes
+    `claim` the one to renew while the handler runs.
+    """
 
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
+    def __init__(self, queue: JobQueue, clock: Clock, interval_s: float) -> None:
+        self._queue, self._clock, self._interval = queue, clock, interval_s
+        self._lock = threading.Lock()
+        self._claim: Claim | None = None
+        self._since = 0.0
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    @contextlib.contextmanager
+    def watching(self, claim: Claim) -> Iterator[None]:
+        with self._lock:
+            self._claim, self._since = claim, time.monotonic()
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._beat, daemon=True, name="conveyor-heartbeat"
+                )
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._lock:  # waits for a renewal in progress, so none runs after this
+                self._claim = None
 
     def _beat(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                if not self._queue.extend(self._claim, self._clock.now()):
-                    self.lost = True
-                    log.warning("lease on job %s was lost while running", self._claim.job.id)
-                    return
-            except Exception:
-                log.warning("heartbeat for job %s failed", self._claim.job.id, exc_info=True)
+        while True:
+            self._wake.wait(self._interval / 4)
+            with self._lock:
+                claim = self._claim
+                if claim is None or time.monotonic() - self._since < self._interval:
+                    continue
+                self._since = time.monotonic()
+                try:
+                    if not self._queue.extend(claim, self._clock.now()):
+                        log.warning("lease on job %s was lost while running", claim.job.id)
+                        self._claim = None
+                except Exception:
+                    log.warning("heartbeat for job %s failed", claim.job.id, exc_info=True)
 
 
 class Worker:
@@ -145,6 +164,7 @@ class Worker:
         self._last_promote: datetime | None = None
         self._last_reclaim: datetime | None = None
         self._counts: Counter[str] = Counter()
+        self._heartbeat = _Heartbeat(queue, self.clock, self.heartbeat_s)
         self._warned_empty = False
 
     # ---- the loop ---------------------------------------------------------
@@ -196,10 +216,13 @@ class Worker:
         """Run until nothing is due (promoting and reclaiming as it goes). Returns jobs run."""
         self.warn_if_empty()
         done = 0
+        self._last_promote = None
         while max_jobs is None or done < max_jobs:
-            self._last_promote = None
             if not self.run_once():
-                break
+                # Before calling it idle, look once more for jobs that came due.
+                self._last_promote = None
+                if not self.run_once():
+                    break
             done += 1
         return done
 
@@ -279,7 +302,7 @@ class Worker:
         verdict = tenant_verdict(job, tenant_scoped=entry.tenant_scoped, tenant_exists=exists)
         if verdict is not None:
             return verdict
-        with _Heartbeat(self.queue, claim, self.clock, self.heartbeat_s):
+        with self._heartbeat.watching(claim):
             if entry.tenant_scoped:
                 if self.tenancy is None or tenant is None:
                     message = "a tenant-scoped handler needs tenancy configured on the worker"
