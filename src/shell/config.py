@@ -31,6 +31,7 @@ class WorkersConfig:
     poll_interval_ms: int = 1000
     promote_interval_ms: int = 5000
     grace_ms: int = 30_000
+    prefetch: int = 1
 
 
 @attrs.frozen(slots=True)
@@ -154,7 +155,15 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
         errors,
         "workers.",
         workers,
-        {"count", "queues", "poll_interval_ms", "promote_interval_ms", "grace_ms", "retry"},
+        {
+            "count",
+            "queues",
+            "poll_interval_ms",
+            "promote_interval_ms",
+            "grace_ms",
+            "retry",
+            "prefetch",
+        },
     )
     count = _int(errors, "workers.count", workers.get("count", 1))
     queues = workers.get("queues", ["default"])
@@ -170,6 +179,7 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
         errors, "workers.promote_interval_ms", workers.get("promote_interval_ms", 5000), 1
     )
     grace = _int(errors, "workers.grace_ms", workers.get("grace_ms", 30_000))
+    prefetch = _int(errors, "workers.prefetch", workers.get("prefetch", 1), 1)
 
     retry_raw = _table(errors, "workers.retry", workers.get("retry", raw.get("retry")))
     _unknown(errors, "workers.retry.", retry_raw, {"initial_delay_ms", "max_delay_ms", "jitter"})
@@ -274,6 +284,7 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
             poll_interval_ms=poll,  # type: ignore[arg-type]
             promote_interval_ms=promote,  # type: ignore[arg-type]
             grace_ms=grace,  # type: ignore[arg-type]
+            prefetch=prefetch,  # type: ignore[arg-type]
         ),
         retry=RetryPolicy(initial, max_delay, jitter),  # type: ignore[arg-type]
         requeue=RequeuePolicy(rq_delay, rq_age, rq_max),  # type: ignore[arg-type]

@@ -18,11 +18,20 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 import attrs
 
 from ..core import Complete, DeadLetter, Decision, Promote, Reclaim, Requeue, Retry
-from .ports import Claim, Clock, FinishingJobQueue, JobQueue, JobStore, SystemClock
+from .ports import (
+    BatchingJobQueue,
+    Claim,
+    Clock,
+    FinishingJobQueue,
+    JobQueue,
+    JobStore,
+    SystemClock,
+)
 
 log = logging.getLogger("conveyor.executor")
 
@@ -60,6 +69,8 @@ class Executor:
         self.backoff_s = backoff_s
         self.sleep = sleep
         self._atomic_finish = isinstance(queue, FinishingJobQueue) and queue.finishes_with(store)
+        #: Completed and dead-lettered jobs can be finished several per round trip.
+        self.batches_finish = self._atomic_finish and isinstance(queue, BatchingJobQueue)
 
     def plan(
         self, claim: Claim | None, decision: Decision, *, cutoff: datetime | None = None
@@ -120,6 +131,31 @@ class Executor:
             if not ok:
                 return False
         return True
+
+    def finish_many(self, items: Sequence[tuple[Claim, Decision]]) -> list[bool]:
+        """Carry out several `Complete`/`DeadLetter` decisions in one round trip. Each
+        job's record and release stay one atomic, fenced step; a lost claim writes
+        nothing. On a persistent fault nothing is released (left to the leases)."""
+        if not items:
+            return []
+        if not self.batches_finish:
+            return [self.carry_out(claim, decision) for claim, decision in items]
+        queue: Any = self.queue
+        pairs = [(claim, decision.job) for claim, decision in items]
+        delay = self.backoff_s
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return [bool(ok) for ok in queue.finish_many(pairs)]
+            except Exception:
+                if attempt == self.attempts:
+                    log.exception(
+                        "could not finish %d jobs; leaving them to their leases", len(pairs)
+                    )
+                    return [False] * len(pairs)
+                log.warning("finish_many failed (attempt %d), retrying", attempt, exc_info=True)
+                self.sleep(delay)
+                delay *= 2
+        return [False] * len(pairs)
 
     def _run(self, step: Step) -> bool:
         delay = self.backoff_s

@@ -72,7 +72,7 @@ class JobQueue(Protocol):
         """Release the claim: remove the in-flight entry only if `claim.token` still
         holds it. True when something was removed."""
 
-    def extend(self, claim: Claim, now: datetime) -> bool:
+    def extend(self, claim: Claim | BadClaim, now: datetime) -> bool:
         """Heartbeat: renew the lease to `now` if the claim is still held."""
 
     def replace(self, claim: Claim, job: Job) -> bool:
@@ -150,6 +150,18 @@ class FinishingJobQueue(JobQueue, Protocol):
     def finish(self, claim: Claim, record: Job) -> bool:
         """Fenced by `claim.token`: record `record` (completed or failed) in the store and
         release the claim, both or neither. False (nothing written) if the claim is lost."""
+
+
+@runtime_checkable
+class BatchingJobQueue(FinishingJobQueue, Protocol):
+    """A queue that claims and finishes several jobs per round trip."""
+
+    def dequeue_many(self, queue: str, now: datetime, limit: int) -> Sequence[Claim | BadClaim]:
+        """Claim up to `limit` of the best ready jobs, in claim order, each with its own
+        fresh token and lease."""
+
+    def finish_many(self, items: Sequence[tuple[Claim, Job]]) -> Sequence[bool]:
+        """`finish` for each (claim, record), each one atomic and fenced on its own."""
 
 
 def is_transactional(queue: object) -> bool:

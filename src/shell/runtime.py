@@ -80,7 +80,8 @@ def _make_backend(config: Config) -> tuple[JobQueue, JobStore, Presence]:
     if config.provider == "memory":
         from .adapters.memory import MemoryJobQueue, MemoryJobStore
 
-        return MemoryJobQueue(), MemoryJobStore(), MemoryPresence()
+        store = MemoryJobStore()
+        return MemoryJobQueue(store), store, MemoryPresence()
     if config.provider == "db":
         from .adapters.sql import SqlJobQueue, SqlJobStore, make_engine
         from .adapters.sql_schema import create_tables
@@ -260,6 +261,7 @@ class Runtime:
             "clock": self.clock,
             "poll_interval_ms": w.poll_interval_ms,
             "promote_interval_ms": w.promote_interval_ms,
+            "prefetch": w.prefetch,
         }
         if self.jitter is not None:
             options["jitter"] = self.jitter

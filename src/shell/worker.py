@@ -26,6 +26,7 @@ import attrs
 from returns.pipeline import is_successful
 
 from ..core import (
+    Complete,
     DeadLetter,
     Decision,
     ErrorInfo,
@@ -46,7 +47,16 @@ from ..core import (
 )
 from ..core.frozen import FrozenMap, thaw
 from .executor import Executor
-from .ports import BadClaim, Claim, Clock, Jitter, JobQueue, JobStore, SystemClock
+from .ports import (
+    BadClaim,
+    BatchingJobQueue,
+    Claim,
+    Clock,
+    Jitter,
+    JobQueue,
+    JobStore,
+    SystemClock,
+)
 from .registry import Registry, run_handler
 from .tenancy import Tenant, TenantScope
 
@@ -146,6 +156,7 @@ class Worker:
         worker_id: str | None = None,
         tenancy: TenantScope | None = None,
         executor: Executor | None = None,
+        prefetch: int = 1,
     ) -> None:
         self.queue, self.store, self.registry = queue, store, registry
         self.queue_name = queue_name
@@ -159,6 +170,9 @@ class Worker:
         self.heartbeat_s = (heartbeat_interval_ms or max(lease // 3, 1)) / 1000
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.tenancy = tenancy
+        if prefetch < 1:
+            raise ValueError("prefetch must be >= 1")
+        self.prefetch = prefetch
         self.executor = executor or Executor(queue, store, clock=self.clock)
         self._stop = threading.Event()
         self._last_promote: datetime | None = None
@@ -218,23 +232,61 @@ class Worker:
         done = 0
         self._last_promote = None
         while max_jobs is None or done < max_jobs:
-            if not self.run_once():
+            budget = None if max_jobs is None else max_jobs - done
+            worked = self.run_once(limit=budget)
+            if not worked:
                 # Before calling it idle, look once more for jobs that came due.
                 self._last_promote = None
-                if not self.run_once():
+                worked = self.run_once(limit=budget)
+                if not worked:
                     break
-            done += 1
+            done += worked
         return done
 
-    def run_once(self) -> bool:
-        """Maintenance when due, then claim and process at most one job."""
+    def run_once(self, *, limit: int | None = None) -> int:
+        """Maintenance when due, then claim and process up to `prefetch` jobs (one by
+        default). Returns how many were claimed."""
         now = self.clock.now()
         self.maintain(now)
-        claim = self.queue.dequeue(self.queue_name, now)
-        if claim is None:
-            return False
-        self.process(claim)
-        return True
+        want = self.prefetch if limit is None else max(1, min(self.prefetch, limit))
+        if want > 1 and isinstance(self.queue, BatchingJobQueue):
+            claims = list(self.queue.dequeue_many(self.queue_name, now, want))
+        else:
+            claim = self.queue.dequeue(self.queue_name, now)
+            claims = [] if claim is None else [claim]
+        if len(claims) == 1:
+            self.process(claims[0])
+        elif claims:
+            self._process_batch(claims)
+        return len(claims)
+
+    def _process_batch(self, claims: list[Claim | BadClaim]) -> None:
+        """Run prefetched claims in order; completed and dead-lettered ones are finished
+        together in one round trip at the end (each still atomic and fenced)."""
+        finished: list[tuple[Claim, Decision]] = []
+        half_lease = timedelta(milliseconds=self.policies.lease.lease_ms / 2)
+        for i, claim in enumerate(claims):
+            now = self.clock.now()
+            if self._stop.is_set() and isinstance(claim, Claim):
+                # Stopping: hand the claims not yet started straight back to ready.
+                for rest in claims[i:]:
+                    if isinstance(rest, Claim):
+                        self.queue.replace(rest, rest.job)
+                break
+            # A claim old enough that a reclaimer might be near is renewed (and checked) first.
+            stale = isinstance(claim, Claim) and now - claim.locked_at > half_lease
+            if stale and not self.queue.extend(claim, now):
+                self._counts["lost_claims"] += 1
+                continue
+            decision = self.decide_claim(claim)
+            if decision is None or not isinstance(claim, Claim):
+                continue
+            if isinstance(decision, Complete | DeadLetter) and self.executor.batches_finish:
+                finished.append((claim, decision))
+            else:
+                self._carry_out(claim, decision)
+        for ok, (_, decision) in zip(self.executor.finish_many(finished), finished, strict=True):
+            self._counted(ok, decision)
 
     def maintain(self, now: datetime) -> None:
         """Promote due scheduled jobs and reclaim abandoned claims, each on its interval."""
@@ -270,22 +322,35 @@ class Worker:
 
     def process(self, claim: Claim | BadClaim) -> Decision | None:
         """Run one claimed job to a decision and carry it out. Returns the decision."""
+        decision = self.decide_claim(claim)
+        if decision is not None and isinstance(claim, Claim):
+            self._carry_out(claim, decision)
+        return decision
+
+    def decide_claim(self, claim: Claim | BadClaim) -> Decision | None:
+        """Run the handler of one claimed job and ask the core what to do. An
+        undecodable claim is dead-lettered here and gives None."""
         now = self.clock.now()
         if isinstance(claim, BadClaim):
-            return self._dead_letter_bad(claim, now)
+            self._dead_letter_bad(claim, now)
+            return None
         started = start(claim.job, now)
         if not is_successful(started):
-            bad = _bad(claim, str(started.failure()), now)
-            return self._dead_letter_bad(bad, now, claim=claim)
+            self._dead_letter_bad(_bad(claim, str(started.failure()), now), now, claim=claim)
+            return None
         job = started.unwrap()
         outcome = self._outcome(claim, job)
-        decision = decide(job, outcome, self.clock.now(), self.policies, self.jitter())
         self._counts["processed"] += 1
-        if self.executor.carry_out(claim, decision):
+        return decide(job, outcome, self.clock.now(), self.policies, self.jitter())
+
+    def _carry_out(self, claim: Claim, decision: Decision) -> None:
+        self._counted(self.executor.carry_out(claim, decision), decision)
+
+    def _counted(self, ok: bool, decision: Decision) -> None:
+        if ok:
             self._count(decision)
         else:
             self._counts["lost_claims"] += 1
-        return decision
 
     def _outcome(self, claim: Claim, job: Job) -> Outcome:
         entry = self.registry.registration(job.job_type)

@@ -57,7 +57,8 @@ def _postgres_url() -> str:
 
 def make_backend(name: str) -> Backend:
     if name == "memory":
-        return Backend(name, MemoryJobQueue(), MemoryJobStore(), None, None, lambda: None)
+        store = MemoryJobStore()
+        return Backend(name, MemoryJobQueue(store), store, None, None, lambda: None)
     if name in ("sqlite", "postgresql"):
         from conveyor.shell.adapters.sql import SqlJobQueue, SqlJobStore, make_engine
         from conveyor.shell.adapters.sql_schema import SCHEMA, create_tables

@@ -344,6 +344,30 @@ def finish_records_and_releases_in_one_step(b: Backend) -> None:
     assert [(st.kind, st.name) for st in steps] == [("write", "finish")]
 
 
+def claims_in_batches_with_their_own_tokens(b: Backend) -> None:
+    jobs = [make_job(priority=p) for p in ("low", "high", "normal", "critical", "high")]
+    for job in jobs:
+        b.queue.enqueue(job)
+    claims = b.queue.dequeue_many("default", T0, 3)
+    want = sorted(jobs, key=lambda j: (j.priority.rank, jobs.index(j)))[:3]
+    assert [c.job.id for c in claims] == [j.id for j in want]
+    assert len({c.token for c in claims}) == 3
+    assert b.queue.counts(T0)["default"].in_flight == 3
+    done = [
+        (c, decide(start(c.job, T0).unwrap(), Succeeded(1), T0, Policies(), 0.5).job)
+        for c in claims
+    ]
+    done[1] = (attrs.evolve(done[1][0], token="stale"), done[1][1])
+    assert list(b.queue.finish_many(done)) == [True, False, True], "each job fenced on its own"
+    assert b.store.get(claims[1].job.id) is None
+    assert b.queue.counts(T0)["default"].in_flight == 1
+    assert b.queue.ack(claims[1]) is True
+    rest = b.queue.dequeue_many("default", T0, 10)
+    assert [c.job.id for c in rest] == [
+        j.id for j in sorted(jobs, key=lambda j: (j.priority.rank, jobs.index(j)))[3:]
+    ]
+
+
 CASES: dict[str, Callable[[Backend], None]] = {
     f.__name__: f
     for f in (
@@ -369,6 +393,7 @@ CASES: dict[str, Callable[[Backend], None]] = {
         an_undecodable_payload_is_a_bad_claim,
         hostile_names_are_rejected_before_any_backend,
         finish_records_and_releases_in_one_step,
+        claims_in_batches_with_their_own_tokens,
     )
 }
 
@@ -398,12 +423,14 @@ def _stores_values(b: Backend) -> None:
     assert isinstance(claim, Claim) and claim.job == job
 
 
-def _finishes_step_by_step(b: Backend) -> None:
-    assert not isinstance(b.queue, FinishingJobQueue)
-    b.queue.enqueue(make_job())
-    claim = _claim(b)
+def test_a_queue_that_cannot_finish_with_the_store_goes_step_by_step() -> None:
+    from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
+
+    queue, elsewhere = MemoryJobQueue(MemoryJobStore()), MemoryJobStore()
+    queue.enqueue(make_job())
+    claim = queue.dequeue("default", T0)
     done = decide(start(claim.job, T0).unwrap(), Succeeded(1), T0, Policies(), 0.5).job
-    steps = Executor(b.queue, b.store).plan(claim, Complete(done))
+    steps = Executor(queue, elsewhere).plan(claim, Complete(done))
     assert [st.name for st in steps] == ["extend", "record", "ack"]
 
 
@@ -420,11 +447,6 @@ KNOWN_DIFFERENCES: dict[tuple[str, str], tuple[str, Callable[[Backend], None]]] 
     ("reclaim_from_another_process", "memory"): (
         "memory has no in-flight list shared across processes",
         _no_other_process,
-    ),
-    ("finish_records_and_releases_in_one_step", "memory"): (
-        "queue and store are separate objects in one process; a crash loses both anyway, "
-        "so it takes the step-by-step road (fence, record, ack)",
-        _finishes_step_by_step,
     ),
     ("an_undecodable_payload_is_a_bad_claim", "memory"): (
         "memory stores Job values, never bytes, so nothing fails to decode",

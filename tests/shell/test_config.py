@@ -32,6 +32,7 @@ def test_defaults_are_the_embedded_sqlite_and_one_worker_on_default() -> None:
         ({"workers": {"retry": {"max_delay_ms": -5}}}, "workers.retry.max_delay_ms"),
         ({"requeue": {"max_requeue_age_ms": 1.5}}, "requeue.max_requeue_age_ms"),
         ({"lease_ms": 0}, "lease_ms"),
+        ({"workers": {"prefetch": 0}}, "workers.prefetch"),
         ({"handlers": ["no_colon_here"]}, "handlers[0]"),
         ({"redis": {"url": "http://x"}}, "redis.url"),
         ({"wrokers": {}}, "wrokers"),

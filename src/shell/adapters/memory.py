@@ -30,9 +30,14 @@ class _InFlight:
 
 
 class MemoryJobQueue:
-    """A `JobQueue` in this process's memory."""
+    """A `JobQueue` in this process's memory.
 
-    def __init__(self) -> None:
+    Given the `MemoryJobStore` it works with, it also finishes jobs (record and
+    release) in one step and claims in batches, like the server backends.
+    """
+
+    def __init__(self, store: MemoryJobStore | None = None) -> None:
+        self._store = store
         self._lock = threading.Lock()
         self._seq = 0
         self._ready: dict[str, dict[Priority, deque[tuple[int, Job]]]] = {}
@@ -101,7 +106,9 @@ class MemoryJobQueue:
             del self._in_flight[claim.job.id]
             return True
 
-    def extend(self, claim: Claim, now: datetime) -> bool:
+    def extend(self, claim: Claim | BadClaim, now: datetime) -> bool:
+        if isinstance(claim, BadClaim):
+            return False
         with self._lock:
             entry = self._held(claim)
             if entry is None:
@@ -116,6 +123,36 @@ class MemoryJobQueue:
             del self._in_flight[claim.job.id]
             self._place(job)
             return True
+
+    def dequeue_many(self, queue: str, now: datetime, limit: int) -> list[Claim | BadClaim]:
+        claims: list[Claim | BadClaim] = []
+        for _ in range(limit):
+            claim = self.dequeue(queue, now)
+            if claim is None:
+                break
+            claims.append(claim)
+        return claims
+
+    def finishes_with(self, store: object) -> bool:
+        """True for the store this queue was built with: in one process, holding the
+        queue's lock makes record-and-release one step."""
+        return store is not None and store is self._store
+
+    def finish(self, claim: Claim, record: Job) -> bool:
+        return self.finish_many([(claim, record)])[0]
+
+    def finish_many(self, items: Sequence[tuple[Claim, Job]]) -> list[bool]:
+        if self._store is None:
+            raise ValueError("this MemoryJobQueue was built without a store to finish into")
+        done = []
+        with self._lock:
+            for claim, record in items:
+                held = self._held(claim) is not None
+                if held:
+                    self._store.record(record)
+                    del self._in_flight[claim.job.id]
+                done.append(held)
+        return done
 
     def promote_due(self, now: datetime, limit: int = 1000) -> int:
         with self._lock:

@@ -198,9 +198,14 @@ class RedisJobQueue:
         self._abandoned = script("abandoned")
         self._reclaim = script("reclaim")
         self._counts = script("counts")
+        self._claim_many = script("claim_many")
         self._finish = cast(
             _Script,
             self._client.register_script(_source("common", "store_common", "finish")),
+        )
+        self._finish_many = cast(
+            _Script,
+            self._client.register_script(_source("common", "store_common", "finish_many")),
         )
         for warning in check_server(self._client):
             log.warning("redis server %s", warning)
@@ -276,6 +281,37 @@ class RedisJobQueue:
                 record.tenant_id or "",
             )
         )
+
+    def dequeue_many(self, queue: str, now: datetime, limit: int) -> list[Claim | BadClaim]:
+        """Claim up to `limit` of the best ready jobs in one round trip, each under its
+        own fresh token."""
+        if limit <= 0:
+            return []
+        base = uuid.uuid4().hex
+        reply = self._run(self._claim_many, queue, base, _ms(now), limit)
+        claims: list[Claim | BadClaim] = []
+        for raw_id, body in zip(reply[::2], reply[1::2], strict=True):
+            job_id = _text(raw_id)
+            claims.append(_claim_of(job_id, body, f"{base}:{job_id}", queue, now))
+        return claims
+
+    def finish_many(self, items: Sequence[tuple[Claim, Job]]) -> list[bool]:
+        """`finish` for several claims in one script; one answer per item."""
+        if not items:
+            return []
+        args: list[object] = []
+        for claim, record in items:
+            if record.id != claim.job.id:
+                raise ValidationError.of("job", f"{record.id} is not the claimed {claim.job.id}")
+            args += [
+                str(record.id),
+                claim.token,
+                encode(record),
+                record.status.value,
+                record.queue,
+                record.tenant_id or "",
+            ]
+        return [bool(x) for x in self._run(self._finish_many, *args)]
 
     def promote_due(self, now: datetime, limit: int = 1000) -> int:
         """Move up to `limit` parked jobs due by `now` to their ready lists (one script)."""

@@ -425,6 +425,63 @@ class SqlJobQueue:
         job_id, token, payload = got
         return _as_claim(job_id, token, queue, payload, now)
 
+    def dequeue_many(self, queue: str, now: datetime, limit: int) -> list[Claim | BadClaim]:
+        """Claim up to `limit` of the best ready jobs in one transaction, each under its
+        own fresh token (a fresh base per call, joined with the job id)."""
+        if limit <= 0:
+            return []
+        at = to_micros(now)
+        t = self._t
+        base = uuid.uuid4().hex[:16]  # + ":" + the 36-character id fits locked_by
+
+        def claim(conn: Connection) -> list[tuple[str, str, str]]:
+            best = (
+                select(t.c.id)
+                .where(t.c.queue == queue, t.c.status == READY)
+                .order_by(t.c.priority, t.c.seq)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            )
+            ids = list(conn.execute(best).scalars())
+            if not ids:
+                return []
+            take = (
+                update(t)
+                .where(t.c.id.in_(ids), t.c.status == READY)
+                .values(status=PROCESSING, locked_by=literal(f"{base}:") + t.c.id, locked_at=at)
+                .returning(t.c.id, t.c.locked_by, t.c.payload, t.c.priority, t.c.seq)
+            )
+            rows = sorted(conn.execute(take).all(), key=lambda r: (r.priority, r.seq))
+            return [(str(r.id), str(r.locked_by), str(r.payload)) for r in rows]
+
+        return [
+            _as_claim(job_id, token, queue, payload, now)
+            for job_id, token, payload in self._db.run(claim)
+        ]
+
+    def finish_many(self, items: Sequence[tuple[Claim, Job]]) -> list[bool]:
+        """`finish` for several claims in one transaction; one answer per item. Each
+        row is deleted only while its own token holds it, and only those are recorded."""
+        if not items:
+            return []
+        for claim, record in items:
+            _same_id(claim, record)
+        t = self._t
+
+        def work(conn: Connection) -> list[bool]:
+            tokens = [claim.token for claim, _ in items]
+            gone = (
+                delete(t)
+                .where(t.c.status == PROCESSING, t.c.locked_by.in_(tokens))
+                .returning(t.c.id, t.c.locked_by)
+            )
+            released = {(str(r.id), str(r.locked_by)) for r in conn.execute(gone)}
+            done = [(str(c.job.id), c.token) in released for c, _ in items]
+            _record_many(self._db, conn, [r for (_, r), ok in zip(items, done, strict=True) if ok])
+            return done
+
+        return self._db.run(work)
+
     def _fenced(self, claim: Claim | BadClaim) -> list[ColumnElement[bool]]:
         job_id, token = _held_by(claim)
         t = self._t
@@ -605,18 +662,62 @@ class SqlJobQueue:
 
 def _record(db: _Database, conn: Connection, job: Job) -> None:
     """Upsert `job` into the store table inside `conn`'s transaction."""
+    values = {**_record_values(job), "recorded_seq": db.next_seq(conn, STORE_COUNTER)}
+    conn.execute(_upsert(conn, db.schema.job_store, values))
+
+
+def _record_values(job: Job) -> dict[str, Any]:
     finished = job.finished_at
-    values = {
+    return {
         "id": str(job.id),
         "queue": job.queue,
         "job_type": job.job_type,
         "status": job.status.value,
         "tenant_id": job.tenant_id,
         "finished_at": None if finished is None else to_micros(finished, "finished_at"),
-        "recorded_seq": db.next_seq(conn, STORE_COUNTER),
         "payload": encode(job),
     }
-    conn.execute(_upsert(conn, db.schema.job_store, values))
+
+
+def _record_many(db: _Database, conn: Connection, jobs: Sequence[Job]) -> None:
+    """Upsert several records in one statement, newest in list order."""
+    if len(jobs) <= 1:
+        for job in jobs:
+            _record(db, conn, job)
+        return
+    store = db.schema.job_store
+    rows = [_record_values(job) for job in jobs]
+    if conn.dialect.supports_sequences:
+        series = func.generate_series(1, len(rows)).table_valued("n")
+        fresh = select(db.schema.store_seq.next_value()).select_from(series)
+        for row, seq in zip(rows, conn.execute(fresh).scalars(), strict=True):
+            row["recorded_seq"] = int(seq)
+    else:
+        first = _bump(conn, db.schema, STORE_COUNTER, len(rows)) - len(rows) + 1
+        for i, row in enumerate(rows):
+            row["recorded_seq"] = first + i
+    columns = [c for c in rows[0] if c != "id"]
+    if conn.dialect.name == "postgresql":
+        pg = pg_insert(store)
+        stmt: Executable = pg.on_conflict_do_update(
+            index_elements=[store.c.id], set_={c: pg.excluded[c] for c in columns}
+        )
+    else:
+        lite = sqlite_insert(store)
+        stmt = lite.on_conflict_do_update(
+            index_elements=[store.c.id], set_={c: lite.excluded[c] for c in columns}
+        )
+    conn.execute(stmt, rows)
+
+
+def _bump(conn: Connection, schema: Schema, counter: str, by: int) -> int:
+    """Add `by` to a SQLite counter row; returns the new value."""
+    counters = schema.counters
+    stmt = sqlite_insert(counters).values(name=counter, value=by)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[counters.c.name], set_={"value": counters.c.value + by}
+    )
+    return int(conn.execute(stmt.returning(counters.c.value)).scalar_one())
 
 
 def _same_id(claim: Claim, job: Job) -> None:

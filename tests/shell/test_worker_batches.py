@@ -1,0 +1,77 @@
+"""Prefetch: a worker claims several jobs per round trip and finishes them together,
+on every backend, without giving up priority order or write-before-release."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backends import Backend
+from conveyor.core import JobStatus, Priority
+from conveyor.shell.registry import Registry
+from conveyor.shell.worker import Worker
+from conveyor.testing.clock import ManualClock
+from helpers import T0, Crash, locate, make_job
+
+
+def _worker(b: Backend, handlers: dict[str, Any], **options: Any) -> Worker:
+    return Worker(b.queue, b.store, Registry(handlers), clock=ManualClock(T0), **options)
+
+
+def test_a_prefetching_worker_keeps_priority_then_fifo_order(backend: Backend) -> None:
+    ran: list[int] = []
+    worker = _worker(backend, {"w": lambda a: ran.append(a["i"])}, prefetch=4)
+    jobs = [make_job("w", args={"i": i}, priority=p) for i, p in enumerate(["low", "high"] * 5)]
+    for job in jobs:
+        backend.queue.enqueue(job)
+    assert worker.drain() == 10
+    assert ran == [1, 3, 5, 7, 9, 0, 2, 4, 6, 8]
+    assert all(backend.store.get(j.id).status is JobStatus.COMPLETED for j in jobs)
+    assert worker.stats.completed == 10
+
+
+def test_failures_in_a_batch_are_retried_and_dead_lettered_as_usual(backend: Backend) -> None:
+    def boom(args: Any) -> None:
+        raise ValueError("no")
+
+    worker = _worker(backend, {"ok": lambda a: 1, "bad": boom}, prefetch=5)
+    ok, retried, dead = make_job("ok"), make_job("bad", max_retries=1), make_job("bad", max_retries=0)
+    for job in (ok, retried, dead):
+        backend.queue.enqueue(job)
+    assert worker.drain() == 3
+    assert backend.store.get(ok.id).status is JobStatus.COMPLETED
+    assert backend.store.get(dead.id).status is JobStatus.FAILED
+    assert backend.queue.counts(T0)["default"].scheduled == 1, "the retry is parked"
+    assert (worker.stats.completed, worker.stats.retried, worker.stats.dead_lettered) == (1, 1, 1)
+
+
+def test_a_crash_before_the_batch_is_finished_leaves_every_job_in_flight(backend: Backend) -> None:
+    worker = _worker(backend, {"w": lambda a: None}, prefetch=3)
+    jobs = [make_job("w") for _ in range(3)]
+    for job in jobs:
+        backend.queue.enqueue(job)
+
+    def crash(*_: Any) -> None:
+        raise Crash("finish_many")
+
+    worker.executor.finish_many = crash  # type: ignore[method-assign]
+    try:
+        worker.run_once()
+    except Crash:
+        pass
+    assert [locate(backend.queue, backend.store, j.id) for j in jobs] == ["in flight"] * 3
+
+
+def test_stopping_hands_unstarted_prefetched_claims_back(backend: Backend) -> None:
+    seen: list[int] = []
+
+    def first_stops(args: Any) -> None:
+        seen.append(args["i"])
+        worker.stop()
+
+    worker = _worker(backend, {"w": first_stops}, prefetch=3)
+    for i in range(3):
+        backend.queue.enqueue(make_job("w", args={"i": i}, priority=Priority.NORMAL))
+    worker.run_once()
+    assert seen == [0]
+    counts = backend.queue.counts(T0)["default"]
+    assert (counts.ready, counts.in_flight) == (2, 0)
