@@ -119,9 +119,9 @@ class Reclaim:
 Decision: TypeAlias = Complete | Retry | DeadLetter | Requeue | Promote | Reclaim
 
 
-def _moved(job: Job, event: Event, now: datetime) -> Job:
+def _moved(job: Job, event: Event, now: datetime, **changes: Any) -> Job:
     # decide is only called for running jobs; anything else is a bug in the caller.
-    return transition(job, event, now).unwrap()
+    return transition(job, event, now, **changes).unwrap()
 
 
 def _handled(job: Job) -> Job:
@@ -133,8 +133,7 @@ def _handled(job: Job) -> Job:
 
 def dead_letter(job: Job, error: ErrorInfo, now: datetime) -> DeadLetter:
     """Give up on a running job with `error` as its reason."""
-    failed = attrs.evolve(_moved(job, Event.DEAD_LETTER, now), last_error=error)
-    return DeadLetter(failed, error)
+    return DeadLetter(_moved(job, Event.DEAD_LETTER, now, last_error=error), error)
 
 
 def decide(
@@ -160,16 +159,17 @@ def decide(
             except ValueError as exc:
                 error = ErrorInfo(INVALID_RESULT, f"handler result is not JSON: {exc}", False)
                 return dead_letter(_handled(job), error, now)
-            done = attrs.evolve(_moved(_handled(job), Event.COMPLETE, now), result=frozen)
-            return Complete(done)
+            return Complete(_moved(_handled(job), Event.COMPLETE, now, result=frozen))
         case Failed(error=error):
             job = _handled(job)
             if not error.retryable or job.retry_count >= job.max_retries:
                 return dead_letter(job, error, now)
             delay = backoff_ms(policies.retry, job.retry_count, jitter_sample)
             run_at = now + timedelta(milliseconds=delay)
-            retrying = attrs.evolve(
-                _moved(job, Event.RETRY, now),
+            retrying = _moved(
+                job,
+                Event.RETRY,
+                now,
                 retry_count=job.retry_count + 1,
                 last_error=error,
                 run_at=run_at,
@@ -219,7 +219,7 @@ def decide_reclaim(job: Job, now: datetime, policy: LeasePolicy) -> Reclaim | De
         )
         return dead_letter(counted, error, now)
     meta = attrs.evolve(job.metadata, reclaim_count=job.metadata.reclaim_count + 1)
-    return Reclaim(attrs.evolve(_moved(job, Event.RECLAIM, now), metadata=meta))
+    return Reclaim(_moved(job, Event.RECLAIM, now, metadata=meta))
 
 
 def decide_promotion(job: Job, now: datetime) -> Promote | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 import attrs
 from returns.result import Failure, Result, Success
@@ -66,16 +67,21 @@ def next_status(status: JobStatus, event: Event) -> JobStatus | None:
     return TABLE[status].get(event)
 
 
-def transition(job: Job, event: Event, now: datetime) -> Result[Job, InvalidTransition]:
-    """Apply `event` to `job` at `now`: a new record, or the illegal move named."""
+def transition(
+    job: Job, event: Event, now: datetime, **changes: Any
+) -> Result[Job, InvalidTransition]:
+    """Apply `event` to `job` at `now`: a new record, or the illegal move named.
+
+    `changes` are other fields to set in the same new record (one copy, not two).
+    """
     target = next_status(job.status, event)
     if target is None:
         return Failure(InvalidTransition(str(job.id), job.status.value, event.value))
     if event is Event.START:
-        return Success(attrs.evolve(job, status=target, started_at=now, attempt=job.attempt + 1))
-    if target.is_terminal:
-        return Success(attrs.evolve(job, status=target, finished_at=now))
-    return Success(attrs.evolve(job, status=target))
+        changes.update(started_at=now, attempt=job.attempt + 1)
+    elif target.is_terminal:
+        changes["finished_at"] = now
+    return Success(attrs.evolve(job, status=target, **changes))
 
 
 def start(job: Job, now: datetime) -> Result[Job, InvalidTransition]:
