@@ -65,6 +65,9 @@ class JobQueue(Protocol):
         """Upsert by id, unlocked. A parked job (`scheduled`/`retrying`) waits for its
         `run_at` in the scheduled set; any other goes to its ready queue."""
 
+    def enqueue_many(self, jobs: Sequence[Job]) -> None:
+        """`enqueue` for several jobs in one round trip, ready ones in list order."""
+
     def dequeue(self, queue: str, now: datetime) -> Claim | BadClaim | None:
         """Claim the best ready job of `queue` (priority, then FIFO), or None."""
 

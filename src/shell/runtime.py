@@ -180,6 +180,42 @@ class Runtime:
         self.queue.enqueue(job)
         return job
 
+    def enqueue_many(
+        self,
+        job_type: str,
+        args_list: Sequence[Mapping[str, Any] | None],
+        **options: Any,
+    ) -> list[Job]:
+        """Validate and enqueue one job per args mapping, in one round trip; all are
+        checked before any is written. `options` are `enqueue`'s keyword options."""
+        jobs = [
+            self._new_job(
+                job_type,
+                args,
+                options.get("queue", "default"),
+                options.get("priority", Priority.NORMAL),
+                options.get("max_retries", 3),
+                options.get("run_at"),
+                options.get("delay"),
+                options.get("tenant_id"),
+            )
+            for args in args_list
+        ]
+        unknown = set(options) - {
+            "queue",
+            "priority",
+            "max_retries",
+            "run_at",
+            "delay",
+            "tenant_id",
+        }
+        if unknown:
+            raise TypeError(f"unexpected options: {sorted(unknown)}")
+        if jobs:
+            self._warn_if_unpolled(jobs[0].queue)
+            self.queue.enqueue_many(jobs)
+        return jobs
+
     def enqueue_in_tx(
         self, conn: Any, job_type: str, args: Mapping[str, Any] | None = None, **options: Any
     ) -> Job:

@@ -368,6 +368,19 @@ def claims_in_batches_with_their_own_tokens(b: Backend) -> None:
     ]
 
 
+def bulk_enqueue_keeps_list_order_and_upserts(b: Backend) -> None:
+    jobs = [make_job(args={"i": i}) for i in range(50)]
+    parked = make_job(delay=timedelta(seconds=5))
+    b.queue.enqueue(jobs[0])
+    b.queue.enqueue_many([*jobs, parked, attrs.evolve(jobs[3], priority=Priority.HIGH)])
+    c = b.queue.counts(T0)["default"]
+    assert (c.ready, c.scheduled) == (50, 1), "one row per id, the parked one scheduled"
+    order = _drain_ids(b)
+    assert order[0] == jobs[3].id, "the last version of a repeated id wins"
+    assert order[1:] == [j.id for j in jobs if j is not jobs[3]]
+    b.queue.enqueue_many([])
+
+
 CASES: dict[str, Callable[[Backend], None]] = {
     f.__name__: f
     for f in (
@@ -394,6 +407,7 @@ CASES: dict[str, Callable[[Backend], None]] = {
         hostile_names_are_rejected_before_any_backend,
         finish_records_and_releases_in_one_step,
         claims_in_batches_with_their_own_tokens,
+        bulk_enqueue_keeps_list_order_and_upserts,
     )
 }
 

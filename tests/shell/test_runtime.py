@@ -148,3 +148,12 @@ def test_a_failed_job_survives_a_restart_on_sqlite(tmp_path) -> None:
     first.close()
     second = conveyor.build(config)
     assert [j.id for j in second.list_dead()] == [job.id]
+
+
+def test_enqueue_many_validates_every_job_before_writing_any() -> None:
+    rt = conveyor.build(_memory(), handlers={"w": lambda a: None})
+    with pytest.raises(ValidationError):
+        rt.enqueue_many("w", [{"ok": 1}, {"bad": float("nan")}])
+    assert rt.queue.counts(rt.clock.now()) == {}
+    jobs = rt.enqueue_many("w", [{"i": i} for i in range(5)], priority="high")
+    assert rt.drain().completed == 5 and all(j.priority.value == "high" for j in jobs)

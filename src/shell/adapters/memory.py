@@ -78,6 +78,12 @@ class MemoryJobQueue:
             self._drop(job.id)
             self._place(job)
 
+    def enqueue_many(self, jobs: Sequence[Job]) -> None:
+        with self._lock:
+            for job in jobs:
+                self._drop(job.id)
+                self._place(job)
+
     def dequeue(self, queue: str, now: datetime) -> Claim | None:
         with self._lock:
             lanes = self._ready.get(queue)

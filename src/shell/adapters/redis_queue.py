@@ -230,6 +230,15 @@ class RedisJobQueue:
         """Upsert by id, unlocked: ready list, or the scheduled set when parked."""
         self._run(self._enqueue, *self._placement(job))
 
+    def enqueue_many(self, jobs: Sequence[Job]) -> None:
+        """Upsert several jobs in one pipelined round trip (each its own atomic script)."""
+        with self._client.pipeline(transaction=False) as pipe:
+            for job in jobs:
+                self._enqueue(
+                    keys=self._anchor, args=[self.keys.base, *self._placement(job)], client=pipe
+                )
+            pipe.execute()
+
     def dequeue(self, queue: str, now: datetime) -> Claim | BadClaim | None:
         """Claim the best ready job of `queue` in one round trip, or None.
 

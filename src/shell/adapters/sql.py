@@ -276,6 +276,18 @@ class _Database:
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.2)
 
+    def next_seqs(self, conn: Connection, counter: str, n: int) -> list[int]:
+        """`n` fresh values in increasing order, in one statement."""
+        if n <= 0:
+            return []
+        if conn.dialect.supports_sequences:
+            seq = self.schema.job_seq if counter == JOB_COUNTER else self.schema.store_seq
+            series = func.generate_series(1, n).table_valued("n")
+            fresh = select(seq.next_value()).select_from(series)
+            return sorted(int(v) for v in conn.execute(fresh).scalars())
+        last = _bump(conn, self.schema, counter, n)
+        return list(range(last - n + 1, last + 1))
+
     def next_seq(self, conn: Connection, counter: str) -> ColumnElement[int]:
         """A fresh value, larger than every one handed out before, as a SQL expression.
 
@@ -338,14 +350,14 @@ class SqlJobQueue:
 
     def _placement(self, conn: Connection, job: Job) -> dict[str, Any]:
         """Column values putting `job` where its status says, unlocked."""
-        if job.status.is_parked:
-            status: str = SCHEDULED
-            seq: Any = None
-        else:
-            status, seq = READY, self._db.next_seq(conn, JOB_COUNTER)
+        seq = None if job.status.is_parked else self._db.next_seq(conn, JOB_COUNTER)
+        return {**self._placement_values(job), "seq": seq}
+
+    @staticmethod
+    def _placement_values(job: Job) -> dict[str, Any]:
+        """Every placement column but `seq`."""
         return {
-            "status": status,
-            "seq": seq,
+            "status": SCHEDULED if job.status.is_parked else READY,
             "run_at": to_micros(job.run_at, "run_at"),
             "locked_by": None,
             "locked_at": None,
@@ -364,6 +376,38 @@ class SqlJobQueue:
         of ready. Re-enqueueing a claimed job takes it from its holder, whose ack then
         finds nothing."""
         self._db.run(lambda conn: self._enqueue(conn, job))
+
+    def enqueue_many(self, jobs: Sequence[Job]) -> None:
+        """Upsert several jobs in one transaction and one statement; ready ones go to the
+        tail of their queues in list order."""
+        if not jobs:
+            return
+        by_id = {job.id: job for job in jobs}  # one row per id: the last one wins
+        batch = list(by_id.values())
+        t = self._t
+
+        def work(conn: Connection) -> None:
+            ready = sum(1 for job in batch if not job.status.is_parked)
+            seqs = iter(self._db.next_seqs(conn, JOB_COUNTER, ready))
+            rows = []
+            for job in batch:
+                row = {"id": str(job.id), **self._placement_values(job)}
+                row["seq"] = None if job.status.is_parked else next(seqs)
+                rows.append(row)
+            columns = [c for c in rows[0] if c != "id"]
+            if conn.dialect.name == "postgresql":
+                pg = pg_insert(t)
+                stmt: Executable = pg.on_conflict_do_update(
+                    index_elements=[t.c.id], set_={c: pg.excluded[c] for c in columns}
+                )
+            else:
+                lite = sqlite_insert(t)
+                stmt = lite.on_conflict_do_update(
+                    index_elements=[t.c.id], set_={c: lite.excluded[c] for c in columns}
+                )
+            conn.execute(stmt, rows)
+
+        self._db.run(work)
 
     def enqueue_in_tx(self, conn: Any, job: Job) -> None:
         """Enqueue inside the caller's open transaction on `conn` (the outbox row): it
@@ -687,15 +731,8 @@ def _record_many(db: _Database, conn: Connection, jobs: Sequence[Job]) -> None:
         return
     store = db.schema.job_store
     rows = [_record_values(job) for job in jobs]
-    if conn.dialect.supports_sequences:
-        series = func.generate_series(1, len(rows)).table_valued("n")
-        fresh = select(db.schema.store_seq.next_value()).select_from(series)
-        for row, seq in zip(rows, conn.execute(fresh).scalars(), strict=True):
-            row["recorded_seq"] = int(seq)
-    else:
-        first = _bump(conn, db.schema, STORE_COUNTER, len(rows)) - len(rows) + 1
-        for i, row in enumerate(rows):
-            row["recorded_seq"] = first + i
+    for row, seq in zip(rows, db.next_seqs(conn, STORE_COUNTER, len(rows)), strict=True):
+        row["recorded_seq"] = seq
     columns = [c for c in rows[0] if c != "id"]
     if conn.dialect.name == "postgresql":
         pg = pg_insert(store)
