@@ -199,8 +199,9 @@ def make_engine(
     `sqlite:///path/to/file.db` gets `configure_sqlite` (WAL, busy timeout,
     `BEGIN IMMEDIATE`); an in-memory SQLite database is refused, since each pooled
     connection would see its own empty database (use the memory backend instead).
-    `postgresql://...` (or `postgres://`) uses psycopg 3 and pings pooled connections
-    before use. Other keyword `options` go to `sqlalchemy.create_engine`.
+    `postgresql://...` (or `postgres://`) uses psycopg 3. Pooled connections are not
+    pinged before use; a unit of work that meets a dead one is rerun on a fresh one.
+    Other keyword `options` go to `sqlalchemy.create_engine`.
     """
     parsed = normalize_url(url)
     backend = parsed.get_backend_name()
@@ -215,12 +216,17 @@ def make_engine(
         engine = create_engine(parsed, **options)
         configure_sqlite(engine, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
         return engine
-    options.setdefault("pool_pre_ping", True)
+    # No pre-ping (a round trip per transaction): a dead pooled connection fails its
+    # unit of work, which is then rerun on a fresh one (see _is_transient).
     return create_engine(parsed, **options)
 
 
 def _is_transient(exc: BaseException) -> bool:
     """True for errors after which nothing was committed and the work may simply rerun."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        # The server went away (restart, terminated session). If it was the commit that
+        # failed, rerunning is still safe: every unit of work is fenced or idempotent.
+        return True
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
     if isinstance(orig, sqlite3.OperationalError):
         message = str(orig).lower()
