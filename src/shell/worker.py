@@ -77,6 +77,11 @@ class WorkerStats:
     lost_claims: int = 0
 
 
+#: After the last job, a worker without wake-ups polls every FAST_POLL_S for
+#: FAST_POLL_WINDOW_S, so a burst's next job is picked up in milliseconds.
+FAST_POLL_S = 0.002
+FAST_POLL_WINDOW_S = 0.25
+
 _COUNTERS = {
     "Complete": "completed",
     "Retry": "retried",
@@ -210,21 +215,27 @@ class Worker:
         """Process jobs until `stop()` is called."""
         self.warn_if_empty()
         wait = getattr(self.queue, "wait_for_work", None)
+        last_work = time.monotonic()
         while not self._stop.is_set():
             try:
                 worked = self.run_once()
             except Exception:
                 log.exception("worker %s: round failed; carrying on", self.worker_id)
-                worked = False
-            if not worked and not self._stop.is_set():
-                timeout = self.poll_interval_ms / 1000
-                if wait is not None:
-                    try:
-                        wait(self.queue_name, timeout)
-                    except Exception:
-                        self._stop.wait(timeout)
-                else:
-                    self._stop.wait(timeout)
+                worked = 0
+            if worked or self._stop.is_set():
+                last_work = time.monotonic()
+                continue
+            timeout = self.poll_interval_ms / 1000
+            if wait is not None:
+                began = time.monotonic()
+                try:
+                    if wait(self.queue_name, timeout) or time.monotonic() - began > timeout / 2:
+                        continue  # woken, or waited out the interval on the signal
+                except Exception:
+                    log.warning("waiting for work failed", exc_info=True)
+            # No wake-up signal here: poll fast for a moment after work, then ease off.
+            recent = time.monotonic() - last_work < FAST_POLL_WINDOW_S
+            self._stop.wait(min(FAST_POLL_S, timeout) if recent else timeout)
 
     def drain(self, *, max_jobs: int | None = None) -> int:
         """Run until nothing is due (promoting and reclaiming as it goes). Returns jobs run."""

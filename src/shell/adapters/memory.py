@@ -39,6 +39,7 @@ class MemoryJobQueue:
     def __init__(self, store: MemoryJobStore | None = None) -> None:
         self._store = store
         self._lock = threading.Lock()
+        self._ready_signal = threading.Condition(self._lock)
         self._seq = 0
         self._ready: dict[str, dict[Priority, deque[tuple[int, Job]]]] = {}
         self._ready_ids: dict[UUID, str] = {}
@@ -72,6 +73,7 @@ class MemoryJobQueue:
             self._seq += 1
             self._lanes(job.queue)[job.priority].append((self._seq, job))
             self._ready_ids[job.id] = job.queue
+            self._ready_signal.notify_all()
 
     def enqueue(self, job: Job) -> None:
         with self._lock:
@@ -130,6 +132,14 @@ class MemoryJobQueue:
             self._place(job)
             return True
 
+    def wait_for_work(self, queue: str, timeout_s: float) -> bool:
+        """Block until a job becomes ready on `queue` or `timeout_s` passes."""
+        with self._lock:
+            lanes = self._ready.get(queue)
+            if lanes and any(lanes.values()):
+                return True
+            return self._ready_signal.wait(timeout_s)
+
     def dequeue_many(self, queue: str, now: datetime, limit: int) -> list[Claim | BadClaim]:
         claims: list[Claim | BadClaim] = []
         for _ in range(limit):
@@ -169,6 +179,8 @@ class MemoryJobQueue:
                 self._seq += 1
                 self._lanes(job.queue)[job.priority].append((self._seq, job))
                 self._ready_ids[job.id] = job.queue
+            if due:
+                self._ready_signal.notify_all()
             return min(len(due), limit)
 
     def abandoned(self, cutoff: datetime, limit: int = 100) -> Sequence[Claim]:

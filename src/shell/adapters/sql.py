@@ -70,6 +70,7 @@ from ..codec import decode, encode
 from ..ports import BadClaim, Claim, QueueCounts
 from .sql_schema import (
     JOB_COUNTER,
+    NOTIFY_CHANNEL,
     PROCESSING,
     READY,
     SCHEDULED,
@@ -327,6 +328,10 @@ def _upsert(conn: Connection, table: Table, values: Mapping[str, Any]) -> Execut
     )
 
 
+#: How often an idle worker on SQLite looks for another connection's commit.
+SQLITE_WATCH_S = 0.002
+
+
 # --- the queue -----------------------------------------------------------------------------
 
 
@@ -343,6 +348,7 @@ class SqlJobQueue:
     ) -> None:
         self._db = _Database(engine, schema, lock_retry_s)
         self._t = schema.job_queue
+        self._listeners = threading.local()
 
     @property
     def engine(self) -> Engine:
@@ -683,6 +689,47 @@ class SqlJobQueue:
             for name, ready, scheduled, in_flight, oldest in rows
         }
 
+    def wait_for_work(self, queue: str, timeout_s: float) -> bool:
+        """PostgreSQL: block until a job becomes ready on any queue (LISTEN on the
+        trigger's channel) or `timeout_s` passes. True means "try a dequeue". On SQLite
+        there is no such signal: this returns False at once and the worker polls."""
+        if self._db.sqlite:
+            return self._wait_sqlite(timeout_s)
+        listener: Any = getattr(self._listeners, "conn", None)
+        if listener is None or listener.closed:
+            raw = self._db.engine.raw_connection()
+            listener = raw.driver_connection
+            listener.autocommit = True
+            listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            self._listeners.conn = listener
+            self._listeners.raw = raw  # keeps the pool's wrapper (and so the connection) alive
+        try:
+            for _ in listener.notifies(timeout=timeout_s, stop_after=1):
+                return True
+        except Exception:
+            self._listeners.conn = None  # reconnect on the next wait
+            raise
+        return False
+
+    def _wait_sqlite(self, timeout_s: float) -> bool:
+        # SQLite has no notifications; `PRAGMA data_version` changes when another
+        # connection commits, and reading it touches no table, so it is cheap to poll.
+        watcher: Any = getattr(self._listeners, "raw", None)
+        if watcher is None:
+            watcher = self._db.engine.raw_connection()
+            self._listeners.raw = watcher
+        cursor = watcher.driver_connection.cursor()
+        try:
+            seen = cursor.execute("PRAGMA data_version").fetchone()[0]
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                time.sleep(SQLITE_WATCH_S)
+                if cursor.execute("PRAGMA data_version").fetchone()[0] != seen:
+                    return True
+            return False
+        finally:
+            cursor.close()
+
     def finishes_with(self, store: object) -> bool:
         """True when `store` keeps its table in this queue's database."""
         return (
@@ -707,6 +754,10 @@ class SqlJobQueue:
 
     def close(self) -> None:
         """Close pooled connections (the engine reconnects if used again)."""
+        raw = getattr(self._listeners, "raw", None)
+        if raw is not None:
+            raw.invalidate()
+            self._listeners.conn = self._listeners.raw = None
         self._db.engine.dispose()
 
 

@@ -31,6 +31,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine.interfaces import Dialect
@@ -139,10 +140,38 @@ SCHEMA = make_schema()
 metadata = SCHEMA.metadata
 
 
+#: The PostgreSQL channel on which a job becoming ready is announced (payload: its queue).
+NOTIFY_CHANNEL = "conveyor_ready"
+
+
+def notify_ddl(schema: Schema = SCHEMA) -> list[str]:
+    """PostgreSQL only: a trigger that NOTIFYs when a row becomes ready, so idle workers
+    wake at once instead of polling. Same-transaction duplicates collapse into one."""
+    table = schema.job_queue.name
+    function = f"{table}_notify_ready"
+    return [
+        f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger AS $$\n"
+        f"BEGIN\n"
+        f"    PERFORM pg_notify('{NOTIFY_CHANNEL}', NEW.queue);\n"
+        f"    RETURN NULL;\n"
+        f"END;\n"
+        f"$$ LANGUAGE plpgsql",
+        f"DROP TRIGGER IF EXISTS {function} ON {table}",
+        f"CREATE TRIGGER {function} AFTER INSERT OR UPDATE OF status ON {table}\n"
+        f"    FOR EACH ROW WHEN (NEW.status = 'ready') EXECUTE FUNCTION {function}()",
+    ]
+
+
 def create_tables(engine: Engine, schema: Schema = SCHEMA) -> None:
     """Create whatever of the schema is missing. Safe to call again and from many processes
     started one after another; existing tables are left as they are."""
     schema.metadata.create_all(engine, tables=schema.tables_for(engine.dialect), checkfirst=True)
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn:
+            # One creator at a time: DROP/CREATE TRIGGER racing in two processes would fail.
+            conn.execute(text("SELECT pg_advisory_xact_lock(4242001)"))
+            for statement in notify_ddl(schema):
+                conn.execute(text(statement))
 
 
 _DIALECTS = {"postgresql": postgresql.dialect, "sqlite": sqlite.dialect}
@@ -167,6 +196,8 @@ def ddl_text(dialect: str | Dialect, schema: Schema = SCHEMA) -> str:
         statements.append(str(CreateTable(table).compile(dialect=target)).strip())
         for index in sorted(table.indexes, key=lambda i: str(i.name)):
             statements.append(str(CreateIndex(index).compile(dialect=target)))
+    if target.name == "postgresql":
+        statements.extend(notify_ddl(schema))
     # Compiled DDL has tab indents and trailing blanks; tidy it for a migration file.
     tidy = (
         "\n".join(line.rstrip().replace("\t", "    ") for line in s.splitlines())
