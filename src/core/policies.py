@@ -109,6 +109,12 @@ def is_abandoned(locked_at: datetime, lease_ms: int, now: datetime) -> bool:
     return lease_deadline(locked_at, lease_ms) < now
 
 
+def needs_renewal(locked_at: datetime, lease_ms: int, now: datetime) -> bool:
+    """True once half the lease has passed: a claim waiting its turn (prefetched) must be
+    renewed, and so checked, before its job starts, or a reclaimer may take it midway."""
+    return now - locked_at > timedelta(milliseconds=lease_ms / 2)
+
+
 def reclaim_cutoff(now: datetime, lease_ms: int) -> datetime:
     """Claims locked before this instant are abandoned (the SQL/Redis predicate's bound)."""
     return now - timedelta(milliseconds=lease_ms)

@@ -40,6 +40,7 @@ from ..core import (
     dead_letter,
     decide,
     decide_reclaim,
+    needs_renewal,
     reclaim_cutoff,
     start,
     tenant_verdict,
@@ -275,7 +276,6 @@ class Worker:
         """Run prefetched claims in order; completed and dead-lettered ones are finished
         together in one round trip at the end (each still atomic and fenced)."""
         finished: list[tuple[Claim, Decision]] = []
-        half_lease = timedelta(milliseconds=self.policies.lease.lease_ms / 2)
         for i, claim in enumerate(claims):
             now = self.clock.now()
             if self._stop.is_set() and isinstance(claim, Claim):
@@ -285,7 +285,8 @@ class Worker:
                         self.queue.replace(rest, rest.job)
                 break
             # A claim old enough that a reclaimer might be near is renewed (and checked) first.
-            stale = isinstance(claim, Claim) and now - claim.locked_at > half_lease
+            lease = self.policies.lease.lease_ms
+            stale = isinstance(claim, Claim) and needs_renewal(claim.locked_at, lease, now)
             if stale and not self.queue.extend(claim, now):
                 self._counts["lost_claims"] += 1
                 continue

@@ -281,3 +281,13 @@ def test_max_reclaims_overrides_the_jobs_retry_budget() -> None:
     assert is_poison_pill(LeasePolicy(max_reclaims=1), reclaimed(1, max_retries=3))
     assert not is_poison_pill(LeasePolicy(max_reclaims=5), reclaimed(4, max_retries=0))
     assert is_poison_pill(LeasePolicy(max_reclaims=5), reclaimed(5, max_retries=10))
+
+
+def test_a_claim_needs_renewal_only_after_half_its_lease() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from conveyor.core import needs_renewal
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    assert not needs_renewal(t0, 1000, t0 + timedelta(milliseconds=500))
+    assert needs_renewal(t0, 1000, t0 + timedelta(milliseconds=501))
