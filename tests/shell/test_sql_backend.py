@@ -773,3 +773,18 @@ def test_plain_postgresql_urls_get_the_psycopg_driver() -> None:
 def test_the_docs_show_the_current_postgresql_ddl() -> None:
     [shown] = re.findall(r"```sql\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.S)
     assert shown.strip() == ddl_text("postgresql").strip()
+
+
+def test_a_failing_statement_never_shows_job_args_in_its_error(tmp_path: Path) -> None:
+    import uuid
+
+    from conveyor.core import create_job
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    queue = SqlJobQueue(engine)  # no tables: every statement fails
+    job = create_job(
+        id=uuid.uuid4(), job_type="t", args={"password": "s3cr3t-canary"}, now=T0
+    ).unwrap()
+    with pytest.raises(Exception) as info:
+        queue.enqueue(job)
+    assert "s3cr3t-canary" not in str(info.value)

@@ -206,6 +206,9 @@ def make_engine(
     """
     parsed = normalize_url(url)
     backend = parsed.get_backend_name()
+    # Statement parameters hold job payloads (and so their secrets): keep them out of
+    # exception messages and logs.
+    options.setdefault("hide_parameters", True)
     if backend not in _SUPPORTED:
         raise ValidationError.of("url", f"backend {backend!r} is not supported; use {_NAMES}")
     if backend == "sqlite":
