@@ -781,7 +781,11 @@ def test_a_failing_statement_never_shows_job_args_in_its_error(tmp_path: Path) -
     from conveyor.core import create_job
 
     engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}")
-    queue = SqlJobQueue(engine)  # no tables: every statement fails
+    create_tables(engine)
+    with engine.begin() as conn:  # a broken table: the upsert carrying the payload fails
+        conn.execute(text("DROP TABLE conveyor_job_queue"))
+        conn.execute(text("CREATE TABLE conveyor_job_queue (id TEXT PRIMARY KEY)"))
+    queue = SqlJobQueue(engine)
     job = create_job(
         id=uuid.uuid4(), job_type="t", args={"password": "s3cr3t-canary"}, now=T0
     ).unwrap()
