@@ -425,7 +425,8 @@ def _placeholder(bad: BadClaim, now: datetime) -> Job:
     return Job(
         id=job_id,
         job_type="undecodable",
-        args=FrozenMap({"raw_payload": bad.payload[:4096]}),
+        # Kept for inspection as valid text: undecodable bytes become "?".
+        args=FrozenMap({"raw_payload": bad.payload[:4096].encode("utf-8", "replace").decode()}),
         queue=bad.queue,
         priority=Priority.NORMAL,
         status=JobStatus.RUNNING,

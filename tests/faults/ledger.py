@@ -6,8 +6,9 @@ written by everyone who takes part in a fault run:
 * the producer records each enqueue attempt *before* calling the queue and its
   outcome (`ok` / `error`) after: an acknowledged enqueue is one reported ok;
 * the failpoint proxy in each worker process records every claim it was handed
-  and every fenced write a claim holder made (extend, replace, ack, reclaim) with
-  the token and whether the backend accepted it;
+  and every fenced write a claim holder made (extend, finish, replace, ack,
+  reclaim) with the token and whether the backend accepted it (`op!` when the
+  call raised instead), and each lease-keeper scan;
 * handlers record each execution's start and end (job key, claim token, pid,
   wall time) and commit their effect idempotently (`INSERT OR IGNORE` into
   `effects`), so the first effect of a job stands and later ones are no-ops.

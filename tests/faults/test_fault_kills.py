@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections import Counter
 
 import pytest
 from conveyor.core import JobStatus
@@ -16,12 +17,13 @@ pytestmark = pytest.mark.timeout(90)
 def test_kill_9_of_busy_workers_several_times_loses_no_job(site: Site) -> None:
     jobs, kills = 400, 4
     site.produce(jobs, sleep_ms=30)
-    fleet = [site.spawn(threads=3), site.spawn(threads=3)]
-    for _ in range(kills):
+    # One claims a job at a time, the other four per round trip (prefetch, batched finish).
+    fleet = [site.spawn(threads=3), site.spawn(threads=3, prefetch=4)]
+    for i in range(kills):
         time.sleep(0.6)
         assert site.counts().ready > 0, "each kill lands while there is work left"
         fleet.pop(0).kill()  # the longest-running worker: busy by now
-        fleet.append(site.spawn(threads=3, ready=False))
+        fleet.append(site.spawn(threads=3, prefetch=1 if i % 2 else 4, ready=False))
     site.drain(timeout_s=40, threads=2)
 
     f = site.figures()
@@ -30,6 +32,8 @@ def test_kill_9_of_busy_workers_several_times_loses_no_job(site: Site) -> None:
     assert f.unreleased_on_dead >= kills, "every kill caught a worker holding claims"
     claimed_by_dead = {w.job_id for w in site.ledger.writes() if w.pid in site.dead}
     assert f.duplicated_ids <= claimed_by_dead, "only jobs a killed worker held ran twice"
+    finishes = Counter(w.job_id for w in site.ledger.writes() if w.op == "finish" and w.ok)
+    assert max(finishes.values()) == 1, "no job had two outcomes accepted"
 
 
 def test_a_poison_pill_is_dead_lettered_after_its_budget_and_the_rest_completes(

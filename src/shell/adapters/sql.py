@@ -161,6 +161,9 @@ def configure_sqlite(
         # Take BEGIN away from the sqlite3 module (it would defer it past our SELECTs)
         # and give it to the "begin" listener below.
         dbapi_connection.isolation_level = None
+        # A payload that is not UTF-8 (written by something else) must come back as a
+        # BadClaim, not raise inside the driver and wedge the queue behind it.
+        dbapi_connection.text_factory = _lenient_text
         cursor = dbapi_connection.cursor()
         try:
             # The busy timeout first, so switching the journal mode waits its turn too.
@@ -178,6 +181,10 @@ def configure_sqlite(
 
     event.listen(engine, "connect", on_connect)
     event.listen(engine, "begin", on_begin)
+
+
+def _lenient_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def normalize_url(url: str | URL) -> URL:
