@@ -115,11 +115,11 @@ def _runtime(inst: ConveyorInstance, prefetch: int) -> Any:
         config["workers"]["prefetch"] = prefetch
     if inst.backend == "memory":
         return inst.rt  # the queued jobs live in this runtime
-    return workers.conveyor_runtime(config)
+    return workers.conveyor_runtime(config, workers.plain_noop)
 
 
 def profile_backend(env: Env, backend: str, n: int, prefetch: int) -> dict[str, Any]:
-    inst = ConveyorInstance(env, f"profile-{backend}", backend)
+    inst = ConveyorInstance(env, f"profile-{backend}", backend, handler=workers.plain_noop)
     if backend == "memory" and prefetch > 1:
         inst.close()
         inst.config["workers"]["prefetch"] = prefetch
@@ -143,6 +143,8 @@ def profile_backend(env: Env, backend: str, n: int, prefetch: int) -> dict[str, 
     if rt is not inst.rt:
         rt.close()
     inst.close()
+    if pstats_run.completed != pstats_run.processed or stats.completed != stats.processed:
+        raise RuntimeError(f"{backend}: not every job completed: {stats} / {pstats_run}")
     st = pstats.Stats(prof)
     raw: dict[Any, Any] = st.stats  # type: ignore[attr-defined]
     jobs = max(pstats_run.processed, 1)

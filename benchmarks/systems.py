@@ -228,9 +228,16 @@ class Instance:
 class ConveyorInstance(Instance):
     bulk_label = None
 
-    def __init__(self, env: Env, tag: str, backend: str) -> None:
+    def __init__(
+        self,
+        env: Env,
+        tag: str,
+        backend: str,
+        handler: Callable[[Any], Any] = workers.conveyor_noop,
+    ) -> None:
         super().__init__(env, tag)
         self.backend = backend
+        self.handler = handler
         self.rt: Any = None
         self.path: Path | None = None
         if backend == "memory":
@@ -258,7 +265,7 @@ class ConveyorInstance(Instance):
 
     def open(self) -> None:
         if self.rt is None:
-            self.rt = workers.conveyor_runtime(self.config)
+            self.rt = workers.conveyor_runtime(self.config, self.handler)
 
     def close(self) -> None:
         if self.rt is not None:

@@ -46,10 +46,14 @@ async def pgqueuer_noop(job: Any) -> None:
 # ---- Conveyor ----------------------------------------------------------------------
 
 
-def conveyor_runtime(config: dict[str, Any]) -> Any:
+def conveyor_runtime(config: dict[str, Any], handler: Callable[[Any], Any] = conveyor_noop) -> Any:
     import conveyor
 
-    return conveyor.build(config, handlers={"noop": conveyor_noop}, env={})
+    return conveyor.build(config, handlers={"noop": handler}, env={})
+
+
+def plain_noop(args: Any) -> None:
+    """A handler that does nothing at all (for the in-process profile)."""
 
 
 def _conveyor(spec: dict[str, Any]) -> Callable[[], None]:

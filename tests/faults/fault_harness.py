@@ -1,12 +1,11 @@
 """The fault-test harness: a backend with its ledger, and worker processes to hurt.
 
-The `site` fixture (conftest.py) is parametrized over SQLite, PostgreSQL and Redis.
-Servers are real and
-start themselves (the shared test servers of `conveyor.testing`); one that cannot
-start fails the test, never skips it. Each test gets an empty backend, a fresh
-ledger file and helpers to enqueue through the ledger, spawn
-`fault_worker.py` processes, kill them, drain with a clean worker and compute the
-figures.
+The `site` fixture (conftest.py) is parametrized over SQLite, PostgreSQL and
+Redis. Servers are real and start themselves (the shared test servers of
+`conveyor.testing`); one that cannot start fails the test, never skips it. Each
+test gets an empty backend, a fresh ledger file and helpers to enqueue through
+the ledger, spawn `fault_worker.py` processes, kill them, drain with a clean
+worker and compute the figures.
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ from fault_pg import PgCluster
 pytestmark = pytest.mark.timeout(90)
 
 JOBS = 300
+#: Worker threads of `run_through` (2 processes x 2 threads). A server outage can fail
+#: the outcome write of the job each one holds; after its lease that job runs again.
+IN_FLIGHT = 4
 
 
 def run_through(site: Site, fault: threading.Thread, *, jobs: int = JOBS) -> list[WorkerProc]:
@@ -130,7 +133,7 @@ def test_a_postgresql_crash_and_restart_loses_no_acknowledged_enqueue(
         workers = run_through(site, threading.Thread(target=crash_and_restart))
         stop(workers)
         f = site.figures()
-        f.assert_no_loss(duplicates_at_most=f.unreleased)
+        f.assert_no_loss(duplicates_at_most=f.unreleased + IN_FLIGHT)
         assert f.acknowledged == f.completed
         assert f.enqueue_errors > 0, "the crash was felt by the producer"
     finally:
@@ -162,7 +165,7 @@ def test_a_redis_kill_9_and_restart_loses_no_acknowledged_enqueue(
         workers = run_through(site, threading.Thread(target=kill_and_restart))
         stop(workers)
         f = site.figures()
-        f.assert_no_loss(duplicates_at_most=f.unreleased)
+        f.assert_no_loss(duplicates_at_most=f.unreleased + IN_FLIGHT)
         assert f.acknowledged == f.completed
         assert f.enqueue_errors > 0, "the kill was felt by the producer"
     finally:
