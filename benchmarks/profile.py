@@ -230,7 +230,11 @@ def render(results: list[dict[str, Any]], prefetch: int, n: int, info: dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.profile",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--prefetch", type=int, default=1)
     parser.add_argument(

@@ -1,7 +1,7 @@
 """Conveyor's benchmark: Conveyor on every backend, its peers, and each server's limit.
 
     python -m benchmarks.run            # the full run (about 14 minutes on 2 cores)
-    python -m benchmarks.run --quick    # a smoke run: one round, small sizes (about 2 minutes)
+    python -m benchmarks.run --quick    # a smoke run: one round, small sizes (about 1.5 minutes)
     python3 dev.py bench [--quick]      # the same, in the project's venv with the bench extra
 
 Everything runs in one process tree, in rounds: each round measures every system
@@ -319,7 +319,11 @@ def aggregate(samples: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, fl
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run with small sizes")
     parser.add_argument("--only", nargs="*", help="run only these systems (by name)")
     parser.add_argument("--rounds", type=int, help="override the number of rounds")
