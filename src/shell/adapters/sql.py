@@ -324,15 +324,18 @@ class _Database:
         return literal(int(value), BigInteger)
 
 
-def _upsert(conn: Connection, table: Table, values: Mapping[str, Any]) -> Executable:
-    """INSERT ... ON CONFLICT (id) DO UPDATE of every given column, in this dialect."""
+def _upsert(
+    conn: Connection, table: Table, values: Mapping[str, Any], *, many: bool = False
+) -> Executable:
+    """INSERT ... ON CONFLICT (id) DO UPDATE of every given column, in this dialect.
+    With `many`, `values` is only the shape: the rows go to `conn.execute` (executemany)."""
     columns = [name for name in values if name != "id"]
     if conn.dialect.name == "postgresql":
-        pg = pg_insert(table).values(dict(values))
+        pg = pg_insert(table) if many else pg_insert(table).values(dict(values))
         return pg.on_conflict_do_update(
             index_elements=[table.c.id], set_={c: pg.excluded[c] for c in columns}
         )
-    lite = sqlite_insert(table).values(dict(values))
+    lite = sqlite_insert(table) if many else sqlite_insert(table).values(dict(values))
     return lite.on_conflict_do_update(
         index_elements=[table.c.id], set_={c: lite.excluded[c] for c in columns}
     )
@@ -416,18 +419,7 @@ class SqlJobQueue:
                 row = {"id": str(job.id), **self._placement_values(job)}
                 row["seq"] = None if job.status.is_parked else next(seqs)
                 rows.append(row)
-            columns = [c for c in rows[0] if c != "id"]
-            if conn.dialect.name == "postgresql":
-                pg = pg_insert(t)
-                stmt: Executable = pg.on_conflict_do_update(
-                    index_elements=[t.c.id], set_={c: pg.excluded[c] for c in columns}
-                )
-            else:
-                lite = sqlite_insert(t)
-                stmt = lite.on_conflict_do_update(
-                    index_elements=[t.c.id], set_={c: lite.excluded[c] for c in columns}
-                )
-            conn.execute(stmt, rows)
+            conn.execute(_upsert(conn, t, rows[0], many=True), rows)
 
         self._db.run(work)
 
@@ -800,18 +792,7 @@ def _record_many(db: _Database, conn: Connection, jobs: Sequence[Job]) -> None:
     rows = [_record_values(job) for job in jobs]
     for row, seq in zip(rows, db.next_seqs(conn, STORE_COUNTER, len(rows)), strict=True):
         row["recorded_seq"] = seq
-    columns = [c for c in rows[0] if c != "id"]
-    if conn.dialect.name == "postgresql":
-        pg = pg_insert(store)
-        stmt: Executable = pg.on_conflict_do_update(
-            index_elements=[store.c.id], set_={c: pg.excluded[c] for c in columns}
-        )
-    else:
-        lite = sqlite_insert(store)
-        stmt = lite.on_conflict_do_update(
-            index_elements=[store.c.id], set_={c: lite.excluded[c] for c in columns}
-        )
-    conn.execute(stmt, rows)
+    conn.execute(_upsert(conn, store, rows[0], many=True), rows)
 
 
 def _bump(conn: Connection, schema: Schema, counter: str, by: int) -> int:
