@@ -15,7 +15,9 @@ pytestmark = pytest.mark.timeout(90)
 
 
 def test_kill_9_of_busy_workers_several_times_loses_no_job(site: Site) -> None:
-    jobs, kills = 400, 4
+    # Enough work that the last kill still finds some queued: at most six handlers run
+    # at once (two workers of three threads), about 200 jobs/s, so 1,000 outlast the kills.
+    jobs, kills = 1000, 4
     site.produce(jobs, sleep_ms=30)
     # One claims a job at a time, the other four per round trip (prefetch, batched finish).
     fleet = [site.spawn(threads=3), site.spawn(threads=3, prefetch=4)]
