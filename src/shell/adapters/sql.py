@@ -48,8 +48,6 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
-    Executable,
-    Table,
     case,
     create_engine,
     delete,
@@ -61,8 +59,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError
 
 from ...core import Job, JobStatus, ValidationError
@@ -78,6 +74,7 @@ from .sql_schema import (
     STORE_COUNTER,
     Schema,
 )
+from .sql_statements import Statements
 
 __all__ = [
     "BadClaim",
@@ -259,6 +256,7 @@ class _Database:
         self.engine = engine
         self.schema = schema
         self.sqlite = name == "sqlite"
+        self.sql = Statements(schema, name)
         self.lock_retry_s = lock_retry_s
         self._retries = 0
         self._retries_lock = threading.Lock()
@@ -302,8 +300,24 @@ class _Database:
             series = func.generate_series(1, n).table_valued("n")
             fresh = select(seq.next_value()).select_from(series)
             return sorted(int(v) for v in conn.execute(fresh).scalars())
-        last = _bump(conn, self.schema, counter, n)
+        last = self.bump(conn, counter, n)
         return list(range(last - n + 1, last + 1))
+
+    def bump(self, conn: Connection, counter: str, by: int = 1) -> int:
+        """Add `by` to a SQLite counter row inside `conn`'s transaction; the new value."""
+        return int(conn.execute(self.sql.bump, {"name": counter, "by": by}).scalar_one())
+
+    def put(self, conn: Connection, row: dict[str, Any], *, record: bool, ready: bool) -> None:
+        """Upsert one job_queue row (or, with `record`, one job_store row) with a fresh
+        seq when `ready` (a record always takes one); `row` holds every other column."""
+        sql = self.sql
+        column, counter = ("recorded_seq", STORE_COUNTER) if record else ("seq", JOB_COUNTER)
+        nextval = sql.upsert_record_nextval if record else sql.upsert_job_nextval
+        if ready and nextval is not None:
+            conn.execute(nextval, row)
+            return
+        row[column] = self.bump(conn, counter) if ready else None
+        conn.execute(sql.upsert_record if record else sql.upsert_job, row)
 
     def next_seq(self, conn: Connection, counter: str) -> ColumnElement[int]:
         """A fresh value, larger than every one handed out before, as a SQL expression.
@@ -315,30 +329,7 @@ class _Database:
         if conn.dialect.supports_sequences:
             seq = self.schema.job_seq if counter == JOB_COUNTER else self.schema.store_seq
             return seq.next_value()
-        counters = self.schema.counters
-        bump = sqlite_insert(counters).values(name=counter, value=1)
-        bump = bump.on_conflict_do_update(
-            index_elements=[counters.c.name], set_={"value": counters.c.value + 1}
-        )
-        value = conn.execute(bump.returning(counters.c.value)).scalar_one()
-        return literal(int(value), BigInteger)
-
-
-def _upsert(
-    conn: Connection, table: Table, values: Mapping[str, Any], *, many: bool = False
-) -> Executable:
-    """INSERT ... ON CONFLICT (id) DO UPDATE of every given column, in this dialect.
-    With `many`, `values` is only the shape: the rows go to `conn.execute` (executemany)."""
-    columns = [name for name in values if name != "id"]
-    if conn.dialect.name == "postgresql":
-        pg = pg_insert(table) if many else pg_insert(table).values(dict(values))
-        return pg.on_conflict_do_update(
-            index_elements=[table.c.id], set_={c: pg.excluded[c] for c in columns}
-        )
-    lite = sqlite_insert(table) if many else sqlite_insert(table).values(dict(values))
-    return lite.on_conflict_do_update(
-        index_elements=[table.c.id], set_={c: lite.excluded[c] for c in columns}
-    )
+        return literal(self.bump(conn, counter), BigInteger)
 
 
 #: How often an idle worker on SQLite looks for another connection's commit.
@@ -393,8 +384,8 @@ class SqlJobQueue:
         }
 
     def _enqueue(self, conn: Connection, job: Job) -> None:
-        values = {"id": str(job.id), **self._placement(conn, job)}
-        conn.execute(_upsert(conn, self._t, values))
+        row = {"id": str(job.id), **self._placement_values(job)}
+        self._db.put(conn, row, record=False, ready=not job.status.is_parked)
 
     def enqueue(self, job: Job) -> None:
         """Upsert by id, unlocked: parked jobs wait as `scheduled`, others go to the tail
@@ -409,7 +400,6 @@ class SqlJobQueue:
             return
         by_id = {job.id: job for job in jobs}  # one row per id: the last one wins
         batch = list(by_id.values())
-        t = self._t
 
         def work(conn: Connection) -> None:
             ready = sum(1 for job in batch if not job.status.is_parked)
@@ -419,7 +409,7 @@ class SqlJobQueue:
                 row = {"id": str(job.id), **self._placement_values(job)}
                 row["seq"] = None if job.status.is_parked else next(seqs)
                 rows.append(row)
-            conn.execute(_upsert(conn, t, rows[0], many=True), rows)
+            conn.execute(self._db.sql.upsert_job, rows)
 
         self._db.run(work)
 
@@ -450,28 +440,16 @@ class SqlJobQueue:
         """Claim the best ready job of `queue` (priority, then FIFO) under a fresh token,
         locked at `now`. An undecodable payload comes back as a `BadClaim`."""
         at = to_micros(now)
-        t = self._t
+        sql = self._db.sql
 
         def claim(conn: Connection) -> tuple[str, str, str] | None:
             for _ in range(_CLAIM_ATTEMPTS):
-                best = (
-                    select(t.c.id)
-                    .where(t.c.queue == queue, t.c.status == READY)
-                    .order_by(t.c.priority, t.c.seq)
-                    .limit(1)
-                    .with_for_update(skip_locked=True)
-                )
-                job_id = conn.execute(best).scalar_one_or_none()
+                job_id = conn.execute(sql.best_one, {"queue": queue}).scalar_one_or_none()
                 if job_id is None:
                     return None
                 token = uuid.uuid4().hex
-                take = (
-                    update(t)
-                    .where(t.c.id == job_id, t.c.status == READY)
-                    .values(status=PROCESSING, locked_by=token, locked_at=at)
-                    .returning(t.c.payload)
-                )
-                payload = conn.execute(take).scalar_one_or_none()
+                take = {"job_id": job_id, "token": token, "at": at}
+                payload = conn.execute(sql.take_one, take).scalar_one_or_none()
                 if payload is not None:
                     return str(job_id), token, str(payload)
             # Every candidate went to another claimer; they made progress, we poll again.
@@ -489,27 +467,17 @@ class SqlJobQueue:
         if limit <= 0:
             return []
         at = to_micros(now)
-        t = self._t
+        sql = self._db.sql
         base = uuid.uuid4().hex[:16]  # + ":" + the 36-character id fits locked_by
 
         def claim(conn: Connection) -> list[tuple[str, str, str]]:
-            best = (
-                select(t.c.id)
-                .where(t.c.queue == queue, t.c.status == READY)
-                .order_by(t.c.priority, t.c.seq)
-                .limit(limit)
-                .with_for_update(skip_locked=True)
-            )
-            ids = list(conn.execute(best).scalars())
+            best = {"queue": queue, "limit": limit}
+            ids = list(conn.execute(sql.best_many, best).scalars())
             if not ids:
                 return []
-            take = (
-                update(t)
-                .where(t.c.id.in_(ids), t.c.status == READY)
-                .values(status=PROCESSING, locked_by=literal(f"{base}:") + t.c.id, locked_at=at)
-                .returning(t.c.id, t.c.locked_by, t.c.payload, t.c.priority, t.c.seq)
-            )
-            rows = sorted(conn.execute(take).all(), key=lambda r: (r.priority, r.seq))
+            take = {"ids": ids, "base": f"{base}:", "at": at}
+            taken = conn.execute(sql.take_many, take).all()
+            rows = sorted(taken, key=lambda r: (r.priority, r.seq))
             return [(str(r.id), str(r.locked_by), str(r.payload)) for r in rows]
 
         return [
@@ -524,16 +492,12 @@ class SqlJobQueue:
             return []
         for claim, record in items:
             _same_id(claim, record)
-        t = self._t
+        sql = self._db.sql
 
         def work(conn: Connection) -> list[bool]:
-            tokens = [claim.token for claim, _ in items]
-            gone = (
-                delete(t)
-                .where(t.c.status == PROCESSING, t.c.locked_by.in_(tokens))
-                .returning(t.c.id, t.c.locked_by)
-            )
-            released = {(str(r.id), str(r.locked_by)) for r in conn.execute(gone)}
+            tokens = {"tokens": [claim.token for claim, _ in items]}
+            gone = conn.execute(sql.release_many, tokens)
+            released = {(str(r.id), str(r.locked_by)) for r in gone}
             done = [(str(c.job.id), c.token) in released for c, _ in items]
             _record_many(self._db, conn, [r for (_, r), ok in zip(items, done, strict=True) if ok])
             return done
@@ -547,13 +511,15 @@ class SqlJobQueue:
 
     def ack(self, claim: Claim | BadClaim) -> bool:
         """Delete the row only while `claim.token` still holds it."""
-        stmt = delete(self._t).where(*self._fenced(claim))
-        return self._db.run(lambda conn: conn.execute(stmt).rowcount == 1)
+        job_id, token = _held_by(claim)
+        held = {"job_id": job_id, "token": token}
+        return self._db.run(lambda conn: conn.execute(self._db.sql.release, held).rowcount == 1)
 
     def extend(self, claim: Claim | BadClaim, now: datetime) -> bool:
         """Renew the lease to `now` while `claim.token` still holds the row."""
-        stmt = update(self._t).where(*self._fenced(claim)).values(locked_at=to_micros(now))
-        return self._db.run(lambda conn: conn.execute(stmt).rowcount == 1)
+        job_id, token = _held_by(claim)
+        held = {"job_id": job_id, "token": token, "at": to_micros(now)}
+        return self._db.run(lambda conn: conn.execute(self._db.sql.extend, held).rowcount == 1)
 
     def replace(self, claim: Claim, job: Job) -> bool:
         """Swap the held row for `job` (ready at the tail, or parked), unlocked, while
@@ -744,10 +710,10 @@ class SqlJobQueue:
         """One transaction: delete the held row (fenced) and upsert `record` in the
         store. Both commit or neither; a lost claim writes nothing."""
         _same_id(claim, record)
-        gone = delete(self._t).where(*self._fenced(claim))
+        held = {"job_id": str(claim.job.id), "token": claim.token}
 
         def work(conn: Connection) -> bool:
-            if conn.execute(gone).rowcount != 1:
+            if conn.execute(self._db.sql.release, held).rowcount != 1:
                 return False
             _record(self._db, conn, record)
             return True
@@ -765,8 +731,7 @@ class SqlJobQueue:
 
 def _record(db: _Database, conn: Connection, job: Job) -> None:
     """Upsert `job` into the store table inside `conn`'s transaction."""
-    values = {**_record_values(job), "recorded_seq": db.next_seq(conn, STORE_COUNTER)}
-    conn.execute(_upsert(conn, db.schema.job_store, values))
+    db.put(conn, _record_values(job), record=True, ready=True)
 
 
 def _record_values(job: Job) -> dict[str, Any]:
@@ -788,21 +753,10 @@ def _record_many(db: _Database, conn: Connection, jobs: Sequence[Job]) -> None:
         for job in jobs:
             _record(db, conn, job)
         return
-    store = db.schema.job_store
     rows = [_record_values(job) for job in jobs]
     for row, seq in zip(rows, db.next_seqs(conn, STORE_COUNTER, len(rows)), strict=True):
         row["recorded_seq"] = seq
-    conn.execute(_upsert(conn, store, rows[0], many=True), rows)
-
-
-def _bump(conn: Connection, schema: Schema, counter: str, by: int) -> int:
-    """Add `by` to a SQLite counter row; returns the new value."""
-    counters = schema.counters
-    stmt = sqlite_insert(counters).values(name=counter, value=by)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[counters.c.name], set_={"value": counters.c.value + by}
-    )
-    return int(conn.execute(stmt.returning(counters.c.value)).scalar_one())
+    conn.execute(db.sql.upsert_record, rows)
 
 
 def _same_id(claim: Claim, job: Job) -> None:
