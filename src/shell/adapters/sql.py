@@ -266,8 +266,14 @@ class _Database:
         with self._retries_lock:
             return self._retries
 
-    def run(self, work: Callable[[Connection], T], *, write: bool = True) -> T:
+    def run(
+        self, work: Callable[[Connection], T], *, write: bool = True, single: bool = False
+    ) -> T:
         """`work(conn)` in one transaction, committed when it returns.
+
+        `single` says `work` runs one statement: on PostgreSQL it then runs in
+        autocommit, where the statement is its own transaction, saving the BEGIN and
+        COMMIT round trips.
 
         A transient failure (`database is locked`, a PostgreSQL deadlock or
         serialization failure) rolled everything back, so rerunning cannot apply
@@ -281,6 +287,8 @@ class _Database:
                 with self.engine.connect() as conn:
                     if self.sqlite and not write:
                         conn = conn.execution_options(**{SQLITE_BEGIN_OPTION: "DEFERRED"})
+                    elif single and not self.sqlite:
+                        return work(conn.execution_options(isolation_level="AUTOCOMMIT"))
                     with conn.begin():
                         return work(conn)
             except DBAPIError as exc:
@@ -391,7 +399,8 @@ class SqlJobQueue:
         """Upsert by id, unlocked: parked jobs wait as `scheduled`, others go to the tail
         of ready. Re-enqueueing a claimed job takes it from its holder, whose ack then
         finds nothing."""
-        self._db.run(lambda conn: self._enqueue(conn, job))
+        # One upsert on PostgreSQL (seq from the sequence); SQLite bumps a counter first.
+        self._db.run(lambda conn: self._enqueue(conn, job), single=not self._db.sqlite)
 
     def enqueue_many(self, jobs: Sequence[Job]) -> None:
         """Upsert several jobs in one transaction and one statement; ready ones go to the
@@ -441,10 +450,18 @@ class SqlJobQueue:
         locked at `now`. An undecodable payload comes back as a `BadClaim`."""
         at = to_micros(now)
         sql = self._db.sql
+        best = sql.claim_best
+        if best is not None:  # PostgreSQL: select and lock in one statement
+            token = uuid.uuid4().hex
+            take = {"in_queue": queue, "token": token, "at": at}
+            row = self._db.run(lambda conn: conn.execute(best, take).first(), single=True)
+            if row is None:
+                return None
+            return _as_claim(str(row.id), token, queue, str(row.payload), now)
 
         def claim(conn: Connection) -> tuple[str, str, str] | None:
             for _ in range(_CLAIM_ATTEMPTS):
-                job_id = conn.execute(sql.best_one, {"queue": queue}).scalar_one_or_none()
+                job_id = conn.execute(sql.best_one, {"in_queue": queue}).scalar_one_or_none()
                 if job_id is None:
                     return None
                 token = uuid.uuid4().hex
@@ -471,7 +488,7 @@ class SqlJobQueue:
         base = uuid.uuid4().hex[:16]  # + ":" + the 36-character id fits locked_by
 
         def claim(conn: Connection) -> list[tuple[str, str, str]]:
-            best = {"queue": queue, "limit": limit}
+            best = {"in_queue": queue, "limit": limit}
             ids = list(conn.execute(sql.best_many, best).scalars())
             if not ids:
                 return []
@@ -513,13 +530,17 @@ class SqlJobQueue:
         """Delete the row only while `claim.token` still holds it."""
         job_id, token = _held_by(claim)
         held = {"job_id": job_id, "token": token}
-        return self._db.run(lambda conn: conn.execute(self._db.sql.release, held).rowcount == 1)
+        return self._db.run(
+            lambda conn: conn.execute(self._db.sql.release, held).rowcount == 1, single=True
+        )
 
     def extend(self, claim: Claim | BadClaim, now: datetime) -> bool:
         """Renew the lease to `now` while `claim.token` still holds the row."""
         job_id, token = _held_by(claim)
         held = {"job_id": job_id, "token": token, "at": to_micros(now)}
-        return self._db.run(lambda conn: conn.execute(self._db.sql.extend, held).rowcount == 1)
+        return self._db.run(
+            lambda conn: conn.execute(self._db.sql.extend, held).rowcount == 1, single=True
+        )
 
     def replace(self, claim: Claim, job: Job) -> bool:
         """Swap the held row for `job` (ready at the tail, or parked), unlocked, while
@@ -711,6 +732,13 @@ class SqlJobQueue:
         store. Both commit or neither; a lost claim writes nothing."""
         _same_id(claim, record)
         held = {"job_id": str(claim.job.id), "token": claim.token}
+        one = self._db.sql.finish
+        if one is not None:
+            values = _record_values(record)
+            del values["id"]  # the record's id is the deleted row's
+            params = {**{f"r_{c}": v for c, v in values.items()}, **held}
+            recorded = self._db.run(lambda conn: conn.execute(one, params).first(), single=True)
+            return recorded is not None
 
         def work(conn: Connection) -> bool:
             if conn.execute(self._db.sql.release, held).rowcount != 1:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    ColumnElement,
     Delete,
     Executable,
     Insert,
@@ -87,7 +88,7 @@ class Statements:
         def best(limit: object) -> Select[tuple[str]]:
             return (
                 select(t.c.id)
-                .where(t.c.queue == bindparam("queue"), t.c.status == READY)
+                .where(t.c.queue == bindparam("in_queue"), t.c.status == READY)
                 .order_by(t.c.priority, t.c.seq)
                 .limit(limit)  # type: ignore[arg-type]
                 .with_for_update(skip_locked=True)
@@ -118,8 +119,38 @@ class Statements:
         )
         self.release: Delete = delete(t).where(*held)
         self.extend: Update = sql_update(t).where(*held).values(locked_at=bindparam("at"))
+        #: PostgreSQL only: one statement (and so one round trip in autocommit) each.
+        self.claim_best: Executable | None = None
+        self.finish: Executable | None = None
+        if dialect == "postgresql":
+            self.claim_best = (
+                sql_update(t)
+                .where(t.c.id == self.best_one.scalar_subquery(), t.c.status == READY)
+                .values(status=PROCESSING, locked_by=bindparam("token"), locked_at=bindparam("at"))
+                .returning(t.c.id, t.c.payload)
+            )
+            self.finish = _finish(schema, held)
         self.release_many: Executable = (
             delete(t)
             .where(t.c.status == PROCESSING, t.c.locked_by.in_(bindparam("tokens", expanding=True)))
             .returning(t.c.id, t.c.locked_by)
         )
+
+
+def _finish(schema: Schema, held: tuple[ColumnElement[bool], ...]) -> Executable:
+    """PostgreSQL: delete the held row and upsert its record, in one statement.
+
+    `WITH gone AS (DELETE ... RETURNING id) INSERT INTO job_store SELECT ... FROM gone`:
+    a lost claim deletes nothing, so nothing is recorded; the statement returns the
+    recorded id, or no row. The record's columns are the parameters `r_<column>`."""
+    t, store = schema.job_queue, schema.job_store
+    gone = delete(t).where(*held).returning(t.c.id).cte("gone")
+    columns = [c for c in RECORD_COLUMNS if c != "id"]
+    values = [bindparam(f"r_{c}", type_=store.c[c].type) for c in columns]
+    rows = select(gone.c.id, *values, schema.store_seq.next_value())
+    insert = pg_insert(store).from_select(["id", *columns, "recorded_seq"], rows)
+    updated = [*columns, "recorded_seq"]
+    upserted = insert.on_conflict_do_update(
+        index_elements=[store.c.id], set_={c: insert.excluded[c] for c in updated}
+    )
+    return upserted.returning(store.c.id).add_cte(gone, nest_here=True)
