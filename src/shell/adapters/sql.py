@@ -327,6 +327,16 @@ class _Database:
         row[column] = self.bump(conn, counter) if ready else None
         conn.execute(sql.upsert_record if record else sql.upsert_job, row)
 
+    def put_many(self, conn: Connection, rows: list[dict[str, Any]], *, record: bool) -> None:
+        """Upsert several rows (distinct ids, every column given, seq included): one
+        `unnest` statement on PostgreSQL, one executemany elsewhere."""
+        sql = self.sql
+        unnest = sql.upsert_records_unnest if record else sql.upsert_jobs_unnest
+        if unnest is None:
+            conn.execute(sql.upsert_record if record else sql.upsert_job, rows)
+            return
+        conn.execute(unnest, {f"a_{c}": [row[c] for row in rows] for c in rows[0]})
+
     def next_seq(self, conn: Connection, counter: str) -> ColumnElement[int]:
         """A fresh value, larger than every one handed out before, as a SQL expression.
 
@@ -418,7 +428,7 @@ class SqlJobQueue:
                 row = {"id": str(job.id), **self._placement_values(job)}
                 row["seq"] = None if job.status.is_parked else next(seqs)
                 rows.append(row)
-            conn.execute(self._db.sql.upsert_job, rows)
+            self._db.put_many(conn, rows, record=False)
 
         self._db.run(work)
 
@@ -784,7 +794,7 @@ def _record_many(db: _Database, conn: Connection, jobs: Sequence[Job]) -> None:
     rows = [_record_values(job) for job in jobs]
     for row, seq in zip(rows, db.next_seqs(conn, STORE_COUNTER, len(rows)), strict=True):
         row["recorded_seq"] = seq
-    conn.execute(db.sql.upsert_record, rows)
+    db.put_many(conn, rows, record=True)
 
 
 def _same_id(claim: Claim, job: Job) -> None:

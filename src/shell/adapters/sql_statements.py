@@ -23,9 +23,11 @@ from sqlalchemy import (
     Update,
     bindparam,
     delete,
+    func,
     select,
 )
 from sqlalchemy import update as sql_update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -78,6 +80,12 @@ class Statements:
             self.upsert_record_nextval = upsert(
                 dialect, store, RECORD_COLUMNS, recorded_seq=schema.store_seq.next_value()
             )
+        #: PostgreSQL: many rows in one statement, one array parameter per column.
+        self.upsert_jobs_unnest: Executable | None = None
+        self.upsert_records_unnest: Executable | None = None
+        if dialect == "postgresql":
+            self.upsert_jobs_unnest = _unnest_upsert(t, (*JOB_COLUMNS, "seq"))
+            self.upsert_records_unnest = _unnest_upsert(store, (*RECORD_COLUMNS, "recorded_seq"))
         counters = schema.counters
         by = bindparam("by", type_=BigInteger)
         bump = sqlite_insert(counters).values(name=bindparam("name"), value=by)
@@ -154,3 +162,16 @@ def _finish(schema: Schema, held: tuple[ColumnElement[bool], ...]) -> Executable
         index_elements=[store.c.id], set_={c: insert.excluded[c] for c in updated}
     )
     return upserted.returning(store.c.id).add_cte(gone, nest_here=True)
+
+
+def _unnest_upsert(table: Table, columns: tuple[str, ...]) -> Executable:
+    """PostgreSQL: `INSERT ... SELECT * FROM unnest(:a_<column>, ...) ON CONFLICT (id)
+    DO UPDATE`: one statement for any number of rows (whose ids must be distinct),
+    parsed and planned once instead of once per row."""
+    arrays = [bindparam(f"a_{c}", type_=ARRAY(table.c[c].type)) for c in columns]
+    rows = func.unnest(*arrays).table_valued(*columns).render_derived(name="given")
+    insert = pg_insert(table).from_select(list(columns), select(*(rows.c[c] for c in columns)))
+    return insert.on_conflict_do_update(
+        index_elements=[table.c.id],
+        set_={c: insert.excluded[c] for c in columns if c != "id"},
+    )
