@@ -381,6 +381,24 @@ def bulk_enqueue_keeps_list_order_and_upserts(b: Backend) -> None:
     b.queue.enqueue_many([])
 
 
+AWKWARD_TEXT = 'quote " backslash \\ nul \x00 newline \n tab \t emoji \U0001f600 ünïcode \\u0000'
+
+
+def batches_carry_any_text_unchanged(b: Backend) -> None:
+    jobs = [make_job(args={"s": AWKWARD_TEXT, AWKWARD_TEXT: [i]}) for i in range(3)]
+    b.queue.enqueue_many(jobs)
+    claims = [c for c in b.queue.dequeue_many("default", T0, 10) if isinstance(c, Claim)]
+    assert [c.job.args for c in claims] == [j.args for j in jobs]
+    records = [
+        (c, decide(start(c.job, T0).unwrap(), Succeeded(1), T0, Policies(), 0.5).job)
+        for c in claims
+    ]
+    assert list(b.queue.finish_many(records)) == [True] * 3
+    for job in jobs:
+        recorded = b.store.get(job.id)
+        assert recorded is not None and recorded.args == job.args
+
+
 CASES: dict[str, Callable[[Backend], None]] = {
     f.__name__: f
     for f in (
@@ -408,6 +426,7 @@ CASES: dict[str, Callable[[Backend], None]] = {
         finish_records_and_releases_in_one_step,
         claims_in_batches_with_their_own_tokens,
         bulk_enqueue_keeps_list_order_and_upserts,
+        batches_carry_any_text_unchanged,
     )
 }
 

@@ -29,6 +29,7 @@ retried with bounded, jittered backoff, never surfaced as a lost enqueue or ack.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import random
 import sqlite3
@@ -329,13 +330,13 @@ class _Database:
 
     def put_many(self, conn: Connection, rows: list[dict[str, Any]], *, record: bool) -> None:
         """Upsert several rows (distinct ids, every column given, seq included): one
-        `unnest` statement on PostgreSQL, one executemany elsewhere."""
+        statement on PostgreSQL, one executemany elsewhere."""
         sql = self.sql
-        unnest = sql.upsert_records_unnest if record else sql.upsert_jobs_unnest
-        if unnest is None:
+        many = sql.upsert_records_many if record else sql.upsert_jobs_many
+        if many is None:
             conn.execute(sql.upsert_record if record else sql.upsert_job, rows)
             return
-        conn.execute(unnest, {f"a_{c}": [row[c] for row in rows] for c in rows[0]})
+        conn.execute(many, {"rows": json.dumps(rows, ensure_ascii=False)})
 
     def next_seq(self, conn: Connection, counter: str) -> ColumnElement[int]:
         """A fresh value, larger than every one handed out before, as a SQL expression.

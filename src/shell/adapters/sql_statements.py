@@ -20,14 +20,17 @@ from sqlalchemy import (
     Select,
     String,
     Table,
+    Text,
     Update,
     bindparam,
+    cast,
+    column,
     delete,
     func,
     select,
 )
 from sqlalchemy import update as sql_update
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import JSON
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -80,12 +83,12 @@ class Statements:
             self.upsert_record_nextval = upsert(
                 dialect, store, RECORD_COLUMNS, recorded_seq=schema.store_seq.next_value()
             )
-        #: PostgreSQL: many rows in one statement, one array parameter per column.
-        self.upsert_jobs_unnest: Executable | None = None
-        self.upsert_records_unnest: Executable | None = None
+        #: PostgreSQL: many rows in one statement, as one JSON parameter `rows`.
+        self.upsert_jobs_many: Executable | None = None
+        self.upsert_records_many: Executable | None = None
         if dialect == "postgresql":
-            self.upsert_jobs_unnest = _unnest_upsert(t, (*JOB_COLUMNS, "seq"))
-            self.upsert_records_unnest = _unnest_upsert(store, (*RECORD_COLUMNS, "recorded_seq"))
+            self.upsert_jobs_many = _recordset_upsert(t, (*JOB_COLUMNS, "seq"))
+            self.upsert_records_many = _recordset_upsert(store, (*RECORD_COLUMNS, "recorded_seq"))
         counters = schema.counters
         by = bindparam("by", type_=BigInteger)
         bump = sqlite_insert(counters).values(name=bindparam("name"), value=by)
@@ -164,12 +167,14 @@ def _finish(schema: Schema, held: tuple[ColumnElement[bool], ...]) -> Executable
     return upserted.returning(store.c.id).add_cte(gone, nest_here=True)
 
 
-def _unnest_upsert(table: Table, columns: tuple[str, ...]) -> Executable:
-    """PostgreSQL: `INSERT ... SELECT * FROM unnest(:a_<column>, ...) ON CONFLICT (id)
+def _recordset_upsert(table: Table, columns: tuple[str, ...]) -> Executable:
+    """PostgreSQL: `INSERT ... SELECT * FROM json_to_recordset(:rows) ON CONFLICT (id)
     DO UPDATE`: one statement for any number of rows (whose ids must be distinct),
-    parsed and planned once instead of once per row."""
-    arrays = [bindparam(f"a_{c}", type_=ARRAY(table.c[c].type)) for c in columns]
-    rows = func.unnest(*arrays).table_valued(*columns).render_derived(name="given")
+    parsed and planned once. The rows travel as one JSON text, which the server parses
+    in C; text arrays would make the driver escape every payload in Python."""
+    typed = [column(c, table.c[c].type) for c in columns]
+    given = func.json_to_recordset(cast(bindparam("rows", type_=Text), JSON))
+    rows = given.table_valued(*typed).render_derived(name="given", with_types=True)
     insert = pg_insert(table).from_select(list(columns), select(*(rows.c[c] for c in columns)))
     return insert.on_conflict_do_update(
         index_elements=[table.c.id],
