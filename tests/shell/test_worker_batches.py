@@ -34,7 +34,11 @@ def test_failures_in_a_batch_are_retried_and_dead_lettered_as_usual(backend: Bac
         raise ValueError("no")
 
     worker = _worker(backend, {"ok": lambda a: 1, "bad": boom}, prefetch=5)
-    ok, retried, dead = make_job("ok"), make_job("bad", max_retries=1), make_job("bad", max_retries=0)
+    ok, retried, dead = (
+        make_job("ok"),
+        make_job("bad", max_retries=1),
+        make_job("bad", max_retries=0),
+    )
     for job in (ok, retried, dead):
         backend.queue.enqueue(job)
     assert worker.drain() == 3
