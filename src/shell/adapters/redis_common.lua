@@ -86,3 +86,18 @@ local function held(jk, token)
   local f = redis.call('HMGET', jk, 'token', 'status')
   return f[1] == token and f[2] == 'processing'
 end
+
+-- Members (or score-member pairs) go to one command per key (`k`; nil for a command
+-- whose arguments are all keys), in chunks that stay well under Lua's limit on
+-- unpacked arguments.
+local CHUNK = 1000
+local function call_many(command, k, args)
+  for i = 1, #args, CHUNK do
+    local last = math.min(i + CHUNK - 1, #args)
+    if k then
+      redis.call(command, k, unpack(args, i, last))
+    else
+      redis.call(command, unpack(args, i, last))
+    end
+  end
+end
