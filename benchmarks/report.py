@@ -1,4 +1,4 @@
-"""The Markdown report, the chart, and the targets of issue 10, from one result document."""
+"""The Markdown report, the chart, and the performance targets, from one result document."""
 
 from __future__ import annotations
 
@@ -112,11 +112,11 @@ def _ordered(v: View) -> list[str]:
     return sorted(v.systems, key=key)
 
 
-# ---- the targets of issue 10 -------------------------------------------------------
+# ---- the performance targets ---------------------------------------------------------
 
 
 def targets(v: View) -> list[tuple[str, str, str, bool | None]]:
-    """(target, measured, verdict text, met) for each target of issue 10."""
+    """(target, measured, verdict text, met) for each performance target."""
     out: list[tuple[str, str, str, bool | None]] = []
 
     def at_least(name: str, have: float | None, need: float | None, what: str) -> None:
@@ -423,7 +423,7 @@ def markdown(result: dict[str, Any]) -> str:
         if v.get("limit", key) is not None
     ]
     lines += _table(["limit", "per second"], rows)
-    lines += ["## Targets (issue 10)", ""]
+    lines += ["## Targets", ""]
     rows = [
         [name, measured, ("✅ " if met else "❌ " if met is False else "") + verdict]
         for name, measured, verdict, met in targets(v)
