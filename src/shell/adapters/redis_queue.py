@@ -275,21 +275,7 @@ class RedisJobQueue:
 
     def finish(self, claim: Claim, record: Job) -> bool:
         """Record `record` in the store and release the claim in one script, fenced."""
-        if record.id != claim.job.id:
-            raise ValidationError.of(
-                "job", f"has id {record.id}, but the claim holds {claim.job.id}"
-            )
-        return bool(
-            self._run(
-                self._finish,
-                str(record.id),
-                claim.token,
-                encode(record),
-                record.status.value,
-                record.queue,
-                record.tenant_id or "",
-            )
-        )
+        return bool(self._run(self._finish, *_finish_args(claim, record)))
 
     def dequeue_many(self, queue: str, now: datetime, limit: int) -> list[Claim | BadClaim]:
         """Claim up to `limit` of the best ready jobs in one round trip, each under its
@@ -308,18 +294,7 @@ class RedisJobQueue:
         """`finish` for several claims in one script; one answer per item."""
         if not items:
             return []
-        args: list[object] = []
-        for claim, record in items:
-            if record.id != claim.job.id:
-                raise ValidationError.of("job", f"{record.id} is not the claimed {claim.job.id}")
-            args += [
-                str(record.id),
-                claim.token,
-                encode(record),
-                record.status.value,
-                record.queue,
-                record.tenant_id or "",
-            ]
+        args = [arg for claim, record in items for arg in _finish_args(claim, record)]
         return [bool(x) for x in self._run(self._finish_many, *args)]
 
     def promote_due(self, now: datetime, limit: int = 1000) -> int:
@@ -391,6 +366,14 @@ class RedisJobQueue:
         """Close the client if this queue made it from a URL."""
         if self._owned:
             self._client.close()
+
+
+def _finish_args(claim: Claim, record: Job) -> list[object]:
+    """The finish scripts' arguments for one job: id, token, body, status, queue, tenant."""
+    if record.id != claim.job.id:
+        raise ValidationError.of("job", f"has id {record.id}, but the claim holds {claim.job.id}")
+    tenant = record.tenant_id or ""
+    return [str(record.id), claim.token, encode(record), record.status.value, record.queue, tenant]
 
 
 def _job_id(claim: Claim | BadClaim) -> str:
