@@ -41,6 +41,7 @@ from .policies import (
     Policies,
     RequeuePolicy,
     RetryPolicy,
+    WriteRetryPolicy,
     backoff_ms,
     is_abandoned,
     is_poison_pill,
@@ -49,6 +50,7 @@ from .policies import (
     reclaim_cutoff,
     should_give_up_unhandled,
     unhandled_for_ms,
+    write_retry_delay_s,
 )
 from .tenancy import tenant_verdict
 from .transitions import TABLE, Event, next_status, start, transition
@@ -91,6 +93,7 @@ __all__ = [
     "Succeeded",
     "TenantNotFound",
     "ValidationError",
+    "WriteRetryPolicy",
     "backoff_ms",
     "check_name",
     "claim_order",
@@ -116,4 +119,5 @@ __all__ = [
     "transition",
     "undecodable",
     "unhandled_for_ms",
+    "write_retry_delay_s",
 ]

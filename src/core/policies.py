@@ -1,4 +1,5 @@
-"""The policies: retry backoff, missing-handler requeue, and the claim lease.
+"""The policies: retry backoff, missing-handler requeue, the claim lease, and how
+the shell retries a storage write that failed for a passing reason.
 
 All pure. The clock (`now`) and the jitter sample come in as arguments, so
 tests can state exact values instead of bounds.
@@ -124,6 +125,42 @@ def is_poison_pill(policy: LeasePolicy, job: Job) -> bool:
     """True when one more reclaim would exceed the job's reclaim budget."""
     budget = job.max_retries if policy.max_reclaims is None else policy.max_reclaims
     return job.metadata.reclaim_count + 1 > budget
+
+
+def _positive_seconds(_: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be > 0, got {value}")
+
+
+@attrs.frozen(slots=True)
+class WriteRetryPolicy:
+    """Retrying one storage operation that failed transiently (a lock, a dropped
+    connection) — not a job's retry, which is `RetryPolicy`.
+
+    The waits double from `initial_s` up to `max_s`; with `jitter` each is scaled by
+    0.5 to 1.5 so contending writers spread out. The shell gives up (and re-raises, or
+    leaves the claim to its lease) after `max_attempts` tries, or when the next wait
+    would end more than `give_up_after_s` after the first try began.
+    """
+
+    initial_s: float = attrs.field(default=0.05, validator=_positive_seconds)
+    max_s: float = attrs.field(default=float("inf"), validator=_positive_seconds)
+    jitter: bool = False
+    max_attempts: int | None = 5
+    give_up_after_s: float | None = None
+
+
+def write_retry_delay_s(
+    policy: WriteRetryPolicy, failures: int, elapsed_s: float, jitter_sample: float
+) -> float | None:
+    """Seconds to wait before the next try after `failures` (>= 1) failed ones, begun
+    `elapsed_s` ago; None means give up. `jitter_sample` is in [0, 1)."""
+    if policy.max_attempts is not None and failures >= policy.max_attempts:
+        return None
+    wait = min(policy.initial_s * 2.0 ** min(failures - 1, 60), policy.max_s)
+    if policy.give_up_after_s is not None and elapsed_s + wait > policy.give_up_after_s:
+        return None
+    return wait * (0.5 + jitter_sample) if policy.jitter else wait
 
 
 @attrs.frozen(slots=True)

@@ -8,8 +8,9 @@ the steps out as data, so tests can check their order and crash between any
 two of them.
 
 A step that raises (an infrastructure fault) is retried a bounded number of
-times with backoff. If it still fails, nothing after it runs: the claim stays
-in flight, and the lease keeper reclaims the job later. Never acked unwritten.
+times with backoff, as the core's `WriteRetryPolicy` says. If it still fails,
+nothing after it runs: the claim stays in flight, and the lease keeper reclaims
+the job later. Never acked unwritten.
 """
 
 from __future__ import annotations
@@ -18,11 +19,21 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
-from ..core import Complete, DeadLetter, Decision, Promote, Reclaim, Requeue, Retry
+from ..core import (
+    Complete,
+    DeadLetter,
+    Decision,
+    Promote,
+    Reclaim,
+    Requeue,
+    Retry,
+    WriteRetryPolicy,
+    write_retry_delay_s,
+)
 from .ports import (
     BatchingJobQueue,
     Claim,
@@ -34,6 +45,8 @@ from .ports import (
 )
 
 log = logging.getLogger("conveyor.executor")
+
+T = TypeVar("T")
 
 
 @attrs.frozen(slots=True)
@@ -60,13 +73,15 @@ class Executor:
         clock: Clock | None = None,
         attempts: int = 5,
         backoff_s: float = 0.05,
+        retry: WriteRetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        """`retry` (or, in short, `attempts` and `backoff_s`) says how a step that
+        raises is retried; `sleep` waits between tries."""
         self.queue = queue
         self.store = store
         self.clock = clock or SystemClock()
-        self.attempts = attempts
-        self.backoff_s = backoff_s
+        self.retry = retry or WriteRetryPolicy(initial_s=backoff_s, max_attempts=attempts)
         self.sleep = sleep
         self._atomic_finish = isinstance(queue, FinishingJobQueue) and queue.finishes_with(store)
         #: Completed and dead-lettered jobs can be finished several per round trip.
@@ -125,7 +140,7 @@ class Executor:
                     "could not %s job %s after %d attempts; leaving it to its lease",
                     step.name,
                     claim.job.id if claim else "?",
-                    self.attempts,
+                    self.retry.max_attempts,
                 )
                 return False
             if not ok:
@@ -142,35 +157,33 @@ class Executor:
             return [self.carry_out(claim, decision) for claim, decision in items]
         queue: Any = self.queue
         pairs = [(claim, decision.job) for claim, decision in items]
-        delay = self.backoff_s
-        for attempt in range(1, self.attempts + 1):
+        try:
+            done = self._retrying("finish_many", lambda: queue.finish_many(pairs))
+        except Exception:
+            log.exception("could not finish %d jobs; leaving them to their leases", len(pairs))
+            return [False] * len(pairs)
+        return [bool(ok) for ok in done]
+
+    def _retrying(self, name: str, call: Callable[[], T]) -> T:
+        """`call()`, retried while it raises and the retry policy allows; the last
+        error is re-raised."""
+        began = time.monotonic()
+        failures = 0
+        while True:
             try:
-                return [bool(ok) for ok in queue.finish_many(pairs)]
+                return call()
             except Exception:
-                if attempt == self.attempts:
-                    log.exception(
-                        "could not finish %d jobs; leaving them to their leases", len(pairs)
-                    )
-                    return [False] * len(pairs)
-                log.warning("finish_many failed (attempt %d), retrying", attempt, exc_info=True)
-                self.sleep(delay)
-                delay *= 2
-        return [False] * len(pairs)
+                failures += 1
+                # No jitter sample is drawn: the policy here has none (0.5 = no change).
+                wait = write_retry_delay_s(self.retry, failures, time.monotonic() - began, 0.5)
+                if wait is None:
+                    raise
+                log.warning("%s failed (attempt %d), retrying", name, failures, exc_info=True)
+                self.sleep(wait)
 
     def _run(self, step: Step) -> bool:
-        delay = self.backoff_s
-        for attempt in range(1, self.attempts + 1):
-            try:
-                result = step.run()
-            except Exception:
-                if attempt == self.attempts:
-                    raise
-                log.warning("%s failed (attempt %d), retrying", step.name, attempt, exc_info=True)
-                self.sleep(delay)
-                delay *= 2
-                continue
-            if result is False and step.kind in ("fence", "write"):
-                raise ClaimLost(step.name)
-            # A release that finds nothing of ours (after replace) is expected.
-            return True
-        return False
+        result = self._retrying(step.name, step.run)
+        if result is False and step.kind in ("fence", "write"):
+            raise ClaimLost(step.name)
+        # A release that finds nothing of ours (after replace) is expected.
+        return True

@@ -14,6 +14,7 @@ from conveyor.core import (
     Policies,
     RequeuePolicy,
     RetryPolicy,
+    WriteRetryPolicy,
     backoff_ms,
     is_abandoned,
     is_poison_pill,
@@ -21,6 +22,7 @@ from conveyor.core import (
     reclaim_cutoff,
     should_give_up_unhandled,
     unhandled_for_ms,
+    write_retry_delay_s,
 )
 from core_support import NOW, make_job, ms
 from hypothesis import given
@@ -291,3 +293,35 @@ def test_a_claim_needs_renewal_only_after_half_its_lease() -> None:
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     assert not needs_renewal(t0, 1000, t0 + timedelta(milliseconds=500))
     assert needs_renewal(t0, 1000, t0 + timedelta(milliseconds=501))
+
+
+# --- retrying a storage write that failed transiently -------------------------------
+
+
+def test_write_retries_double_and_stop_after_the_attempts() -> None:
+    policy = WriteRetryPolicy(initial_s=0.05, max_attempts=5)
+    waits = [write_retry_delay_s(policy, n, 0.0, 0.9) for n in range(1, 6)]
+    assert waits == [0.05, 0.1, 0.2, 0.4, None], "jitter off: the sample changes nothing"
+
+
+def test_write_retries_are_capped_and_give_up_when_the_next_wait_would_overrun() -> None:
+    policy = WriteRetryPolicy(initial_s=0.002, max_s=0.2, max_attempts=None, give_up_after_s=1.0)
+    assert write_retry_delay_s(policy, 30, 0.5, 0.5) == 0.2
+    assert write_retry_delay_s(policy, 30, 0.8, 0.5) == 0.2, "ends exactly at the limit"
+    assert write_retry_delay_s(policy, 30, 0.81, 0.5) is None
+    assert write_retry_delay_s(WriteRetryPolicy(give_up_after_s=0.0), 1, 0.0, 0.5) is None
+
+
+@given(failures=st.integers(min_value=1, max_value=500), sample=samples)
+def test_jittered_write_retries_stay_within_half_and_one_and_a_half_times(
+    failures: int, sample: float
+) -> None:
+    policy = WriteRetryPolicy(initial_s=0.002, max_s=0.2, jitter=True, max_attempts=None)
+    wait = write_retry_delay_s(policy, failures, 0.0, sample)
+    base = min(0.002 * 2.0 ** (failures - 1), 0.2) if failures < 60 else 0.2
+    assert wait is not None and 0.5 * base <= wait <= 1.5 * base
+
+
+def test_a_write_retry_policy_refuses_non_positive_waits() -> None:
+    with pytest.raises(ValueError, match="initial_s"):
+        WriteRetryPolicy(initial_s=0.0)

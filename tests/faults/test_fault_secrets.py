@@ -14,7 +14,7 @@ from typing import Any
 from uuid import uuid4
 
 import pytest
-from conveyor.core import JobStatus, ValidationError, create_job
+from conveyor.core import JobStatus, ValidationError, WriteRetryPolicy, create_job
 from conveyor.shell.registry import Registry
 from conveyor.shell.worker import Worker
 from fault_harness import HERE, Site, cli_config
@@ -109,7 +109,7 @@ def test_a_failing_outcome_write_logs_its_error_without_the_args(
     breaking(job.id)
     debug_everything(caplog)
     worker = Worker(site.queue, site.store, Registry({JOB_TYPE: lambda args: "done"}))
-    worker.executor.backoff_s = 0.001
+    worker.executor.retry = WriteRetryPolicy(initial_s=0.001)
     try:
         assert worker.drain() == 1
     finally:

@@ -62,7 +62,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError
 
-from ...core import Job, JobStatus, ValidationError
+from ...core import Job, JobStatus, ValidationError, WriteRetryPolicy, write_retry_delay_s
 from ..codec import decode, encode
 from ..ports import BadClaim, Claim, QueueCounts
 from .sql_schema import (
@@ -259,6 +259,10 @@ class _Database:
         self.sqlite = name == "sqlite"
         self.sql = Statements(schema, name)
         self.lock_retry_s = lock_retry_s
+        # Many writers contend for one SQLite lock: short, jittered, capped waits.
+        self.retry = WriteRetryPolicy(
+            initial_s=0.002, max_s=0.2, jitter=True, max_attempts=None, give_up_after_s=lock_retry_s
+        )
         self._retries = 0
         self._retries_lock = threading.Lock()
 
@@ -281,8 +285,8 @@ class _Database:
         anything twice; reruns back off exponentially with jitter and stop after
         `lock_retry_s`, re-raising the last error.
         """
-        deadline = time.monotonic() + self.lock_retry_s
-        delay = 0.002
+        began = time.monotonic()
+        failures = 0
         while True:
             try:
                 with self.engine.connect() as conn:
@@ -293,12 +297,14 @@ class _Database:
                     with conn.begin():
                         return work(conn)
             except DBAPIError as exc:
-                if not _is_transient(exc) or time.monotonic() + delay > deadline:
+                failures += 1
+                elapsed = time.monotonic() - began
+                wait = write_retry_delay_s(self.retry, failures, elapsed, random.random())
+                if not _is_transient(exc) or wait is None:
                     raise
             with self._retries_lock:
                 self._retries += 1
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 0.2)
+            time.sleep(wait)
 
     def next_seqs(self, conn: Connection, counter: str, n: int) -> list[int]:
         """`n` fresh values in increasing order, in one statement."""
