@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from conveyor.core import JobStatus
+from conveyor.core import Job, JobStatus
 from conveyor.shell.ports import Claim, QueueCounts
 from fault_harness import LEASE_MS, Site, WorkerProc
 from ledger import RELEASES
@@ -32,6 +32,24 @@ def stop(*procs: WorkerProc) -> None:
         proc.signal(signal.SIGTERM)
     for proc in procs:
         assert proc.wait() in (0, 3)
+
+
+def overtaken(site: Site, slow: Job, refused_op: str) -> tuple[WorkerProc, WorkerProc, str]:
+    """Run `slow` on a worker without heartbeats until a second one has reclaimed it
+    and the first, waking late, has had its `refused_op` write refused; then stop
+    both. Returns the late worker, the other, and the late worker's token."""
+    assert site.enqueue(slow)
+    late = site.spawn(threads=1, heartbeat_ms=NO_HEARTBEAT)
+    site.ledger.wait_for("SELECT count(*) FROM executions")
+    other = site.spawn(threads=1, heartbeat_ms=NO_HEARTBEAT)
+    late_token = only_token(site, late)
+    site.ledger.wait_for(
+        "SELECT count(*) FROM writes WHERE token = ? AND op = ? AND NOT ok",
+        (late_token, refused_op),
+        timeout_s=15,
+    )
+    stop(late, other)
+    return late, other, late_token
 
 
 def test_a_job_slower_than_its_lease_keeps_it_by_heartbeat_and_runs_once(site: Site) -> None:
@@ -64,19 +82,9 @@ def test_without_heartbeats_a_slow_job_is_rerun_and_the_late_holder_cannot_write
     site: Site,
 ) -> None:
     slow = site.job(sleep_ms=2 * LEASE_MS, slow_first=True)
-    assert site.enqueue(slow)
-    late = site.spawn(threads=1, heartbeat_ms=NO_HEARTBEAT)
-    site.ledger.wait_for("SELECT count(*) FROM executions")
-    other = site.spawn(threads=1, heartbeat_ms=NO_HEARTBEAT)
-    late_token = only_token(site, late)
     # The original wakes after the other worker reclaimed and completed the job; its
     # fenced finish (record and release in one step) is refused, so it writes nothing.
-    site.ledger.wait_for(
-        "SELECT count(*) FROM writes WHERE token = ? AND op = 'finish' AND NOT ok",
-        (late_token,),
-        timeout_s=15,
-    )
-    stop(late, other)
+    _, other, late_token = overtaken(site, slow, "finish")
     other_token = only_token(site, other)
     assert not released(site, late_token)
     assert [w.op for w in site.ledger.writes(late_token) if w.op != "claim"] == [
@@ -102,17 +110,7 @@ def test_without_heartbeats_a_slow_job_is_rerun_and_the_late_holder_cannot_write
 
 def test_without_heartbeats_a_late_failure_cannot_schedule_a_retry(site: Site) -> None:
     slow = site.job(sleep_ms=2 * LEASE_MS, slow_first=True, fail_first=True)
-    assert site.enqueue(slow)
-    late = site.spawn(threads=1, heartbeat_ms=NO_HEARTBEAT)
-    site.ledger.wait_for("SELECT count(*) FROM executions")
-    other = site.spawn(threads=1, heartbeat_ms=NO_HEARTBEAT)
-    late_token = only_token(site, late)
-    site.ledger.wait_for(
-        "SELECT count(*) FROM writes WHERE token = ? AND op = 'replace' AND NOT ok",
-        (late_token,),
-        timeout_s=15,
-    )
-    stop(late, other)
+    _, other, late_token = overtaken(site, slow, "replace")
 
     record = site.store.get(slow.id)
     assert record.status is JobStatus.COMPLETED, "the late Retry did not overwrite the outcome"
