@@ -27,7 +27,8 @@ from .shell.config import Config, load_config
 from .shell.ports import is_transactional
 from .shell.registry import Permanent, Registry
 from .shell.runtime import Runtime, build
-from .shell.worker import Worker, WorkerPool
+from .shell.pool import WorkerPool
+from .shell.worker import Worker
 
 __version__ = "0.1.0"
 

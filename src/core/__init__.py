@@ -19,23 +19,26 @@ from .decisions import (
     MissingTenant,
     NoHandler,
     Outcome,
-    Promote,
+    HandBack,
     Reclaim,
+    Revive,
     Requeue,
     Retry,
     Succeeded,
     TenantNotFound,
     dead_letter,
     decide,
-    decide_promotion,
+    decide_hand_back,
     decide_reclaim,
+    decide_revive,
+    hand_back_job,
     revive,
     undecodable,
 )
 from .errors import FieldError, InvalidTransition, ValidationError
 from .frozen import FrozenMap, freeze, thaw
 from .job import PRIORITY_ORDER, ErrorInfo, Job, JobStatus, Metadata, Priority
-from .ordering import claim_order, ordering_key
+from .ordering import claim_order, ordering_key, promotion_key
 from .policies import (
     LeasePolicy,
     Policies,
@@ -53,7 +56,7 @@ from .policies import (
     write_retry_delay_s,
 )
 from .tenancy import tenant_verdict
-from .transitions import TABLE, Event, next_status, start, transition
+from .transitions import TABLE, Event, hand_back, next_status, start, transition
 from .validation import Limits, check_name, create_job, freeze_args
 
 __all__ = [
@@ -84,8 +87,9 @@ __all__ = [
     "Outcome",
     "Policies",
     "Priority",
-    "Promote",
+    "HandBack",
     "Reclaim",
+    "Revive",
     "Requeue",
     "RequeuePolicy",
     "Retry",
@@ -100,8 +104,10 @@ __all__ = [
     "create_job",
     "dead_letter",
     "decide",
-    "decide_promotion",
+    "decide_hand_back",
     "decide_reclaim",
+    "decide_revive",
+    "hand_back_job",
     "freeze",
     "freeze_args",
     "is_abandoned",
@@ -110,9 +116,11 @@ __all__ = [
     "needs_renewal",
     "next_status",
     "ordering_key",
+    "promotion_key",
     "reclaim_cutoff",
     "revive",
     "should_give_up_unhandled",
+    "hand_back",
     "start",
     "tenant_verdict",
     "thaw",

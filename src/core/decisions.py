@@ -1,9 +1,13 @@
 """Decisions: what should happen to a job, as plain frozen data.
 
 `decide` turns a handler's outcome into one `Decision`; `decide_reclaim` does
-the same for an abandoned claim. The shell's executor is the only code that
-turns a decision into writes, always writing before it releases the claim.
-Every decision carries the new job record to write, already transitioned.
+the same for an abandoned claim, `decide_revive` for an operator's retry of a
+dead letter, and `hand_back` for a claim returned before its job began. The
+shell's executor is the only code that turns a decision into writes, always
+writing before it releases the claim. Every decision carries the new job record
+to write, already transitioned, and the guard its write must re-check: "still
+abandoned before this instant" for the lease keeper, "still a dead letter" for a
+revive. The claim token is the guard every holder's write carries.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from .frozen import freeze
-from .job import ErrorInfo, Job, Metadata
+from .job import ErrorInfo, Job, JobStatus, Metadata
 from .policies import (
     LeasePolicy,
     Policies,
@@ -22,7 +26,7 @@ from .policies import (
     is_poison_pill,
     should_give_up_unhandled,
 )
-from .transitions import Event, transition
+from .transitions import Event, hand_back, transition
 
 # Error types the core itself assigns.
 NO_HANDLER = "no-handler"
@@ -88,10 +92,16 @@ class Retry:
 
 @attrs.frozen(slots=True)
 class DeadLetter:
-    """Record the failed job in the dead letters, then release the claim."""
+    """Record the failed job in the dead letters, then release the claim.
+
+    From the lease keeper, `abandoned_before` is set: the write happens only while
+    the claim is still locked (or last renewed) before that instant, so a holder
+    that renewed its lease since the keeper looked keeps its job.
+    """
 
     job: Job
     error: ErrorInfo
+    abandoned_before: datetime | None = None
 
 
 @attrs.frozen(slots=True)
@@ -103,20 +113,31 @@ class Requeue:
 
 
 @attrs.frozen(slots=True)
-class Promote:
-    """Make a parked job ready (its `run_at` has passed)."""
+class Reclaim:
+    """Return an abandoned claim to ready (at-least-once), counted in its metadata,
+    only while it is still locked before `abandoned_before`."""
+
+    job: Job
+    abandoned_before: datetime
+
+
+@attrs.frozen(slots=True)
+class HandBack:
+    """Return a claim whose job never started to ready, unchanged but for its status."""
 
     job: Job
 
 
 @attrs.frozen(slots=True)
-class Reclaim:
-    """Return an abandoned claim to ready (at-least-once), counted in its metadata."""
+class Revive:
+    """An operator's retry: while `dead` is still a dead letter, queue `job` (pending,
+    retries reset) and record it, in one atomic step."""
 
+    dead: Job
     job: Job
 
 
-Decision: TypeAlias = Complete | Retry | DeadLetter | Requeue | Promote | Reclaim
+Decision: TypeAlias = Complete | Retry | DeadLetter | Requeue | Reclaim | HandBack | Revive
 
 
 def _moved(job: Job, event: Event, now: datetime, **changes: Any) -> Job:
@@ -131,9 +152,13 @@ def _handled(job: Job) -> Job:
     return attrs.evolve(job, metadata=attrs.evolve(job.metadata, first_missing_at=None))
 
 
-def dead_letter(job: Job, error: ErrorInfo, now: datetime) -> DeadLetter:
-    """Give up on a running job with `error` as its reason."""
-    return DeadLetter(_moved(job, Event.DEAD_LETTER, now, last_error=error), error)
+def dead_letter(
+    job: Job, error: ErrorInfo, now: datetime, *, abandoned_before: datetime | None = None
+) -> DeadLetter:
+    """Give up on a running job with `error` as its reason (guarded by
+    `abandoned_before` when the lease keeper gives up on an abandoned claim)."""
+    moved = _moved(job, Event.DEAD_LETTER, now, last_error=error)
+    return DeadLetter(moved, error, abandoned_before)
 
 
 def decide(
@@ -203,30 +228,57 @@ def decide(
             return dead_letter(job, error, now)
 
 
-def decide_reclaim(job: Job, now: datetime, policy: LeasePolicy) -> Reclaim | DeadLetter:
-    """An abandoned claim: back to ready, or dead-lettered when it is a poison pill."""
+def decide_reclaim(
+    job: Job,
+    now: datetime,
+    policy: LeasePolicy,
+    abandoned_before: datetime,
+    *,
+    started: bool = True,
+) -> Reclaim | DeadLetter:
+    """An abandoned claim, still abandoned as of `abandoned_before` (the guard its
+    write re-checks): back to ready, or dead-lettered when it is a poison pill.
+
+    A started claim (`job` is running) is charged to the reclaim budget. A claim that
+    expired while its job waited in a prefetched batch (`job` as claimed) is not: its
+    job never ran, so it goes back unchanged but for `prefetch_reclaims`, and the
+    worker starts it explicitly the next time, so a job that kills its worker is
+    still counted.
+    """
+    if not started:
+        meta = attrs.evolve(job.metadata, prefetch_reclaims=job.metadata.prefetch_reclaims + 1)
+        returned = hand_back_job(job, now, metadata=meta)
+        return Reclaim(returned, abandoned_before)
+    meta = attrs.evolve(job.metadata, reclaim_count=job.metadata.reclaim_count + 1)
     if is_poison_pill(policy, job):
         budget = job.max_retries if policy.max_reclaims is None else policy.max_reclaims
         error = ErrorInfo(
             LEASE_EXPIRED,
-            f"lease expired {job.metadata.reclaim_count + 1} times (budget {budget}); "
-            "the job may be killing its worker",
+            f"lease expired {job.metadata.reclaim_count + 1} times while running "
+            f"(budget {budget}); the job may be killing its worker",
             False,
         )
-        counted = attrs.evolve(
-            job,
-            metadata=attrs.evolve(job.metadata, reclaim_count=job.metadata.reclaim_count + 1),
-        )
-        return dead_letter(counted, error, now)
-    meta = attrs.evolve(job.metadata, reclaim_count=job.metadata.reclaim_count + 1)
-    return Reclaim(_moved(job, Event.RECLAIM, now, metadata=meta))
+        counted = attrs.evolve(job, metadata=meta)
+        return dead_letter(counted, error, now, abandoned_before=abandoned_before)
+    return Reclaim(_moved(job, Event.RECLAIM, now, metadata=meta), abandoned_before)
 
 
-def decide_promotion(job: Job, now: datetime) -> Promote | None:
-    """A parked job whose `run_at` has passed is promoted; otherwise nothing happens."""
-    if not job.status.is_parked or job.run_at > now:
+def hand_back_job(job: Job, now: datetime, **changes: Any) -> Job:
+    """`job` as claimed, made pending again without counting an attempt."""
+    return hand_back(job, now, **changes).unwrap()
+
+
+def decide_hand_back(job: Job, now: datetime) -> HandBack:
+    """A claim whose job never started goes back to ready (a stopping worker's
+    prefetched claims)."""
+    return HandBack(hand_back_job(job, now))
+
+
+def decide_revive(dead: Job, now: datetime) -> Revive | None:
+    """An operator's retry of a dead letter, or None when `dead` is not one."""
+    if dead.status is not JobStatus.FAILED:
         return None
-    return Promote(_moved(job, Event.PROMOTE, now))
+    return Revive(dead, revive(dead, now))
 
 
 def undecodable(job_id: str, reason: str) -> ErrorInfo:

@@ -14,6 +14,13 @@ from typing import Any, TypeAlias
 
 JsonValue: TypeAlias = "bool | int | float | str | tuple[JsonValue, ...] | FrozenMap | None"
 
+#: The most digits an integer may have: what Python's `json` reads back by default
+#: (`sys.get_int_max_str_digits()`), so whatever one process encodes, another decodes.
+MAX_INT_DIGITS = 4300
+_INT_BOUND = 10**MAX_INT_DIGITS
+#: Longer keys are shortened in error paths, which end up on one line of a terminal.
+_PATH_KEY_CHARS = 40
+
 
 class FrozenMap(Mapping[str, Any]):
     """A read-only, hashable mapping with string keys (a frozen JSON object)."""
@@ -56,6 +63,28 @@ class NotJson(ValueError):
         self.reason = reason
 
 
+def _key_path(path: str, key: str) -> str:
+    """`path.key`, with a key that is long or not plainly printable quoted in escapes."""
+    if key.isprintable() and len(key) <= _PATH_KEY_CHARS and "." not in key and "[" not in key:
+        return f"{path}.{key}"
+    shown = key if len(key) <= _PATH_KEY_CHARS else key[:_PATH_KEY_CHARS] + "..."
+    return f"{path}[{ascii(shown)}]"
+
+
+def _check_int(value: int, path: str) -> int:
+    if -_INT_BOUND < value < _INT_BOUND:
+        return value
+    raise NotJson(path, f"integer has more than {MAX_INT_DIGITS} digits")
+
+
+def _check_text(value: str, path: str, what: str = "string") -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise NotJson(path, f"{what} is not valid Unicode (a lone surrogate)") from None
+    return value
+
+
 def freeze(value: Any, *, path: str = "$", depth: int = 0, max_depth: int = 32) -> Any:
     """Return a deeply immutable copy of a JSON value, or raise `NotJson`.
 
@@ -66,18 +95,16 @@ def freeze(value: Any, *, path: str = "$", depth: int = 0, max_depth: int = 32) 
     """
     if depth > max_depth:
         raise NotJson(path, f"nested deeper than {max_depth} levels")
-    if value is None or type(value) in (bool, int):
+    if value is None or type(value) is bool:
         return value
+    if type(value) is int:
+        return _check_int(value, path)
     if type(value) is str:
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise NotJson(path, "string is not valid Unicode (a lone surrogate)") from None
-        return value
+        return _check_text(value, path)
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
-        return int(value)  # an IntEnum and friends become plain JSON numbers
+        return _check_int(int(value), path)  # an IntEnum and friends become plain JSON numbers
     if isinstance(value, str):
         return freeze(str(value), path=path, depth=depth, max_depth=max_depth)
     if isinstance(value, float):
@@ -89,7 +116,10 @@ def freeze(value: Any, *, path: str = "$", depth: int = 0, max_depth: int = 32) 
         for key, item in value.items():
             if not isinstance(key, str):
                 raise NotJson(path, f"object keys must be strings, got {type(key).__name__}")
-            out[key] = freeze(item, path=f"{path}.{key}", depth=depth + 1, max_depth=max_depth)
+            key = _check_text(str(key), _key_path(path, key), "key")
+            out[key] = freeze(
+                item, path=_key_path(path, key), depth=depth + 1, max_depth=max_depth
+            )
         return FrozenMap(out)
     if isinstance(value, list | tuple):
         return tuple(

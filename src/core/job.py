@@ -73,11 +73,18 @@ class ErrorInfo:
 
 @attrs.frozen(slots=True)
 class Metadata:
-    """Bookkeeping the policies read: missing-handler age and counters."""
+    """Bookkeeping the policies read: missing-handler age and counters.
+
+    `reclaim_count` counts expired leases of started attempts (the poison-pill
+    budget); `prefetch_reclaims` counts claims that expired while the job waited in
+    a worker's prefetched batch, never started: they cost the job nothing, but such
+    a job is started explicitly (and so counted) the next time it is prefetched.
+    """
 
     first_missing_at: datetime | None = None
     requeue_count: int = 0
     reclaim_count: int = 0
+    prefetch_reclaims: int = 0
 
 
 @attrs.frozen(slots=True, repr=False)

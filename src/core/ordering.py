@@ -24,3 +24,10 @@ def ordering_key(priority: Priority, seq: int) -> tuple[int, int]:
 def claim_order(entries: Iterable[tuple[Priority, int, T]]) -> list[T]:
     """The items of `(priority, seq, item)` entries in the order they must be claimed."""
     return [item for _, _, item in sorted(entries, key=lambda e: ordering_key(e[0], e[1]))]
+
+
+def promotion_key(run_at_us: int, seq: int) -> tuple[int, int]:
+    """Sort key for parked jobs coming due: earliest `run_at` (in microseconds) first,
+    then the enqueue sequence. Every backend promotes in this order, behind the jobs
+    already ready, so a due job keeps its place among those that came due with it."""
+    return (run_at_us, seq)

@@ -91,13 +91,15 @@ def should_give_up_unhandled(policy: RequeuePolicy, job: Job, now: datetime) -> 
 class LeasePolicy:
     """A claim is abandoned once `locked_at + lease_ms < now`.
 
-    A job reclaimed more often than its budget is a poison pill (it kills its
-    worker every time) and is dead-lettered with `lease-expired`. The budget is
-    `max_reclaims` when set, otherwise the job's own `max_retries`.
+    A job whose started attempts lose their lease more often than its budget is a
+    poison pill (it kills its worker every time) and is dead-lettered with
+    `lease-expired`. The budget is `max_reclaims` (3 by default, apart from the
+    job's retries: a crash is not a handler's failure); None means the job's own
+    `max_retries`. Claims that expired before their job started are never charged.
     """
 
     lease_ms: int = attrs.field(default=60_000, validator=_positive)
-    max_reclaims: int | None = None
+    max_reclaims: int | None = 3
 
 
 def lease_deadline(locked_at: datetime, lease_ms: int) -> datetime:

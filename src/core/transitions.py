@@ -12,8 +12,10 @@ both happen on `PROMOTE`, when a parked job's `run_at` has passed. `running ->
 scheduled` on `REQUEUE` is the missing-handler park: another node with the
 handler may take the job once its requeue delay has passed. `running ->
 pending` on `RECLAIM` is the lease keeper returning an abandoned claim.
-`failed -> pending` on `REVIVE` is an operator retrying a dead letter by hand;
-nothing automatic ever takes it.
+`pending -> pending` on `HAND_BACK` is a claim given back before its job began
+(a prefetched claim at shutdown, or one whose lease ran out while it waited):
+no attempt is counted. `failed -> pending` on `REVIVE` is an operator retrying a
+dead letter by hand; nothing automatic ever takes it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Event(enum.Enum):
     DEAD_LETTER = "dead_letter"  # give up: retries exhausted, non-retryable, no handler
     RECLAIM = "reclaim"  # the claim's lease expired
     REVIVE = "revive"  # an operator gives a dead letter a fresh start
+    HAND_BACK = "hand_back"  # a claim returned before its job started
 
 
 S, E = JobStatus, Event
@@ -48,7 +51,7 @@ S, E = JobStatus, Event
 #: {status: {event: next status}}. Anything not listed is an InvalidTransition.
 TABLE: Mapping[JobStatus, Mapping[Event, JobStatus]] = {
     S.SCHEDULED: {E.PROMOTE: S.PENDING},
-    S.PENDING: {E.START: S.RUNNING},
+    S.PENDING: {E.START: S.RUNNING, E.HAND_BACK: S.PENDING},
     S.RUNNING: {
         E.COMPLETE: S.COMPLETED,
         E.RETRY: S.RETRYING,
@@ -84,15 +87,22 @@ def transition(
     return Success(attrs.evolve(job, status=target, **changes))
 
 
-def start(job: Job, now: datetime) -> Result[Job, InvalidTransition]:
-    """A claimed job begins an attempt; a parked job that was promoted is made pending first.
+def _ready(job: Job, now: datetime) -> Result[Job, InvalidTransition]:
+    """A claimed job as pending: a parked one that was promoted is made pending first.
 
     Backends move a due parked job to a ready queue without rewriting its
     document, so the record may still say `scheduled` or `retrying` when claimed.
     """
     if job.status.is_parked:
-        promoted = transition(job, Event.PROMOTE, now)
-        if not isinstance(promoted, Success):
-            return promoted
-        job = promoted.unwrap()
-    return transition(job, Event.START, now)
+        return transition(job, Event.PROMOTE, now)
+    return Success(job)
+
+
+def hand_back(job: Job, now: datetime, **changes: Any) -> Result[Job, InvalidTransition]:
+    """A claimed job returned to ready before it started: pending, no attempt counted."""
+    return _ready(job, now).bind(lambda ready: transition(ready, Event.HAND_BACK, now, **changes))
+
+
+def start(job: Job, now: datetime) -> Result[Job, InvalidTransition]:
+    """A claimed job begins an attempt (a promoted parked job is made pending first)."""
+    return _ready(job, now).bind(lambda ready: transition(ready, Event.START, now))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -68,7 +69,52 @@ def as_utc(field: str, value: object) -> datetime | FieldError:
         return FieldError(field, f"must be a datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         return FieldError(field, "must be timezone-aware (UTC); got a naive datetime")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        return FieldError(field, "is outside the years 1 to 9999 once converted to UTC")
+
+
+def as_delay(field: str, value: object) -> timedelta | FieldError:
+    """Accept a non-negative `timedelta`, or a finite number of seconds."""
+    if isinstance(value, timedelta):
+        delay = value
+    elif isinstance(value, float) and not math.isfinite(value):
+        return FieldError(field, f"must be a finite number of seconds, got {value}")
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            delay = timedelta(seconds=value)
+        except OverflowError:
+            return FieldError(field, "is too far in the future (more than 999999999 days)")
+    else:
+        return FieldError(
+            field, f"must be seconds or a timedelta, got {type(value).__name__}"
+        )
+    if delay < timedelta(0):
+        return FieldError(field, "must not be negative")
+    return delay
+
+
+def later(field: str, start: datetime, delay: timedelta) -> datetime | FieldError:
+    """`start + delay`, or why that is past the last representable time."""
+    try:
+        return start + delay
+    except OverflowError:
+        return FieldError(field, f"{delay.days} days from now is after the year 9999")
+
+
+def parse_job_id(value: object, field: str = "job_id") -> UUID | FieldError:
+    """A job id from a `UUID` or its text (as typed on a command line)."""
+    if isinstance(value, UUID):
+        return value
+    if not isinstance(value, str):
+        return FieldError(field, f"must be a job id (a UUID), got {type(value).__name__}")
+    try:
+        return UUID(value)
+    except ValueError:
+        # ascii() keeps a control character or a lone surrogate from breaking the line.
+        shown = ascii(value if len(value) <= 60 else value[:60] + "...")
+        return FieldError(field, f"{shown} is not a job id (a UUID)")
 
 
 def freeze_args(
@@ -79,9 +125,14 @@ def freeze_args(
         return FieldError(field, f"must be a JSON object (a mapping), got {type(value).__name__}")
     try:
         frozen = freeze(value, max_depth=limits.max_depth)
+        size = json_size(frozen)
     except NotJson as exc:
         return FieldError(field, f"not JSON at {exc.path}: {exc.reason}")
-    size = json_size(frozen)
+    except RecursionError:
+        return FieldError(field, "is nested too deeply to encode")
+    except ValueError:
+        # The interpreter may be set to convert fewer integer digits than MAX_INT_DIGITS.
+        return FieldError(field, "holds an integer with too many digits to encode")
     if size > limits.max_args_bytes:
         return FieldError(
             field, f"is {size} bytes as JSON; the limit is {limits.max_args_bytes} bytes"
@@ -100,14 +151,15 @@ def create_job(
     priority: Priority | str = Priority.NORMAL,
     max_retries: int = 3,
     run_at: datetime | None = None,
-    delay: timedelta | None = None,
+    delay: timedelta | float | None = None,
     tenant_id: str | None = None,
     limits: Limits = Limits(),
 ) -> Result[Job, ValidationError]:
     """Validate input and build a new job, or say which fields are wrong and why.
 
     The caller supplies `id` and `now`, so this function is pure. A job with a
-    `run_at` (or `delay`) later than `now` starts `scheduled`; otherwise `pending`.
+    `run_at` (or `delay`, a timedelta or seconds) later than `now` starts
+    `scheduled`; otherwise `pending`.
     Every problem is reported at once, not only the first.
     """
     errors: list[FieldError] = []
@@ -139,10 +191,9 @@ def create_job(
     elif run_at is not None:
         due = keep(as_utc("run_at", run_at))
     elif delay is not None:
-        if not isinstance(delay, timedelta) or delay < timedelta(0):
-            errors.append(FieldError("delay", "must be a non-negative timedelta"))
-        elif created is not None:
-            due = created + delay
+        span = keep(as_delay("delay", delay))
+        if span is not None and created is not None:
+            due = keep(later("delay", created, span))
 
     if errors:
         return Failure(ValidationError(errors))

@@ -17,9 +17,15 @@ import attrs
 
 from ..core import FieldError, RequeuePolicy, RetryPolicy, ValidationError
 from ..core.validation import check_name
+from .redact import mask_url
 
 PROVIDERS = ("memory", "db", "redis")
 DEFAULT_URL = "sqlite:///conveyor.db"
+
+
+def _masked(url: str | None) -> str:
+    """A URL field's repr, password masked: configs end up in logs and tracebacks."""
+    return repr(mask_url(url))
 
 
 @attrs.frozen(slots=True)
@@ -44,7 +50,7 @@ class TenancyConfig:
     table: str = "tenants"
     id_column: str = "id"
     schema_column: str | None = "schema_name"
-    url: str | None = None
+    url: str | None = attrs.field(default=None, repr=_masked)
 
 
 STRATEGIES = ("shared", "schema")
@@ -55,8 +61,8 @@ class Config:
     """Everything `build` needs."""
 
     provider: str = "db"
-    url: str = DEFAULT_URL
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    url: str = attrs.field(default=DEFAULT_URL, repr=_masked)
+    redis_url: str = attrs.field(default="redis://127.0.0.1:6379/0", repr=_masked)
     redis_prefix: str = "conveyor"
     lease_ms: int = 60_000
     workers: WorkersConfig = WorkersConfig()
@@ -65,6 +71,8 @@ class Config:
     handlers: tuple[str, ...] = ()
     entry_points: bool = True
     tenancy: TenancyConfig | None = None
+    max_reclaims: int = 3
+    pool_size: int = 10
 
 
 ENV = {
@@ -75,6 +83,8 @@ ENV = {
     "CONVEYOR_WORKERS": ("workers.count", int),
     "CONVEYOR_QUEUES": ("workers.queues", list),
     "CONVEYOR_HANDLERS": ("handlers", list),
+    "CONVEYOR_MAX_RECLAIMS": ("max_reclaims", int),
+    "CONVEYOR_POOL_SIZE": ("pool_size", int),
 }
 
 
@@ -125,6 +135,8 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
             "handlers",
             "entry_points",
             "tenancy",
+            "max_reclaims",
+            "pool_size",
         },
     )
     provider = raw.get("provider", "db")
@@ -149,6 +161,8 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
         errors.append(FieldError("redis.url", "must start with redis://, rediss:// or unix://"))
     prefix = redis.get("prefix", "conveyor")
     lease = _int(errors, "lease_ms", raw.get("lease_ms", 60_000), 1)
+    max_reclaims = _int(errors, "max_reclaims", raw.get("max_reclaims", 3))
+    pool_size = _int(errors, "pool_size", raw.get("pool_size", 10), 1)
 
     workers = _table(errors, "workers", raw.get("workers"))
     _unknown(
@@ -271,6 +285,8 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
         rq_delay,
         rq_age,
         rq_max,
+        max_reclaims,
+        pool_size,
     )
     return Config(
         provider=provider,
@@ -291,6 +307,8 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
         handlers=tuple(handlers),
         entry_points=entry_points,
         tenancy=tenancy,
+        max_reclaims=max_reclaims,  # type: ignore[arg-type]
+        pool_size=pool_size,  # type: ignore[arg-type]
     )
 
 

@@ -7,10 +7,10 @@ queued nor in flight; a process that died there would lose it. `plan` spells
 the steps out as data, so tests can check their order and crash between any
 two of them.
 
-A step that raises (an infrastructure fault) is retried a bounded number of
-times with backoff, as the core's `WriteRetryPolicy` says. If it still fails,
-nothing after it runs: the claim stays in flight, and the lease keeper reclaims
-the job later. Never acked unwritten.
+A step that raises (an infrastructure fault the adapter could not ride out
+within its own retry budget) stops the plan: nothing after it runs, the claim
+stays in flight, and the lease keeper reclaims the job later. Never acked
+unwritten. Only the adapter retries, so retries do not stack beyond the lease.
 """
 
 from __future__ import annotations
@@ -27,14 +27,16 @@ from ..core import (
     Complete,
     DeadLetter,
     Decision,
-    Promote,
+    HandBack,
     Reclaim,
     Requeue,
     Retry,
+    Revive,
     WriteRetryPolicy,
     write_retry_delay_s,
 )
 from .ports import (
+    BadClaim,
     BatchingJobQueue,
     Claim,
     Clock,
@@ -71,13 +73,15 @@ class Executor:
         store: JobStore,
         *,
         clock: Clock | None = None,
-        attempts: int = 5,
+        attempts: int = 1,
         backoff_s: float = 0.05,
         retry: WriteRetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """`retry` (or, in short, `attempts` and `backoff_s`) says how a step that
-        raises is retried; `sleep` waits between tries."""
+        raises is retried; `sleep` waits between tries. By default a step is tried once:
+        the adapters are the one layer that retries passing faults, within a budget
+        shorter than the lease, so retries never stack past it."""
         self.queue = queue
         self.store = store
         self.clock = clock or SystemClock()
@@ -87,16 +91,23 @@ class Executor:
         #: Completed and dead-lettered jobs can be finished several per round trip.
         self.batches_finish = self._atomic_finish and isinstance(queue, BatchingJobQueue)
 
-    def plan(
-        self, claim: Claim | None, decision: Decision, *, cutoff: datetime | None = None
-    ) -> Sequence[Step]:
+    def plan(self, claim: Claim | BadClaim | None, decision: Decision) -> Sequence[Step]:
         """The steps for `decision`, in the order they must happen."""
         q, s = self.queue, self.store
+        finishing: Any = q
         match decision:
             case Complete(job=job) | DeadLetter(job=job) if self._atomic_finish:
                 assert claim is not None
-                # Same database/server: the record and the release commit together, fenced.
-                return (Step("write", "finish", lambda: q.finish(claim, job)),)  # type: ignore[attr-defined]
+                guard = decision.abandoned_before if isinstance(decision, DeadLetter) else None
+                # Same database/server: the record and the release commit together, fenced
+                # by the token (and, from the lease keeper, by "still abandoned").
+                return (
+                    Step(
+                        "write",
+                        "finish",
+                        lambda: finishing.finish(claim, job, abandoned_before=guard),
+                    ),
+                )
             case Complete(job=job) | DeadLetter(job=job):
                 assert claim is not None
                 return (
@@ -105,42 +116,48 @@ class Executor:
                     Step("write", "record", lambda: s.record(job)),
                     Step("release", "ack", lambda: q.ack(claim)),
                 )
-            case Retry(job=job) | Requeue(job=job):
-                assert claim is not None
+            case Retry(job=job) | Requeue(job=job) | HandBack(job=job):
+                assert isinstance(claim, Claim)
                 return (
-                    # replace is fenced and leaves the job parked and unlocked...
+                    # replace is fenced and leaves the job parked or ready, unlocked...
                     Step("write", "replace", lambda: q.replace(claim, job)),
                     # ...so this conditional ack finds nothing of ours and removes nothing.
                     Step("release", "ack", lambda: q.ack(claim)),
                 )
-            case Reclaim(job=job):
-                assert claim is not None and cutoff is not None
+            case Reclaim(job=job, abandoned_before=cutoff):
+                assert isinstance(claim, Claim)
                 # One conditional write: back to ready only if still abandoned and ours.
                 return (Step("write", "reclaim", lambda: q.reclaim(claim, job, cutoff)),)
-            case Promote(job=job):
-                return (Step("write", "enqueue", lambda: q.enqueue(job)),)
+            case Revive(dead=dead, job=job) if self._atomic_finish:
+                # Queue and record together, only while the store still holds a dead letter.
+                return (Step("write", "revive", lambda: finishing.revive(dead, job)),)
+            case Revive(job=job):
+                # Store apart from the queue: the new work is written before the dead
+                # letter is replaced, so a crash between leaves the job queued.
+                return (
+                    Step("write", "enqueue", lambda: q.enqueue(job)),
+                    Step("write", "record", lambda: s.record(job)),
+                )
 
-    def carry_out(
-        self, claim: Claim | None, decision: Decision, *, cutoff: datetime | None = None
-    ) -> bool:
-        """Run the plan. True when every step ran; False when the claim was lost
-        (nothing more is written) or a step kept failing (left to the lease)."""
-        for step in self.plan(claim, decision, cutoff=cutoff):
+    def carry_out(self, claim: Claim | BadClaim | None, decision: Decision) -> bool:
+        """Run the plan. True when every step ran; False when the claim was lost or the
+        decision's guard no longer held (nothing more is written), or a step kept
+        failing (left to the lease)."""
+        for step in self.plan(claim, decision):
             try:
                 ok = self._run(step)
             except ClaimLost:
                 log.info(
-                    "claim on job %s was lost before %s; leaving it to its new owner",
-                    claim.job.id if claim else "?",
+                    "job %s: %s found the claim lost or the guard changed; leaving it",
+                    _job_id(claim, decision),
                     step.name,
                 )
                 return False
             except Exception:
                 log.exception(
-                    "could not %s job %s after %d attempts; leaving it to its lease",
+                    "could not %s job %s; leaving it to its lease",
                     step.name,
-                    claim.job.id if claim else "?",
-                    self.retry.max_attempts,
+                    _job_id(claim, decision),
                 )
                 return False
             if not ok:
@@ -187,3 +204,9 @@ class Executor:
             raise ClaimLost(step.name)
         # A release that finds nothing of ours (after replace) is expected.
         return True
+
+
+def _job_id(claim: Claim | BadClaim | None, decision: Decision) -> str:
+    if isinstance(claim, BadClaim):
+        return claim.job_id
+    return str(decision.job.id)

@@ -30,6 +30,28 @@ class Claim:
     queue: str
     locked_at: datetime
 
+    @property
+    def started(self) -> bool:
+        """False for a prefetched claim whose job has not begun (see `prefetch_token`):
+        reclaiming it charges nothing to the job's reclaim budget."""
+        return not is_prefetched(self.token)
+
+
+#: Tokens of prefetched claims (from `dequeue_many`) begin with this mark; a single
+#: `dequeue`, and `start_claim`, give plain tokens. The mark is stored with the claim,
+#: so the lease keeper of any process can tell a started claim from one that waited.
+PREFETCH_MARK = "p-"
+
+
+def prefetch_token(base: str) -> str:
+    """The token of a prefetched (not yet started) claim built from `base`."""
+    return PREFETCH_MARK + base
+
+
+def is_prefetched(token: str) -> bool:
+    """True when `token` belongs to a claim whose job has not started."""
+    return token.startswith(PREFETCH_MARK)
+
 
 @attrs.frozen(slots=True)
 class BadClaim:
@@ -69,7 +91,14 @@ class JobQueue(Protocol):
         """`enqueue` for several jobs in one round trip, ready ones in list order."""
 
     def dequeue(self, queue: str, now: datetime) -> Claim | BadClaim | None:
-        """Claim the best ready job of `queue` (priority, then FIFO), or None."""
+        """Claim the best ready job of `queue` (priority, then FIFO), or None.
+
+        In the same atomic step, parked jobs of `queue` whose `run_at <= now` become
+        ready first, in the core's promotion order (`run_at`, then enqueue sequence),
+        behind the jobs already ready: no promotion pass stands between `run_at` and the
+        claim. The claim is started (a plain token). A re-sent claim (after a dropped
+        connection) returns what its token already holds, never a second job.
+        """
 
     def ack(self, claim: Claim | BadClaim) -> bool:
         """Release the claim: remove the in-flight entry only if `claim.token` still
@@ -84,10 +113,17 @@ class JobQueue(Protocol):
 
     def promote_due(self, now: datetime, limit: int = 1000) -> int:
         """Move parked jobs whose `run_at <= now` to their ready queues, atomically per
-        job: of concurrent callers, only one moves each. Returns how many moved."""
+        job, in the promotion order: of concurrent callers, only one moves each.
+        Returns how many moved. (Claims promote their own queue's due jobs; this is
+        for operators and tests.)"""
 
-    def abandoned(self, cutoff: datetime, limit: int = 100) -> Sequence[Claim]:
-        """In-flight claims locked (or last extended) before `cutoff`."""
+    def next_due(self, queue: str) -> datetime | None:
+        """The earliest `run_at` among `queue`'s parked jobs, or None: how long an idle
+        worker may sleep before a job comes due."""
+
+    def abandoned(self, cutoff: datetime, limit: int = 100) -> Sequence[Claim | BadClaim]:
+        """In-flight claims locked (or last extended) before `cutoff`. Read-only: a
+        payload that does not decode comes back as a `BadClaim` for the caller to decide."""
 
     def reclaim(self, claim: Claim, job: Job, cutoff: datetime) -> bool:
         """Return an abandoned claim to ready as `job`, re-checking inside the write that
@@ -95,6 +131,11 @@ class JobQueue(Protocol):
 
     def counts(self, now: datetime) -> Mapping[str, QueueCounts]:
         """Figures per queue name."""
+
+    def server_time(self) -> datetime | None:
+        """The clock of the server that holds the leases, or None when this process's
+        own clock is the one (memory, SQLite). Workers refuse to start when theirs is
+        off by more than a quarter lease."""
 
     def close(self) -> None:
         """Release connections."""
@@ -150,9 +191,20 @@ class FinishingJobQueue(JobQueue, Protocol):
     def finishes_with(self, store: JobStore) -> bool:
         """True when `finish` can write to `store` atomically with the release."""
 
-    def finish(self, claim: Claim, record: Job) -> bool:
+    def finish(
+        self, claim: Claim | BadClaim, record: Job, abandoned_before: datetime | None = None
+    ) -> bool:
         """Fenced by `claim.token`: record `record` (completed or failed) in the store and
-        release the claim, both or neither. False (nothing written) if the claim is lost."""
+        release the claim, both or neither. With `abandoned_before`, the claim must also
+        still be locked (or last renewed) before that instant, checked in the same
+        atomic write: a holder that renewed since cannot be dead-lettered under its
+        feet. False (nothing written) if the claim is lost or no longer abandoned."""
+
+    def revive(self, dead: Job, fresh: Job) -> bool:
+        """An operator's retry of a dead letter, as one atomic step: only while the store
+        still records `dead.id` as a dead letter (status failed), put `fresh` in the
+        queue (ready, or parked by its status) and record `fresh` in the store. False,
+        with nothing written, when it is no longer a dead letter."""
 
 
 @runtime_checkable
@@ -161,10 +213,15 @@ class BatchingJobQueue(FinishingJobQueue, Protocol):
 
     def dequeue_many(self, queue: str, now: datetime, limit: int) -> Sequence[Claim | BadClaim]:
         """Claim up to `limit` of the best ready jobs, in claim order, each with its own
-        fresh token and lease."""
+        fresh prefetched token (`prefetch_token`) and lease; due parked jobs are
+        promoted first as in `dequeue`. A re-sent call returns what its tokens hold."""
 
     def finish_many(self, items: Sequence[tuple[Claim, Job]]) -> Sequence[bool]:
         """`finish` for each (claim, record), each one atomic and fenced on its own."""
+
+    def start_claim(self, claim: Claim, now: datetime) -> Claim | None:
+        """Mark a prefetched claim started: swap its token for a plain one and renew its
+        lease to `now`, fenced by the old token. The started claim, or None if lost."""
 
 
 def is_transactional(queue: object) -> bool:

@@ -24,14 +24,26 @@ from uuid import UUID
 import attrs
 from returns.result import Failure, Success
 
-from ..core import Job, LeasePolicy, Policies, Priority, ValidationError, create_job, revive
+from ..core import (
+    Job,
+    JobStatus,
+    LeasePolicy,
+    Policies,
+    Priority,
+    ValidationError,
+    create_job,
+    decide_revive,
+)
 from .config import Config, load_config
 from .handlers import contribute
 from .ports import Clock, JobQueue, JobStore, SystemClock, is_transactional
 from .presence import MemoryPresence, Presence, WorkerInfo
 from .registry import Registry
+from .executor import Executor
+from .lease_keeper import check_clock
+from .pool import WorkerPool
 from .tenancy import TenantResolver, TenantScope
-from .worker import Worker, WorkerPool, WorkerStats
+from .worker import Worker, WorkerStats
 
 log = logging.getLogger("conveyor.runtime")
 
@@ -150,9 +162,9 @@ class Runtime:
         self.presence = presence or MemoryPresence()
         self.clock = clock or SystemClock()
         self.jitter = jitter
-        self.policies = Policies(
-            retry=config.retry, requeue=config.requeue, lease=LeasePolicy(lease_ms=config.lease_ms)
-        )
+        lease = LeasePolicy(lease_ms=config.lease_ms, max_reclaims=config.max_reclaims)
+        self.policies = Policies(retry=config.retry, requeue=config.requeue, lease=lease)
+        self.executor = Executor(queue, store, clock=self.clock)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.pools: list[WorkerPool] = []
         self._warned: set[str] = set()
@@ -296,7 +308,6 @@ class Runtime:
             "policies": self.policies,
             "clock": self.clock,
             "poll_interval_ms": w.poll_interval_ms,
-            "promote_interval_ms": w.promote_interval_ms,
             "prefetch": w.prefetch,
         }
         if self.jitter is not None:
@@ -311,6 +322,8 @@ class Runtime:
             if self.config.workers.count == 0:
                 log.info("workers.count = 0: this node enqueues only and processes nothing")
             return self
+        # A clock off the lease server's would take live claims: refuse, in one line.
+        check_clock(self.queue, self.clock, self.policies.lease.lease_ms)
         for name in self.config.workers.queues:
             pool = WorkerPool(
                 self.queue,
@@ -434,14 +447,17 @@ class Runtime:
         return self.store.get(UUID(str(job_id)))
 
     def retry_dead(self, job_id: UUID | str) -> Job:
-        """Give a dead letter a fresh start: enqueued first, then marked revived."""
+        """Give a dead letter a fresh start: queued and recorded as pending in one atomic
+        step, only while it is still a dead letter (two operators, or an operator and a
+        worker, cannot both act on it)."""
         job = self.get(job_id)
-        if job is None or not job.status.is_terminal or job.last_error is None:
-            raise ValidationError.of("job_id", f"{job_id} is not a dead letter")
-        fresh = revive(job, self.clock.now())
-        self.queue.enqueue(fresh)  # write the new work before the dead letter goes
-        self.store.record(fresh)
-        return fresh
+        decision = None if job is None else decide_revive(job, self.clock.now())
+        if decision is not None and self.executor.carry_out(None, decision):
+            return decision.job
+        now = self.get(job_id)
+        if decision is not None and now is not None and now.status is JobStatus.FAILED:
+            raise RuntimeError(f"could not revive {job_id}: the store failed (see the log)")
+        raise ValidationError.of("job_id", f"{job_id} is not a dead letter")
 
     def purge_dead(self, job_id: UUID | str | None = None) -> int:
         return self.store.purge_dead(None if job_id is None else UUID(str(job_id)))
@@ -470,7 +486,12 @@ def build(
     for job_type, handler in (handlers or {}).items():
         registry.register(job_type, handler)
     contribute(registry, cfg.handlers, entry_points=cfg.entry_points)
-    queue, store, presence = _make_backend(cfg)
+    from .redact import backend_url, guarded, tenancy_url
+
+    # Drivers quote the URL (or, when its password is malformed, pieces of the password).
+    queue, store, presence = guarded(*backend_url(cfg), lambda: _make_backend(cfg))
+    if tenancy is None:
+        tenancy = guarded(*tenancy_url(cfg), lambda: _make_tenancy(cfg))
     return Runtime(
         cfg,
         queue,
@@ -479,5 +500,5 @@ def build(
         presence=presence,
         clock=clock,
         jitter=jitter,
-        tenancy=tenancy if tenancy is not None else _make_tenancy(cfg),
+        tenancy=tenancy,
     )

@@ -4,17 +4,24 @@ A handler registered with `tenant_scoped=True` receives `(args, ctx)` where
 `ctx.tenant` is the resolved tenant and `ctx.conn` a SQLAlchemy `Connection`
 inside a transaction opened for that tenant: committed when the handler
 succeeds, rolled back when it fails or raises. A job whose tenant cannot be
-resolved fails explicitly (`tenant-not-found`) and its handler never runs:
-there is no fallback to an unscoped run.
+resolved, or whose scope does not exist, fails explicitly (`tenant-not-found`)
+and its handler never runs: there is no fallback to an unscoped run.
+
+The scope is set on the session before the handler's transaction opens and
+holds for every statement the handler runs on `ctx.conn`, even after it
+commits or rolls back itself. When the run ends the session gets its own
+settings back and loses its temporary tables; a connection that cannot be
+reset is invalidated rather than returned to the pool.
 
 Scoping strategies:
 
-* `SchemaPerTenant` (PostgreSQL): `set_config('search_path', ..., true)`, the
-  function form of `SET LOCAL`, so the setting ends with the transaction and
-  cannot leak to the next user of a pooled connection.
+* `SchemaPerTenant` (PostgreSQL): `search_path` is the tenant's schema and
+  `pg_temp` only, so an unqualified name resolves in that schema or not at all:
+  a table the schema lacks is an error, never a row in `public`, `"$user"` or
+  another tenant. A schema that does not exist is `tenant-not-found`.
 * `SharedTables`: one set of tables with a tenant column; the context hands the
   tenant id to your queries (and, on PostgreSQL, sets `conveyor.tenant_id`
-  locally for row-level security policies that want it).
+  for row-level security policies that want it).
 """
 
 from __future__ import annotations
@@ -26,8 +33,16 @@ from typing import Any, Protocol
 import attrs
 import sqlalchemy as sa
 
-from ..core import ErrorInfo, Failed, Outcome, Succeeded, ValidationError, check_name
-from .registry import run_handler
+from ..core import (
+    ErrorInfo,
+    Failed,
+    Outcome,
+    Succeeded,
+    TenantNotFound,
+    ValidationError,
+    check_name,
+)
+from .registry import error_from_exception, run_handler
 
 log = logging.getLogger("conveyor.tenancy")
 
@@ -92,10 +107,21 @@ class TableTenantResolver:
         return Tenant(str(row[self._id]), None if schema is None else str(schema))
 
 
+class TenantUnavailable(Exception):
+    """The tenant resolved, but its scope (its schema) does not exist."""
+
+
 class ScopingStrategy(Protocol):
-    """Puts an open transaction into a tenant's scope."""
+    """Puts a connection's session into a tenant's scope for one run, and takes it out.
+
+    `enter` runs in a transaction of its own that the caller commits; `leave`
+    runs after the handler's work has ended, whatever became of it. `enter`
+    raises `TenantUnavailable` when the tenant has no scope to enter.
+    """
 
     def enter(self, conn: sa.Connection, tenant: Tenant) -> None: ...
+
+    def leave(self, conn: sa.Connection) -> None: ...
 
 
 class SharedTables:
@@ -104,15 +130,22 @@ class SharedTables:
     def enter(self, conn: sa.Connection, tenant: Tenant) -> None:
         if conn.dialect.name == "postgresql":
             conn.execute(
-                sa.text("SELECT set_config('conveyor.tenant_id', :t, true)"), {"t": tenant.id}
+                sa.text("SELECT set_config('conveyor.tenant_id', :t, false)"), {"t": tenant.id}
             )
+
+    def leave(self, conn: sa.Connection) -> None:
+        if conn.dialect.name == "postgresql":
+            # Back to '', which a policy comparing tenant ids matches to no row.
+            conn.exec_driver_sql("RESET conveyor.tenant_id")
+
+
+#: Where `SchemaPerTenant` keeps the session's own search_path during a run: the
+#: pool's per-connection info, so it follows the connection, not the thread.
+_PRIOR_SEARCH_PATH = "conveyor.tenancy.search_path"
 
 
 class SchemaPerTenant:
-    """Each tenant has its own PostgreSQL schema, first on a transaction-local search_path."""
-
-    def __init__(self, *, fallback: str = "public") -> None:
-        self.fallback = fallback
+    """Each tenant has its own PostgreSQL schema, the only one on the search_path."""
 
     def enter(self, conn: sa.Connection, tenant: Tenant) -> None:
         if conn.dialect.name != "postgresql":
@@ -122,10 +155,27 @@ class SchemaPerTenant:
         schema = tenant.schema or tenant.id
         if (problem := check_name("tenant schema", schema)) is not None:
             raise ValidationError((problem,))
-        quote = conn.dialect.identifier_preparer.quote_identifier
-        path = f"{quote(schema)}, {quote(self.fallback)}"
-        # is_local = true: the same as SET LOCAL, undone at commit or rollback.
-        conn.execute(sa.text("SELECT set_config('search_path', :p, true)"), {"p": path})
+        prior, exists = conn.execute(
+            sa.text(
+                "SELECT current_setting('search_path'),"
+                " EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = :s)"
+            ),
+            {"s": schema},
+        ).one()
+        if not exists:
+            # A path naming a missing schema silently skips it: the lookup would
+            # then go on to whatever else the session can see.
+            raise TenantUnavailable(f"tenant {tenant.id!r}: schema {schema!r} does not exist")
+        conn.info[_PRIOR_SEARCH_PATH] = prior
+        # pg_temp named last: otherwise PostgreSQL searches it first, and a temporary
+        # table would shadow the tenant's own table of the same name.
+        path = f"{conn.dialect.identifier_preparer.quote_identifier(schema)}, pg_temp"
+        conn.execute(sa.text("SELECT set_config('search_path', :p, false)"), {"p": path})
+
+    def leave(self, conn: sa.Connection) -> None:
+        prior = conn.info.pop(_PRIOR_SEARCH_PATH, None)
+        if prior is not None:  # else `enter` stopped before it changed anything
+            conn.execute(sa.text("SELECT set_config('search_path', :p, false)"), {"p": prior})
 
 
 class TenantScope:
@@ -142,16 +192,55 @@ class TenantScope:
     def run(self, handler: Callable[..., Any], args: Any, tenant: Tenant) -> Outcome:
         """Run `handler(args, ctx)` in a transaction for `tenant`; commit only on success."""
         with self.engine.connect() as conn:
-            tx = conn.begin()
             try:
-                self.strategy.enter(conn, tenant)
-            except Exception as exc:
-                tx.rollback()
-                return Failed(ErrorInfo("tenant-scope", str(exc)[:500], retryable=False))
-            outcome = run_handler(handler, args, TenantContext(tenant, conn))
-            if isinstance(outcome, Succeeded):
-                tx.commit()
-            else:
-                # A raised or returned failure leaves nothing of the handler's writes.
-                tx.rollback()
+                return self._run_scoped(conn, handler, args, tenant)
+            finally:
+                self._leave(conn)
+
+    def _run_scoped(
+        self, conn: sa.Connection, handler: Callable[..., Any], args: Any, tenant: Tenant
+    ) -> Outcome:
+        try:
+            self.strategy.enter(conn, tenant)
+            # Committed apart from the handler's work, so that neither a commit nor a
+            # rollback the handler issues on ctx.conn takes the session out of scope.
+            conn.commit()
+        except TenantUnavailable as exc:
+            log.warning("%s; the job fails as tenant-not-found", exc)
+            return TenantNotFound()
+        except sa.exc.DBAPIError as exc:
+            # The database failed, not the tenant: like a failing resolver, retryable.
+            return Failed(ErrorInfo("tenant-scope", str(exc)[:500], retryable=True))
+        except Exception as exc:
+            return Failed(ErrorInfo("tenant-scope", str(exc)[:500], retryable=False))
+        conn.begin()
+        outcome = run_handler(handler, args, TenantContext(tenant, conn))
+        if not conn.in_transaction():
             return outcome
+        if not isinstance(outcome, Succeeded):
+            # A raised or returned failure leaves nothing of the handler's writes.
+            conn.rollback()
+            return outcome
+        try:
+            conn.commit()
+        except Exception as exc:
+            return Failed(error_from_exception(exc))
+        return outcome
+
+    def _leave(self, conn: sa.Connection) -> None:
+        """Give the session its own settings back before the pool has it again."""
+        try:
+            if conn.in_transaction():
+                conn.rollback()
+            self.strategy.leave(conn)
+            if conn.dialect.name == "postgresql":
+                # A temporary table lives as long as the session, so the next
+                # tenant on this connection would see it.
+                conn.exec_driver_sql("DISCARD TEMP")
+            conn.commit()
+        except Exception:
+            log.exception("could not reset a tenant's connection; discarding it")
+            try:
+                conn.invalidate()
+            except Exception:
+                log.exception("could not invalidate a tenant's connection")

@@ -1,14 +1,16 @@
-"""Workers: claim a job, run its handler, ask the core, hand the answer to the executor.
+"""Workers: claim jobs, run their handlers, ask the core, hand the answers to the executor.
 
-A `Worker` polls one queue. Between claims it promotes due scheduled jobs and
-reclaims abandoned claims, each on its own interval. While a handler runs, a
-heartbeat renews the claim's lease so a long job is not reclaimed under it.
-The worker decides nothing itself: every verdict comes from `conveyor.core`.
+A `Worker` polls one queue. Claims promote the queue's due jobs themselves, so a
+due job is claimable at its `run_at`; an idle worker sleeps no longer than until
+the next one comes due. Between claims, the lease keeper returns abandoned
+claims to ready on its own interval. Every claim the worker holds (prefetched,
+running, finished but not yet written) is kept leased by its heartbeat, and
+every write is a decision carried out by the executor: the worker decides
+nothing itself and writes nothing directly.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import random
@@ -17,10 +19,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
-from uuid import UUID
 
 import attrs
 from returns.pipeline import is_successful
@@ -32,22 +33,19 @@ from ..core import (
     ErrorInfo,
     Failed,
     Job,
-    JobStatus,
     NoHandler,
     Outcome,
     Policies,
-    Priority,
-    dead_letter,
     decide,
-    decide_reclaim,
-    needs_renewal,
-    reclaim_cutoff,
+    decide_hand_back,
     start,
     tenant_verdict,
-    undecodable,
 )
-from ..core.frozen import FrozenMap, thaw
+from ..core.frozen import thaw
 from .executor import Executor
+from .heartbeat import Heartbeat
+from .lease_keeper import LeaseKeeper, check_clock
+from .placeholder import undecodable_dead_letter
 from .ports import (
     BadClaim,
     BatchingJobQueue,
@@ -74,7 +72,7 @@ class WorkerStats:
     dead_lettered: int = 0
     requeued: int = 0
     reclaimed: int = 0
-    promoted: int = 0
+    handed_back: int = 0
     lost_claims: int = 0
 
 
@@ -88,61 +86,16 @@ _COUNTERS = {
     "Retry": "retried",
     "DeadLetter": "dead_lettered",
     "Requeue": "requeued",
+    "HandBack": "handed_back",
 }
-
-
-class _Heartbeat:
-    """Renews the lease of the claim being worked on, every `interval_s`.
-
-    One long-lived thread per worker (not one per job): `watching(claim)` makes
-    `claim` the one to renew while the handler runs.
-    """
-
-    def __init__(self, queue: JobQueue, clock: Clock, interval_s: float) -> None:
-        self._queue, self._clock, self._interval = queue, clock, interval_s
-        self._lock = threading.Lock()
-        self._claim: Claim | None = None
-        self._since = 0.0
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    @contextlib.contextmanager
-    def watching(self, claim: Claim) -> Iterator[None]:
-        with self._lock:
-            self._claim, self._since = claim, time.monotonic()
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._beat, daemon=True, name="conveyor-heartbeat"
-                )
-                self._thread.start()
-        try:
-            yield
-        finally:
-            with self._lock:  # waits for a renewal in progress, so none runs after this
-                self._claim = None
-
-    def _beat(self) -> None:
-        while True:
-            self._wake.wait(self._interval / 4)
-            with self._lock:
-                claim = self._claim
-                if claim is None or time.monotonic() - self._since < self._interval:
-                    continue
-                self._since = time.monotonic()
-                try:
-                    if not self._queue.extend(claim, self._clock.now()):
-                        log.warning("lease on job %s was lost while running", claim.job.id)
-                        self._claim = None
-                except Exception:
-                    log.warning("heartbeat for job %s failed", claim.job.id, exc_info=True)
 
 
 class Worker:
     """Processes jobs from one queue.
 
-    `run_once()` does one round (maintenance, then at most one job) and says
-    whether a job was processed; `run()` loops until `stop()`; `drain()` runs
-    until the queue has nothing due.
+    `run_once()` does one round (lease keeping when due, then one claim of up to
+    `prefetch` jobs) and says how many jobs it claimed; `run()` loops until
+    `stop()`; `drain()` runs until the queue has nothing due.
     """
 
     def __init__(
@@ -156,7 +109,7 @@ class Worker:
         clock: Clock | None = None,
         jitter: Jitter = random.random,
         poll_interval_ms: int = 1000,
-        promote_interval_ms: int = 5000,
+        promote_interval_ms: int | None = None,
         reclaim_interval_ms: int | None = None,
         heartbeat_interval_ms: int | None = None,
         worker_id: str | None = None,
@@ -164,13 +117,14 @@ class Worker:
         executor: Executor | None = None,
         prefetch: int = 1,
     ) -> None:
+        """`promote_interval_ms` is accepted for old configurations and unused: claims
+        promote due jobs themselves."""
         self.queue, self.store, self.registry = queue, store, registry
         self.queue_name = queue_name
         self.policies = policies
         self.clock = clock or SystemClock()
         self.jitter = jitter
         self.poll_interval_ms = poll_interval_ms
-        self.promote_interval = timedelta(milliseconds=promote_interval_ms)
         lease = policies.lease.lease_ms
         self.reclaim_interval = timedelta(milliseconds=reclaim_interval_ms or max(lease // 2, 1))
         self.heartbeat_s = (heartbeat_interval_ms or max(lease // 3, 1)) / 1000
@@ -180,12 +134,15 @@ class Worker:
             raise ValueError("prefetch must be >= 1")
         self.prefetch = prefetch
         self.executor = executor or Executor(queue, store, clock=self.clock)
+        self.lease_keeper = LeaseKeeper(queue, self.executor, self.clock, policies.lease)
         self._stop = threading.Event()
-        self._last_promote: datetime | None = None
         self._last_reclaim: datetime | None = None
         self._counts: Counter[str] = Counter()
-        self._heartbeat = _Heartbeat(queue, self.clock, self.heartbeat_s)
+        self._heartbeat = Heartbeat(queue, self.clock, self.heartbeat_s)
+        #: Claims started under a new token in the batch being processed (old token -> new).
+        self._started: dict[str, Claim] = {}
         self._warned_empty = False
+        self._clock_checked = False
 
     # ---- the loop ---------------------------------------------------------
 
@@ -194,7 +151,7 @@ class Worker:
         return WorkerStats(**self._counts)
 
     def stop(self) -> None:
-        """Finish the current job, then return from `run()`."""
+        """Finish the current job, hand back prefetched ones, then return from `run()`."""
         self._stop.set()
 
     @property
@@ -212,9 +169,17 @@ class Worker:
                 self.queue_name,
             )
 
+    def check_clock(self) -> None:
+        """Refuse to work (`ClockSkewError`) when this clock is more than a quarter lease
+        off the clock of the server that holds the leases."""
+        check_clock(self.queue, self.clock, self.policies.lease.lease_ms)
+
     def run(self) -> None:
         """Process jobs until `stop()` is called."""
         self.warn_if_empty()
+        if not self._clock_checked:
+            self.check_clock()
+            self._clock_checked = True
         wait = getattr(self.queue, "wait_for_work", None)
         last_work = time.monotonic()
         while not self._stop.is_set():
@@ -226,7 +191,9 @@ class Worker:
             if worked or self._stop.is_set():
                 last_work = time.monotonic()
                 continue
-            timeout = self.poll_interval_ms / 1000
+            timeout = self._idle_timeout_s()
+            if timeout <= 0:
+                continue
             if wait is not None:
                 began = time.monotonic()
                 try:
@@ -238,25 +205,33 @@ class Worker:
             recent = time.monotonic() - last_work < FAST_POLL_WINDOW_S
             self._stop.wait(min(FAST_POLL_S, timeout) if recent else timeout)
 
+    def _idle_timeout_s(self) -> float:
+        """How long an idle worker may wait: the poll interval, or less when a parked job
+        of this queue comes due sooner (so retries and delays start on time)."""
+        timeout = self.poll_interval_ms / 1000
+        try:
+            due = self.queue.next_due(self.queue_name)
+        except Exception:
+            log.debug("next_due failed", exc_info=True)
+            return timeout
+        if due is None:
+            return timeout
+        return min(timeout, max(0.0, (due - self.clock.now()).total_seconds()))
+
     def drain(self, *, max_jobs: int | None = None) -> int:
-        """Run until nothing is due (promoting and reclaiming as it goes). Returns jobs run."""
+        """Run until nothing is due (reclaiming as it goes). Returns jobs run."""
         self.warn_if_empty()
         done = 0
-        self._last_promote = None
         while max_jobs is None or done < max_jobs:
             budget = None if max_jobs is None else max_jobs - done
             worked = self.run_once(limit=budget)
             if not worked:
-                # Before calling it idle, look once more for jobs that came due.
-                self._last_promote = None
-                worked = self.run_once(limit=budget)
-                if not worked:
-                    break
+                break
             done += worked
         return done
 
     def run_once(self, *, limit: int | None = None) -> int:
-        """Maintenance when due, then claim and process up to `prefetch` jobs (one by
+        """Lease keeping when due, then claim and process up to `prefetch` jobs (one by
         default). Returns how many were claimed."""
         now = self.clock.now()
         self.maintain(now)
@@ -266,92 +241,117 @@ class Worker:
         else:
             claim = self.queue.dequeue(self.queue_name, now)
             claims = [] if claim is None else [claim]
-        if len(claims) == 1:
-            self.process(claims[0])
-        elif claims:
-            self._process_batch(claims)
+        if claims:
+            self.process_claims(claims)
         return len(claims)
 
-    def _process_batch(self, claims: list[Claim | BadClaim]) -> None:
-        """Run prefetched claims in order; completed and dead-lettered ones are finished
-        together in one round trip at the end (each still atomic and fenced)."""
-        finished: list[tuple[Claim, Decision]] = []
-        for i, claim in enumerate(claims):
-            now = self.clock.now()
-            if self._stop.is_set() and isinstance(claim, Claim):
-                # Stopping: hand the claims not yet started straight back to ready.
-                for rest in claims[i:]:
-                    if isinstance(rest, Claim):
-                        self.queue.replace(rest, rest.job)
-                break
-            # A claim old enough that a reclaimer might be near is renewed (and checked) first.
-            lease = self.policies.lease.lease_ms
-            stale = isinstance(claim, Claim) and needs_renewal(claim.locked_at, lease, now)
-            if stale and not self.queue.extend(claim, now):
-                self._counts["lost_claims"] += 1
-                continue
-            decision = self.decide_claim(claim)
-            if decision is None or not isinstance(claim, Claim):
-                continue
-            if isinstance(decision, Complete | DeadLetter) and self.executor.batches_finish:
-                finished.append((claim, decision))
-            else:
-                self._carry_out(claim, decision)
-        for ok, (_, decision) in zip(self.executor.finish_many(finished), finished, strict=True):
-            self._counted(ok, decision)
-
     def maintain(self, now: datetime) -> None:
-        """Promote due scheduled jobs and reclaim abandoned claims, each on its interval."""
-        if self._last_promote is None or now - self._last_promote >= self.promote_interval:
-            self._last_promote = now
-            self._counts["promoted"] += self.queue.promote_due(now)
+        """Reclaim abandoned claims, on the reclaim interval."""
         if self._last_reclaim is None or now - self._last_reclaim >= self.reclaim_interval:
             self._last_reclaim = now
             self.reclaim_abandoned(now)
 
     def reclaim_abandoned(self, now: datetime) -> int:
         """Return claims whose lease expired to ready; dead-letter poison pills."""
-        cutoff = reclaim_cutoff(now, self.policies.lease.lease_ms)
-        moved = 0
-        for claim in self.queue.abandoned(cutoff):
-            started = start(claim.job, now)
-            if not is_successful(started):
-                # A forged record (already terminal) cannot be reclaimed: dead-letter it.
-                self._dead_letter_bad(_bad(claim, str(started.failure()), now), now, claim=claim)
-                continue
-            job = started.unwrap()
-            decision = decide_reclaim(job, now, self.policies.lease)
-            if self.executor.carry_out(claim, decision, cutoff=cutoff):
-                moved += 1
-                if isinstance(decision, DeadLetter):
-                    self._counts["dead_lettered"] += 1
-                    log.warning("job %s dead-lettered: %s", job.id, decision.error.message)
-                else:
-                    self._counts["reclaimed"] += 1
-        return moved
+        reclaimed, buried = self.lease_keeper.reclaim_abandoned(now)
+        self._counts["reclaimed"] += reclaimed
+        self._counts["dead_lettered"] += buried
+        return reclaimed + buried
 
-    # ---- one job ------------------------------------------------------------
+    # ---- claims -------------------------------------------------------------
 
     def process(self, claim: Claim | BadClaim) -> Decision | None:
         """Run one claimed job to a decision and carry it out. Returns the decision."""
-        decision = self.decide_claim(claim)
-        if decision is not None and isinstance(claim, Claim):
-            self._carry_out(claim, decision)
-        return decision
+        return self.process_claims([claim])[0]
+
+    def process_claims(self, claims: Sequence[Claim | BadClaim]) -> list[Decision | None]:
+        """Run claimed jobs in order and carry out each decision.
+
+        Completed and dead-lettered jobs are finished together in one round trip at the
+        end (each still atomic and fenced); until then the heartbeat keeps their claims,
+        like the ones waiting their turn, leased. Whatever happens in between, the
+        finished outcomes are written: an exception cannot drop them.
+        """
+        held = [c for c in claims if isinstance(c, Claim)]
+        self._heartbeat.hold(held)
+        decisions: list[Decision | None] = [None] * len(claims)
+        finished: list[tuple[Claim, Decision]] = []
+        try:
+            for i, claim in enumerate(claims):
+                if self._stop.is_set() and len(claims) > 1:
+                    self._hand_back(claims[i:])
+                    break
+                decisions[i] = decision = self._run_claim(claim)
+                if decision is None or not isinstance(claim, Claim):
+                    continue
+                if isinstance(decision, Complete | DeadLetter) and self.executor.batches_finish:
+                    finished.append((self._current(claim), decision))
+                else:
+                    self._carry_out(self._current(claim), decision)
+        finally:
+            if finished:
+                results = self.executor.finish_many(finished)
+                for ok, (_, done) in zip(results, finished, strict=True):
+                    self._counted(ok, done)
+            self._heartbeat.release(held)
+            self._heartbeat.release(self._started.values())
+            self._started.clear()
+        return decisions
+
+    def _current(self, claim: Claim) -> Claim:
+        return self._started.get(claim.token, claim)
+
+    def _hand_back(self, rest: Sequence[Claim | BadClaim]) -> None:
+        """Stopping: the claims not yet started go straight back to ready."""
+        for claim in rest:
+            if isinstance(claim, Claim):
+                self._carry_out(claim, decide_hand_back(claim.job, self.clock.now()))
+
+    def _run_claim(self, claim: Claim | BadClaim) -> Decision | None:
+        """Start one claim (renewing or marking it first where needed), run its
+        handler and ask the core. None when the claim was lost before it started."""
+        if isinstance(claim, BadClaim):
+            self._dead_letter_bad(claim)
+            return None
+        if self._heartbeat.is_lost(claim):
+            self._counts["lost_claims"] += 1
+            return None
+        lease_s = self.policies.lease.lease_ms / 1000
+        if not self._heartbeat.renewed_within(claim, lease_s / 2) and not self._heartbeat.renew(
+            claim
+        ):
+            # It waited long enough that a reclaimer may have taken it: never start it.
+            self._counts["lost_claims"] += 1
+            return None
+        if not claim.started and claim.job.metadata.prefetch_reclaims > 0:
+            # This job was in a batch whose worker died: it may be the one that killed
+            # it, so its start is written first and a second crash counts against it.
+            assert isinstance(self.queue, BatchingJobQueue)  # only batches prefetch
+            begun = self.queue.start_claim(claim, self.clock.now())
+            if begun is None:
+                self._counts["lost_claims"] += 1
+                return None
+            self._heartbeat.swap(claim, begun)
+            self._started[claim.token] = begun
+            claim = begun
+        return self.decide_claim(claim)
 
     def decide_claim(self, claim: Claim | BadClaim) -> Decision | None:
         """Run the handler of one claimed job and ask the core what to do. An
         undecodable claim is dead-lettered here and gives None."""
         now = self.clock.now()
         if isinstance(claim, BadClaim):
-            self._dead_letter_bad(claim, now)
+            self._dead_letter_bad(claim)
             return None
         started = start(claim.job, now)
         if not is_successful(started):
-            self._dead_letter_bad(_bad(claim, str(started.failure()), now), now, claim=claim)
+            bad = BadClaim(
+                str(claim.job.id), claim.token, claim.queue, "", str(started.failure()), now
+            )
+            self._dead_letter_bad(bad, claim=claim)
             return None
         job = started.unwrap()
-        outcome = self._outcome(claim, job)
+        outcome = self._outcome(job)
         self._counts["processed"] += 1
         return decide(job, outcome, self.clock.now(), self.policies, self.jitter())
 
@@ -360,11 +360,13 @@ class Worker:
 
     def _counted(self, ok: bool, decision: Decision) -> None:
         if ok:
-            self._count(decision)
+            counter = _COUNTERS.get(type(decision).__name__)
+            if counter is not None:
+                self._counts[counter] += 1
         else:
             self._counts["lost_claims"] += 1
 
-    def _outcome(self, claim: Claim, job: Job) -> Outcome:
+    def _outcome(self, job: Job) -> Outcome:
         entry = self.registry.registration(job.job_type)
         if entry is None:
             return NoHandler()
@@ -379,126 +381,28 @@ class Worker:
         verdict = tenant_verdict(job, tenant_scoped=entry.tenant_scoped, tenant_exists=exists)
         if verdict is not None:
             return verdict
-        with self._heartbeat.watching(claim):
-            if entry.tenant_scoped:
-                if self.tenancy is None or tenant is None:
-                    message = "a tenant-scoped handler needs tenancy configured on the worker"
-                    return Failed(ErrorInfo("tenancy-not-configured", message, retryable=False))
-                return self.tenancy.run(entry.handler, thaw(job.args), tenant)
-            # A plain copy: handlers may json.dumps or mutate it without touching the record.
-            return run_handler(entry.handler, thaw(job.args))
+        if entry.tenant_scoped:
+            if self.tenancy is None or tenant is None:
+                message = "a tenant-scoped handler needs tenancy configured on the worker"
+                return Failed(ErrorInfo("tenancy-not-configured", message, retryable=False))
+            return self.tenancy.run(entry.handler, thaw(job.args), tenant)
+        # A plain copy: handlers may json.dumps or mutate it without touching the record.
+        return run_handler(entry.handler, thaw(job.args))
 
-    def _count(self, decision: Decision) -> None:
-        counter = _COUNTERS.get(type(decision).__name__)
-        if counter is not None:
-            self._counts[counter] += 1
-
-    def _dead_letter_bad(
-        self, bad: BadClaim, now: datetime, *, claim: Claim | None = None
-    ) -> Decision | None:
-        """Record an undecodable payload as a `decode-error` dead letter, then release it."""
-        error = undecodable(bad.job_id, bad.reason)
+    def _dead_letter_bad(self, bad: BadClaim, *, claim: Claim | None = None) -> None:
+        """Dead-letter an undecodable payload as `decode-error`, through the executor.
+        Gives None: there is no job decision left for the caller to carry out."""
         log.error("dead-lettering undecodable job %s: %s", bad.job_id, bad.reason)
-        placeholder = _placeholder(bad, now)
-        decision = dead_letter(placeholder, error, now)
-        try:
-            self.store.record(decision.job)
-        except Exception:
-            log.exception("could not record undecodable job %s; left to its lease", bad.job_id)
-            return None
-        self.queue.ack(claim if claim is not None else bad)
-        self._counts["dead_lettered"] += 1
-        self._counts["processed"] += 1
-        return decision
+        decision = undecodable_dead_letter(bad, self.clock.now())
+        if self.executor.carry_out(claim if claim is not None else bad, decision):
+            self._counts["dead_lettered"] += 1
+            self._counts["processed"] += 1
 
 
-def _bad(claim: Claim, reason: str, now: datetime) -> BadClaim:
-    return BadClaim(str(claim.job.id), claim.token, claim.queue, "", reason, now)
+def __getattr__(name: str) -> Any:
+    # `WorkerPool` moved to its own module; keep the old import path working.
+    if name == "WorkerPool":
+        from .pool import WorkerPool
 
-
-def _placeholder(bad: BadClaim, now: datetime) -> Job:
-    """A job record standing for an undecodable payload in the dead letters."""
-    try:
-        job_id = UUID(bad.job_id)
-    except ValueError:
-        job_id = uuid.uuid5(uuid.NAMESPACE_URL, f"conveyor:undecodable:{bad.token}")
-    return Job(
-        id=job_id,
-        job_type="undecodable",
-        # Kept for inspection as valid text: undecodable bytes become "?".
-        args=FrozenMap({"raw_payload": bad.payload[:4096].encode("utf-8", "replace").decode()}),
-        queue=bad.queue,
-        priority=Priority.NORMAL,
-        status=JobStatus.RUNNING,
-        created_at=now,
-        run_at=now,
-        max_retries=0,
-        attempt=1,
-        started_at=now,
-    )
-
-
-class WorkerPool:
-    """`worker_count` worker threads on one queue.
-
-    `stop(grace_s)` asks every worker to finish its current job and waits up to
-    `grace_s`; a job still running then is left to its lease (reclaimed later),
-    never acked unfinished.
-    """
-
-    def __init__(
-        self,
-        queue: JobQueue,
-        store: JobStore,
-        registry: Registry,
-        *,
-        worker_count: int = 1,
-        queue_name: str = "default",
-        **worker_options: Any,
-    ) -> None:
-        if worker_count < 0:
-            raise ValueError("worker_count must be >= 0")
-        self.queue_name = queue_name
-        self.workers = [
-            Worker(queue, store, registry, queue_name=queue_name, **worker_options)
-            for _ in range(worker_count)
-        ]
-        self._threads: list[threading.Thread] = []
-
-    def start(self) -> None:
-        if self._threads:
-            return
-        if self.workers:
-            self.workers[0].warn_if_empty()
-        for i, worker in enumerate(self.workers):
-            worker._warned_empty = True
-            thread = threading.Thread(
-                target=worker.run, name=f"conveyor-{self.queue_name}-{i}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
-
-    def stop(self, grace_s: float = 30.0) -> bool:
-        """Stop every worker; True if all finished within `grace_s`."""
-        for worker in self.workers:
-            worker.stop()
-        end = time.monotonic() + grace_s
-        for thread in self._threads:
-            thread.join(max(0.0, end - time.monotonic()))
-        alive = [t for t in self._threads if t.is_alive()]
-        if alive:
-            log.warning(
-                "%d worker(s) on %r still busy after %.1fs; their jobs are left to the lease",
-                len(alive),
-                self.queue_name,
-                grace_s,
-            )
-        self._threads = alive
-        return not alive
-
-    @property
-    def stats(self) -> WorkerStats:
-        total: Counter[str] = Counter()
-        for worker in self.workers:
-            total.update(worker._counts)
-        return WorkerStats(**total)
+        return WorkerPool
+    raise AttributeError(name)

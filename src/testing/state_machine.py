@@ -1,12 +1,18 @@
 """A reusable model check for `JobQueue` adapters.
 
 `queue_machine(factory)` returns a hypothesis `RuleBasedStateMachine` that runs
-random sequences of enqueue, dequeue, ack, stale ack, extend, replace, schedule,
-promote and reclaim against the adapter and against a model simpler than any
-adapter: a dict of where each job is. Write your own adapter, hand its factory
-to this machine, and it is held to the same contract as the built-in ones::
+random sequences of enqueue, dequeue (which promotes due jobs itself), batched
+claim, start of a prefetched claim, ack, stale ack, extend, replace, schedule,
+promote, reclaim, batched finish, the lease keeper's poison-pill write racing a
+renewal, and an operator's revive, against the adapter and against a model
+simpler than any adapter: a dict of where each job is. Write your own adapter,
+hand its factory to this machine, and it is held to the same contract as the
+built-in ones::
 
     TestMyQueue = queue_machine(lambda: (MyQueue(...), lambda: None)).TestCase
+
+A factory may also return the store the queue finishes into, as a third item;
+then the finishing rules (batched finish, guarded dead letter, revive) run too.
 """
 
 from __future__ import annotations
@@ -28,10 +34,24 @@ from hypothesis.stateful import (
     rule,
 )
 
-from ..core import Job, JobStatus, Priority, create_job, reclaim_cutoff, start
+from ..core import (
+    Complete,
+    ErrorInfo,
+    Job,
+    JobStatus,
+    Priority,
+    Succeeded,
+    create_job,
+    dead_letter,
+    decide,
+    decide_revive,
+    promotion_key,
+    reclaim_cutoff,
+    start,
+)
 from ..core.decisions import decide_reclaim
-from ..core.policies import LeasePolicy
-from ..shell.ports import BadClaim, Claim, JobQueue
+from ..core.policies import LeasePolicy, Policies
+from ..shell.ports import BadClaim, BatchingJobQueue, Claim, JobQueue, JobStore
 
 QUEUES = ("q1", "q2")
 LEASE_MS = 1000
@@ -47,6 +67,7 @@ class _Ready:
 @attrs.define
 class _Parked:
     run_at: datetime
+    seq: int  # the enqueue order, the promotion tie-break
 
 
 @attrs.define
@@ -55,7 +76,7 @@ class _Held:
     locked_at: datetime
 
 
-Factory = Callable[[], tuple[JobQueue, Callable[[], None]]]
+Factory = Callable[[], tuple[Any, ...]]
 
 
 def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBasedStateMachine]:
@@ -69,7 +90,9 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
 
         def __init__(self) -> None:
             super().__init__()
-            self.queue, self.cleanup = factory()
+            made = factory()
+            self.queue, self.cleanup = made[0], made[1]
+            self.store: JobStore | None = made[2] if len(made) > 2 else None
             self.now = START
             self.seq = 0
             self.where: dict[UUID, Any] = {}
@@ -118,18 +141,35 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
             note(f"schedule {job.id.int} {queue} +{delay}ms")
             self.queue.enqueue(job)
             self.jobs[job.id] = job
-            self.where[job.id] = _Parked(job.run_at)
+            self._park(job)
 
-        @rule(target=claims, queue=st.sampled_from(QUEUES))
-        def dequeue(self, queue: str) -> Claim | None:
-            claim = self.queue.dequeue(queue, self.now)
+        def _park(self, job: Job) -> None:
+            self.seq += 1
+            self.where[job.id] = _Parked(job.run_at, self.seq)
+
+        def _promote_model(self, queue: str | None) -> int:
+            """Due parked jobs go behind the ready ones, one by one in promotion order."""
+            due = sorted(
+                (
+                    (promotion_key((w.run_at - START) // timedelta(microseconds=1), w.seq), i)
+                    for i, w in self.where.items()
+                    if isinstance(w, _Parked)
+                    and w.run_at <= self.now
+                    and (queue is None or self.jobs[i].queue == queue)
+                ),
+            )
+            for _, i in due:
+                self._to_ready(i, self.jobs[i].priority)
+            return len(due)
+
+        def _expect_claim(self, queue: str, claim: Claim | None) -> Claim | None:
+            """Check `claim` is the best ready job of `queue` and move it to held."""
             assert not isinstance(claim, BadClaim), f"a model job did not decode: {claim}"
             ready = {
                 i: w
                 for i, w in self.where.items()
                 if isinstance(w, _Ready) and self.jobs[i].queue == queue
             }
-            note(f"dequeue {queue} -> {claim.job.id.int if claim else None}")
             if not ready:
                 assert claim is None, "claimed from an empty queue"
                 return None
@@ -138,11 +178,51 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
             got = ready.get(claim.job.id)
             assert got is not None, "claimed a job that is not ready"
             assert (got.priority.rank, got.seq) == best, (
-                f"claimed {(got.priority.value, got.seq)} before {best}: priority, then FIFO"
+                f"claimed {(got.priority.value, got.seq)} before {best}: priority, then FIFO "
+                "(due jobs promoted by run_at, then enqueue order)"
             )
             assert claim.job.id in self.jobs and claim.job == self.jobs[claim.job.id]
             self.where[claim.job.id] = _Held(claim.token, self.now)
             return claim
+
+        @rule(target=claims, queue=st.sampled_from(QUEUES))
+        def dequeue(self, queue: str) -> Claim | None:
+            claim = self.queue.dequeue(queue, self.now)
+            note(f"dequeue {queue} -> {claim.job.id.int if isinstance(claim, Claim) else None}")
+            self._promote_model(queue)
+            got = self._expect_claim(queue, claim)
+            assert got is None or got.started, "a single claim is started"
+            return got
+
+        @precondition(lambda self: isinstance(self.queue, BatchingJobQueue))
+        @rule(target=claims, queue=st.sampled_from(QUEUES), limit=st.integers(1, 4))
+        def dequeue_many(self, queue: str, limit: int) -> Claim | None:
+            batch = list(self.queue.dequeue_many(queue, self.now, limit))
+            note(f"dequeue_many {queue} {limit} -> {[c.job.id.int for c in batch]}")
+            self._promote_model(queue)
+            ready = sum(
+                isinstance(w, _Ready) and self.jobs[i].queue == queue for i, w in self.where.items()
+            )
+            assert len(batch) == min(limit, ready), f"claimed {len(batch)} of {ready} ready"
+            for claim in batch:
+                assert not claim.started, "a batched claim is prefetched until started"
+                self._expect_claim(queue, claim)
+            return batch[-1] if batch else None
+
+        @precondition(lambda self: isinstance(self.queue, BatchingJobQueue))
+        @rule(target=claims, claim=claims)
+        def start_claim(self, claim: Claim | None) -> Claim | None:
+            if claim is None or claim.started:
+                return None
+            live = self._live(claim)
+            begun = self.queue.start_claim(claim, self.now)
+            note(f"start_claim {claim.job.id.int} live={live} -> {begun is not None}")
+            assert (begun is not None) is live
+            if begun is None:
+                return None
+            assert begun.started and begun.job.id == claim.job.id and begun.token != claim.token
+            self.where[claim.job.id] = _Held(begun.token, self.now)
+            return cast("Claim", begun)
 
         def _live(self, claim: Claim | None) -> bool:
             if claim is None:
@@ -200,7 +280,7 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
             if live:
                 self.jobs[claim.job.id] = successor
                 if park_ms:
-                    self.where[claim.job.id] = _Parked(successor.run_at)
+                    self._park(successor)
                 else:
                     self._to_ready(claim.job.id, successor.priority)
 
@@ -212,15 +292,9 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
         @rule()
         def promote(self) -> None:
             moved = self.queue.promote_due(self.now)
-            due = [
-                i for i, w in self.where.items() if isinstance(w, _Parked) and w.run_at <= self.now
-            ]
-            note(f"promote -> {moved} (model {len(due)})")
-            assert moved == len(due)
-            # One promotion is one step: its jobs share a place in FIFO order.
-            self.seq += 1
-            for i in due:
-                self.where[i] = _Ready(self.jobs[i].priority, self.seq)
+            due = self._promote_model(None)
+            note(f"promote -> {moved} (model {due})")
+            assert moved == due
 
         @precondition(lambda self: any(isinstance(w, _Held) for w in self.where.values()))
         @rule()
@@ -230,19 +304,109 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
             expected = {
                 i for i, w in self.where.items() if isinstance(w, _Held) and w.locked_at < cutoff
             }
-            note(f"reclaim {sorted(c.job.id.int for c in found)}, model {sorted(expected)}")
-            assert {c.job.id for c in found} == expected
-            self.seq += 1
-            for claim in found:
-                running = start(claim.job, self.now).unwrap()
-                decision = decide_reclaim(
-                    running, self.now, LeasePolicy(lease_ms=LEASE_MS, max_reclaims=1000)
-                )
+            claims = [c for c in found if isinstance(c, Claim)]
+            assert len(claims) == len(found), f"a model job did not decode: {found}"
+            note(f"reclaim {sorted(c.job.id.int for c in claims)}, model {sorted(expected)}")
+            assert {c.job.id for c in claims} == expected
+            policy = LeasePolicy(lease_ms=LEASE_MS, max_reclaims=1000)
+            for claim in claims:
+                held = self.where[claim.job.id]
+                assert isinstance(held, _Held) and claim.token == held.token
+                if claim.started:
+                    running = start(claim.job, self.now).unwrap()
+                    decision = decide_reclaim(running, self.now, policy, cutoff)
+                else:
+                    decision = decide_reclaim(claim.job, self.now, policy, cutoff, started=False)
+                    assert decision.job.metadata.reclaim_count == claim.job.metadata.reclaim_count
                 assert self.queue.reclaim(claim, decision.job, cutoff)
                 # A second reclaim of the same claim must not move it again.
                 assert not self.queue.reclaim(claim, decision.job, cutoff)
                 self.jobs[claim.job.id] = decision.job
-                self.where[claim.job.id] = _Ready(decision.job.priority, self.seq)
+                self._to_ready(claim.job.id, decision.job.priority)
+
+        def _finishing(self) -> bool:
+            return self.store is not None and bool(
+                getattr(self.queue, "finishes_with", lambda _: False)(self.store)
+            )
+
+        @precondition(lambda self: self._finishing())
+        @rule(data=st.data())
+        def finish_many(self, data: st.DataObject) -> None:
+            """Held claims (and stale ones) finished in one call: each fenced on its own."""
+            held = [(i, w) for i, w in self.where.items() if isinstance(w, _Held)]
+            picked = (
+                data.draw(st.lists(st.sampled_from(held), max_size=3, unique_by=lambda e: e[0]))
+                if held
+                else []
+            )
+            items = []
+            for i, w in picked:
+                claim = Claim(self.jobs[i], w.token, self.jobs[i].queue, w.locked_at)
+                running = start(self.jobs[i], self.now).unwrap()
+                decision = decide(running, Succeeded(1), self.now, Policies(), 0.5)
+                assert isinstance(decision, Complete)
+                items.append((claim, decision.job))
+            note(f"finish_many {[i.int for i, _ in picked]}")
+            done = self.queue.finish_many(items)
+            assert list(done) == [True] * len(items)
+            assert self.queue.finish_many(items) == [False] * len(items)
+            assert self.store is not None
+            for claim, record in items:
+                del self.where[claim.job.id]
+                self.jobs[claim.job.id] = record
+                assert self.store.get(claim.job.id) == record
+
+        @precondition(
+            lambda self: (
+                self._finishing() and any(isinstance(w, _Held) for w in self.where.values())
+            )
+        )
+        @rule()
+        def poison_pill_write_races_a_renewal(self) -> None:
+            """The lease keeper reads an abandoned claim, its holder renews, then the
+            keeper's dead letter must be refused: the guard is inside the write."""
+            self.tick(2 * LEASE_MS)
+            cutoff = reclaim_cutoff(self.now, LEASE_MS)
+            found = [c for c in self.queue.abandoned(cutoff) if isinstance(c, Claim)]
+            assert found, "an expired claim was not reported abandoned"
+            claim = found[0]
+            assert self.queue.extend(claim, self.now)  # the holder was alive after all
+            self.where[claim.job.id] = _Held(claim.token, self.now)
+            running = start(claim.job, self.now).unwrap()
+            pill = decide_reclaim(running, self.now, LeasePolicy(LEASE_MS, max_reclaims=0), cutoff)
+            note(f"poison pill {claim.job.id.int} after renewal")
+            assert pill.job.status is JobStatus.FAILED
+            finish: Any = getattr(self.queue, "finish")
+            assert finish(claim, pill.job, abandoned_before=cutoff) is False
+            assert self.queue.reclaim(claim, pill.job, cutoff) is False
+
+        @precondition(
+            lambda self: (
+                self._finishing() and any(isinstance(w, _Held) for w in self.where.values())
+            )
+        )
+        @rule(revive_twice=st.booleans())
+        def dead_letter_then_revive(self, revive_twice: bool) -> None:
+            """A held job is dead-lettered, then an operator revives it: it is queued and
+            recorded pending in one step, and only once."""
+            i, w = next((i, w) for i, w in self.where.items() if isinstance(w, _Held))
+            claim = Claim(self.jobs[i], w.token, self.jobs[i].queue, w.locked_at)
+            running = start(self.jobs[i], self.now).unwrap()
+            dead = dead_letter(running, ErrorInfo("boom", "model", False), self.now).job
+            finish: Any = getattr(self.queue, "finish")
+            assert finish(claim, dead) is True
+            del self.where[i]
+            revival = decide_revive(dead, self.now)
+            assert revival is not None
+            revive: Any = getattr(self.queue, "revive")
+            note(f"dead letter and revive {i.int} twice={revive_twice}")
+            assert revive(revival.dead, revival.job) is True
+            if revive_twice:
+                assert revive(revival.dead, revival.job) is False, "revived a job twice"
+            assert self.store is not None
+            assert self.store.get(i) == revival.job
+            self.jobs[i] = revival.job
+            self._to_ready(i, revival.job.priority)
 
         @precondition(lambda self: any(isinstance(w, _Held) for w in self.where.values()))
         @rule(target=claims, queue=st.sampled_from(QUEUES))

@@ -26,8 +26,9 @@ from conveyor.core import (
     MissingTenant,
     NoHandler,
     Policies,
-    Promote,
+    HandBack,
     Reclaim,
+    Revive,
     Requeue,
     RequeuePolicy,
     Retry,
@@ -35,8 +36,9 @@ from conveyor.core import (
     Succeeded,
     TenantNotFound,
     decide,
-    decide_promotion,
+    decide_hand_back,
     decide_reclaim,
+    decide_revive,
     revive,
     start,
     tenant_verdict,
@@ -253,25 +255,32 @@ def test_tenant_verdict(scoped: bool, tenant_id: str | None, exists: bool, verdi
 
 # ---- reclaim -----------------------------------------------------------------------------
 
+CUTOFF = LATER - ms(60_000)
+
 
 def test_an_abandoned_claim_is_reclaimed_to_pending_and_counted() -> None:
-    decision = decide_reclaim(running_job(), LATER, LeasePolicy())
+    decision = decide_reclaim(running_job(), LATER, LeasePolicy(), CUTOFF)
     assert isinstance(decision, Reclaim)
     assert decision.job.status is JobStatus.PENDING
     assert decision.job.metadata.reclaim_count == 1
     assert decision.job.retry_count == 0
 
 
+def test_a_reclaim_carries_its_still_abandoned_guard() -> None:
+    decision = decide_reclaim(running_job(), LATER, LeasePolicy(), CUTOFF)
+    assert decision.abandoned_before == CUTOFF
+
+
 def test_a_reclaim_keeps_counting() -> None:
     job = attrs.evolve(running_job(), metadata=Metadata(reclaim_count=2))
-    decision = decide_reclaim(job, LATER, LeasePolicy())
+    decision = decide_reclaim(job, LATER, LeasePolicy(), CUTOFF)
     assert isinstance(decision, Reclaim)
     assert decision.job.metadata.reclaim_count == 3
 
 
-def test_a_poison_pill_is_dead_lettered_as_lease_expired() -> None:
+def test_a_poison_pill_is_dead_lettered_as_lease_expired_with_the_guard() -> None:
     job = attrs.evolve(running_job(max_retries=3), metadata=Metadata(reclaim_count=3))
-    decision = decide_reclaim(job, LATER, LeasePolicy())
+    decision = decide_reclaim(job, LATER, LeasePolicy(), CUTOFF)
     assert isinstance(decision, DeadLetter)
     assert decision.error.type == LEASE_EXPIRED
     assert decision.error.retryable is False
@@ -279,39 +288,77 @@ def test_a_poison_pill_is_dead_lettered_as_lease_expired() -> None:
     assert decision.job.last_error == decision.error
     assert decision.job.metadata.reclaim_count == 4
     assert decision.job.finished_at == LATER
+    # The keeper's give-up is written only while the claim is still abandoned.
+    assert decision.abandoned_before == CUTOFF
+
+
+def test_a_handlers_dead_letter_has_no_abandoned_guard() -> None:
+    decision = decide(running_job(), Failed(FATAL), LATER, POLICIES, 0.5)
+    assert isinstance(decision, DeadLetter)
+    assert decision.abandoned_before is None
 
 
 def test_max_reclaims_sets_the_poison_pill_budget() -> None:
     job = attrs.evolve(running_job(max_retries=10), metadata=Metadata(reclaim_count=1))
-    assert isinstance(decide_reclaim(job, LATER, LeasePolicy(max_reclaims=1)), DeadLetter)
-    assert isinstance(decide_reclaim(job, LATER, LeasePolicy(max_reclaims=2)), Reclaim)
+    assert isinstance(decide_reclaim(job, LATER, LeasePolicy(max_reclaims=1), CUTOFF), DeadLetter)
+    assert isinstance(decide_reclaim(job, LATER, LeasePolicy(max_reclaims=2), CUTOFF), Reclaim)
 
 
-# ---- promotion -----------------------------------------------------------------------------
+def test_the_reclaim_budget_has_its_own_default_apart_from_retries() -> None:
+    # A job with no retries is not a poison pill after one crash of its worker.
+    job = running_job(max_retries=0)
+    assert LeasePolicy().max_reclaims == 3
+    assert isinstance(decide_reclaim(job, LATER, LeasePolicy(), CUTOFF), Reclaim)
 
 
-@pytest.mark.parametrize("parked", [JobStatus.SCHEDULED, JobStatus.RETRYING])
-def test_a_due_parked_job_is_promoted_to_pending(parked: JobStatus) -> None:
-    job = attrs.evolve(make_job(), status=parked, run_at=NOW)
-    decision = decide_promotion(job, NOW + ms(1))
-    assert isinstance(decision, Promote)
+def test_max_reclaims_none_falls_back_to_the_jobs_retries() -> None:
+    job = running_job(max_retries=0)
+    policy = LeasePolicy(max_reclaims=None)
+    assert isinstance(decide_reclaim(job, LATER, policy, CUTOFF), DeadLetter)
+
+
+def test_a_claim_that_never_started_is_returned_without_charge() -> None:
+    waiting = make_job(max_retries=0)  # claimed in a batch, never started
+    decision = decide_reclaim(waiting, LATER, LeasePolicy(max_reclaims=0), CUTOFF, started=False)
+    assert isinstance(decision, Reclaim)
+    assert decision.job.status is JobStatus.PENDING
+    assert decision.job.attempt == waiting.attempt
+    assert decision.job.metadata.reclaim_count == 0
+    assert decision.job.metadata.prefetch_reclaims == 1
+    assert decision.abandoned_before == CUTOFF
+
+
+def test_a_promoted_claim_that_never_started_is_returned_pending() -> None:
+    parked = attrs.evolve(make_job(), status=JobStatus.RETRYING, run_at=NOW)
+    decision = decide_reclaim(parked, LATER, LeasePolicy(), CUTOFF, started=False)
     assert decision.job.status is JobStatus.PENDING
 
 
-def test_a_parked_job_is_due_exactly_at_its_run_at() -> None:
-    job = make_job(run_at=LATER)
-    assert isinstance(decide_promotion(job, LATER), Promote)
+# ---- hand back --------------------------------------------------------------------------------
 
 
-def test_a_parked_job_that_is_not_due_is_left_alone() -> None:
-    job = make_job(run_at=LATER)
-    assert decide_promotion(job, LATER - ms(1)) is None
+def test_a_claim_handed_back_is_pending_with_no_attempt_counted() -> None:
+    waiting = make_job()
+    decision = decide_hand_back(waiting, LATER)
+    assert isinstance(decision, HandBack)
+    assert decision.job.status is JobStatus.PENDING
+    assert decision.job.attempt == waiting.attempt
+    assert decision.job.metadata == waiting.metadata
 
 
-@pytest.mark.parametrize("status", [JobStatus.PENDING, JobStatus.RUNNING, JobStatus.COMPLETED])
-def test_a_job_that_is_not_parked_is_never_promoted(status: JobStatus) -> None:
-    job = attrs.evolve(make_job(), status=status)
-    assert decide_promotion(job, LATER) is None
+# ---- revive -----------------------------------------------------------------------------------
+
+
+def test_only_a_dead_letter_can_be_revived() -> None:
+    dead = decide(running_job(), Failed(FATAL), NOW, POLICIES, 0.5).job
+    decision = decide_revive(dead, LATER)
+    assert isinstance(decision, Revive)
+    assert decision.dead == dead
+    assert decision.job.status is JobStatus.PENDING
+    assert decision.job.retry_count == 0
+    done = decide(running_job(), Succeeded(1), NOW, POLICIES, 0.5).job
+    assert decide_revive(done, LATER) is None
+    assert decide_revive(running_job(), LATER) is None
 
 
 # ---- operator helpers --------------------------------------------------------------------------

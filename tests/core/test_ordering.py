@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from conveyor.core import PRIORITY_ORDER, Priority, claim_order, ordering_key
+from conveyor.core import PRIORITY_ORDER, Priority, claim_order, ordering_key, promotion_key
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -93,3 +93,9 @@ def test_claim_order_returns_the_items() -> None:
 def test_priority_order_is_the_order_claims_walk_the_priorities() -> None:
     ordered = claim_order((p, 0, p) for p in reversed(PRIORITY_ORDER))
     assert tuple(ordered) == PRIORITY_ORDER
+
+
+def test_due_jobs_are_promoted_by_run_at_then_enqueue_order() -> None:
+    entries = [(5, 3, "c"), (1, 9, "a"), (5, 2, "b"), (7, 1, "d")]
+    ordered = sorted(entries, key=lambda e: promotion_key(e[0], e[1]))
+    assert [e[2] for e in ordered] == ["a", "b", "c", "d"]

@@ -227,7 +227,7 @@ def test_a_negative_requeue_setting_is_refused(field: str) -> None:
 
 
 def test_lease_policy_defaults() -> None:
-    assert LeasePolicy() == LeasePolicy(lease_ms=60_000, max_reclaims=None)
+    assert LeasePolicy() == LeasePolicy(lease_ms=60_000, max_reclaims=3)
 
 
 def test_policies_bundle_the_three_defaults() -> None:
@@ -269,14 +269,17 @@ def reclaimed(times: int, max_retries: int = 3) -> Job:
     return attrs.evolve(make_job(max_retries=max_retries), metadata=Metadata(reclaim_count=times))
 
 
-def test_the_poison_pill_budget_is_the_jobs_max_retries_by_default() -> None:
+def test_the_poison_pill_budget_is_three_started_reclaims_by_default() -> None:
     policy = LeasePolicy()
+    assert not is_poison_pill(policy, reclaimed(2, max_retries=0))
+    assert is_poison_pill(policy, reclaimed(3, max_retries=10))
+
+
+def test_without_max_reclaims_the_budget_is_the_jobs_max_retries() -> None:
+    policy = LeasePolicy(max_reclaims=None)
     assert not is_poison_pill(policy, reclaimed(2, max_retries=3))
     assert is_poison_pill(policy, reclaimed(3, max_retries=3))
-
-
-def test_a_job_with_no_retries_is_a_poison_pill_on_its_first_reclaim() -> None:
-    assert is_poison_pill(LeasePolicy(), reclaimed(0, max_retries=0))
+    assert is_poison_pill(policy, reclaimed(0, max_retries=0))
 
 
 def test_max_reclaims_overrides_the_jobs_retry_budget() -> None:

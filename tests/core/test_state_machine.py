@@ -1,7 +1,7 @@
 """Model-checking the core: random lives of a few jobs against a reference model.
 
-The machine drives `create_job`, `start`, `decide`, `decide_reclaim` and
-`decide_promotion` with a manual clock. The model is deliberately plainer than
+The machine drives `create_job`, `start`, `decide`, `decide_reclaim` and the
+promotion of due parked jobs with a manual clock. The model is deliberately plainer than
 the code: per job a status, counters and a couple of times, updated by the
 rules written out below, not by calling the core. Every step compares the two.
 """
@@ -32,7 +32,6 @@ from conveyor.core import (
     MissingTenant,
     NoHandler,
     Policies,
-    Promote,
     Reclaim,
     Requeue,
     RequeuePolicy,
@@ -42,7 +41,6 @@ from conveyor.core import (
     TenantNotFound,
     create_job,
     decide,
-    decide_promotion,
     decide_reclaim,
     start,
     transition,
@@ -61,10 +59,11 @@ from returns.result import Failure
 
 S = JobStatus
 # Small numbers so a few ticks cross every boundary.
+MAX_RECLAIMS = 2
 POLICIES = Policies(
     retry=RetryPolicy(initial_delay_ms=100, max_delay_ms=1000),
     requeue=RequeuePolicy(requeue_delay_ms=500, max_requeue_age_ms=5000),
-    lease=LeasePolicy(lease_ms=1000),
+    lease=LeasePolicy(lease_ms=1000, max_reclaims=MAX_RECLAIMS),
 )
 LEGAL_MOVES = {(status, target) for status, row in TABLE.items() for target in row.values()}
 
@@ -188,14 +187,12 @@ class CoreMachine(RuleBasedStateMachine):
     @rule(pick=picks)
     def promote(self, pick: int) -> None:
         job_id = self.choose(self.parked(), pick)
-        decision = decide_promotion(self.jobs[job_id], self.now)
         due = self.model[job_id].run_at <= self.now
-        note(f"promote {job_id.int}: due={due} -> {type(decision).__name__}")
+        note(f"promote {job_id.int}: due={due}")
         if not due:
-            assert decision is None
             return
-        assert isinstance(decision, Promote)
-        self.store(job_id, decision.job)
+        promoted = transition(self.jobs[job_id], Event.PROMOTE, self.now).unwrap()
+        self.store(job_id, promoted)
         self.model[job_id].status = S.PENDING
 
     @precondition(lambda self: bool(self.claimable()))
@@ -292,10 +289,12 @@ class CoreMachine(RuleBasedStateMachine):
     def reclaim(self, pick: int) -> None:
         job_id = self.choose(self.abandoned(), pick)
         m = self.model[job_id]
-        decision = decide_reclaim(self.jobs[job_id], self.now, POLICIES.lease)
+        cutoff = self.now - ms(POLICIES.lease.lease_ms)
+        decision = decide_reclaim(self.jobs[job_id], self.now, POLICIES.lease, cutoff)
         note(f"reclaim {job_id.int} (reclaims so far {m.reclaims}) -> {type(decision).__name__}")
         m.reclaims += 1
-        if m.reclaims > m.max_retries:
+        assert decision.abandoned_before == cutoff
+        if m.reclaims > MAX_RECLAIMS:
             self.dead_lettered(job_id, decision, LEASE_EXPIRED)
             return
         assert isinstance(decision, Reclaim), decision

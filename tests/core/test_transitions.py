@@ -47,6 +47,7 @@ def test_the_table_lists_exactly_the_documented_moves() -> None:
     assert moves == {
         (S.SCHEDULED, E.PROMOTE, S.PENDING),
         (S.PENDING, E.START, S.RUNNING),
+        (S.PENDING, E.HAND_BACK, S.PENDING),
         (S.RUNNING, E.COMPLETE, S.COMPLETED),
         (S.RUNNING, E.RETRY, S.RETRYING),
         (S.RUNNING, E.REQUEUE, S.SCHEDULED),

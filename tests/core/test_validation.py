@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 from conveyor.core import JobStatus, Limits, Metadata, Priority, create_job
-from conveyor.core.frozen import json_size
+from conveyor.core.errors import FieldError
+from conveyor.core.frozen import MAX_INT_DIGITS, json_size
+from conveyor.core.validation import parse_job_id
 from core_support import JOB_ID, NOW, make_job, reason_for, rejection
 from returns.result import Success
 
@@ -303,3 +305,105 @@ def test_a_run_at_now_or_in_the_past_gives_a_pending_job(run_at: datetime) -> No
 
 def test_a_zero_delay_gives_a_pending_job() -> None:
     assert make_job(delay=timedelta(0)).status is JobStatus.PENDING
+
+
+# ---- input no encoder or clock can take --------------------------------------------
+#
+# Each of these raised from deep inside json or datetime instead of naming the field.
+
+
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [
+        ({"n": 10**5000}, "$.n"),
+        ({"n": -(10**5000)}, "$.n"),
+        ({"list": [1, 10**4300]}, "$.list[1]"),
+    ],
+)
+def test_an_integer_too_long_to_encode_as_json_is_rejected_naming_its_path(
+    args: dict[str, Any], path: str
+) -> None:
+    reason = reason_for(build(args=args), "args")
+    assert path in reason and "digits" in reason
+
+
+def test_an_integer_of_the_most_digits_json_reads_back_is_accepted() -> None:
+    largest = 10**MAX_INT_DIGITS - 1
+    job = make_job(args={"n": largest})
+    assert json.loads(json.dumps(dict(job.args)))["n"] == largest
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{"\ud800": 1}, {"ok": {"\udfff tail": "x"}}, {"k": "\udc00"}, {"k": ["a", "\ud83d"]}],
+    ids=["key", "nested-key", "value", "list-item"],
+)
+def test_a_lone_surrogate_in_a_key_or_value_is_rejected_in_a_printable_message(
+    args: dict[str, Any],
+) -> None:
+    reason = reason_for(build(args=args), "args")
+    assert "surrogate" in reason
+    reason.encode("utf-8")  # the message itself can be printed and logged
+
+
+def test_a_rejected_key_is_quoted_on_one_line_and_shortened_in_the_path() -> None:
+    reason = reason_for(build(args={"line\nbreak": b"x", "k" * 10_000: {1}}), "args")
+    assert "\n" not in reason and len(reason) < 300
+
+
+def test_args_nested_past_the_interpreter_stack_are_rejected_not_raised() -> None:
+    deep: Any = 1
+    for _ in range(10_000):
+        deep = [deep]
+    reason = reason_for(build(args={"deep": deep}, limits=Limits(max_depth=20_000)), "args")
+    assert "deep" in reason
+
+
+UNUSABLE_DELAYS = {
+    "nan": float("nan"),
+    "inf": float("inf"),
+    "-inf": float("-inf"),
+    "1e20-seconds": 1e20,
+    "10**5000-seconds": 10**5000,
+    "9999-years-in-seconds": 9999 * 365.25 * 86400,
+    "9999-years": timedelta(days=9999 * 365),
+    "max-timedelta": timedelta.max,
+    "bool": True,
+    "text": "30",
+    "negative-seconds": -1.0,
+}
+
+
+@pytest.mark.parametrize("delay", UNUSABLE_DELAYS.values(), ids=UNUSABLE_DELAYS.keys())
+def test_a_delay_that_is_no_usable_time_span_is_rejected_naming_delay(delay: Any) -> None:
+    reason_for(build(delay=delay), "delay")
+
+
+@pytest.mark.parametrize("delay", [30, 30.0, timedelta(seconds=30)])
+def test_a_delay_may_be_given_in_seconds_or_as_a_timedelta(delay: Any) -> None:
+    assert make_job(delay=delay).run_at == NOW + timedelta(seconds=30)
+
+
+@pytest.mark.parametrize(
+    "run_at",
+    [
+        datetime.max.replace(tzinfo=timezone(-timedelta(hours=5))),
+        datetime.min.replace(tzinfo=timezone(timedelta(hours=5))),
+    ],
+    ids=["after-year-9999-in-utc", "before-year-1-in-utc"],
+)
+def test_a_run_at_outside_the_datetime_range_in_utc_is_rejected(run_at: datetime) -> None:
+    reason_for(build(run_at=run_at), "run_at")
+
+
+def test_a_job_id_is_parsed_from_its_text() -> None:
+    assert parse_job_id(str(JOB_ID)) == JOB_ID
+    assert parse_job_id(JOB_ID) == JOB_ID
+
+
+@pytest.mark.parametrize("text", ["not-a-uuid", "", "../x", "a\nb", "\ud800", 42, None])
+def test_a_malformed_job_id_is_a_field_error_on_one_line(text: Any) -> None:
+    error = parse_job_id(text)
+    assert isinstance(error, FieldError) and error.field == "job_id"
+    assert "\n" not in str(error)
+    str(error).encode("utf-8")

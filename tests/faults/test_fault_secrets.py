@@ -6,16 +6,23 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
+import socket
 import subprocess
 import sys
+import traceback
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
 import pytest
 from conveyor.core import JobStatus, ValidationError, WriteRetryPolicy, create_job
+from conveyor.shell.config import load_config
 from conveyor.shell.registry import Registry
+from conveyor.shell.runtime import build
 from conveyor.shell.worker import Worker
 from fault_harness import HERE, Site, cli_config
 from fault_worker import JOB_TYPE, policies
@@ -155,3 +162,109 @@ def test_conveyor_dead_list_and_show_do_not_print_args_unless_asked(site: Site) 
         assert CANARY not in out.stdout and CANARY not in out.stderr, command
     shown = conveyor(site, "dead", "show", str(job.id), "--show-args")
     assert json.loads(shown.stdout)["args"]["api_key"] == CANARY
+
+
+# ---- passwords in URLs ----------------------------------------------------------------
+#
+# A password holding an unencoded '#', '/', '?' or '@' is split by the URL parsers,
+# and the drivers quote the pieces back ("Port could not be cast to integer value as
+# 's3cr'", "failed to resolve host 'et-Zq9@127.0.0.1'"): no piece may show anywhere.
+
+PASSWORDS = {
+    "hash": "s3cr#et-Zq9",
+    "slash": "s3cr/et-Zq9",
+    "at": "s3cr@et-Zq9",
+    "query": "s3cr?et-Zq9",
+    "clean": "s3cr3t-Zq9",
+    "all": "Xk7#Wm3/Pv5@Rt8",
+}
+
+
+def pieces(password: str) -> list[str]:
+    return [password, *(p for p in re.split(r"[#/?@]", password) if len(p) >= 3)]
+
+
+def assert_hidden(password: str, text: str) -> None:
+    for piece in pieces(password):
+        assert piece not in text, f"{piece!r} of the password shows in:\n{text}"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def url_for(provider: str, password: str) -> str:
+    port = closed_port()
+    if provider == "redis":
+        return f"redis://default:{password}@127.0.0.1:{port}/0"
+    return f"postgresql+psycopg://conveyor:{password}@127.0.0.1:{port}/jobs"
+
+
+def backend_config(provider: str, url: str) -> dict[str, Any]:
+    if provider == "redis":
+        return {"provider": "redis", "redis": {"url": url}, "entry_points": False}
+    return {"provider": "db", "url": url, "entry_points": False}
+
+
+@pytest.mark.parametrize("password", PASSWORDS.values(), ids=PASSWORDS.keys())
+def test_the_config_repr_hides_url_passwords_and_keeps_the_host(password: str) -> None:
+    pg, rd = url_for("db", password), url_for("redis", password)
+    config = load_config(
+        {"provider": "memory", "url": pg, "redis": {"url": rd}, "tenancy": {"url": pg}},
+        env={},
+    )
+    runtime = build(config)
+    for text in (repr(config), str(config), repr(runtime.config), repr(config.tenancy)):
+        assert_hidden(password, text)
+        assert "127.0.0.1" in text and "***" in text
+
+
+@pytest.mark.parametrize("password", PASSWORDS.values(), ids=PASSWORDS.keys())
+@pytest.mark.parametrize("provider", ["db", "redis"], ids=["postgresql", "redis"])
+def test_an_unreachable_backend_fails_without_showing_its_password(
+    provider: str, password: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    debug_everything(caplog)
+    url = url_for(provider, password)
+    error: BaseException
+    try:
+        runtime = build(backend_config(provider, url))
+    except Exception as exc:
+        error = exc
+        assert str(exc).startswith("redis.url: " if provider == "redis" else "url: "), str(exc)
+    else:
+        # Redis connects on the first command, whose error holds the address only.
+        with pytest.raises(Exception) as info:
+            runtime.status()
+        error = info.value
+    text = "".join(traceback.format_exception(error))
+    assert_hidden(password, text)
+    assert_hidden(password, repr(error))
+    assert_hidden(password, caplog.text)
+
+
+@pytest.mark.parametrize("password", PASSWORDS.values(), ids=PASSWORDS.keys())
+@pytest.mark.parametrize("provider", ["db", "redis"], ids=["postgresql", "redis"])
+def test_the_cli_on_an_unreachable_backend_prints_one_line_without_the_password(
+    provider: str, password: str, tmp_path: Path
+) -> None:
+    url = url_for(provider, password)
+    (tmp_path / "conveyor.toml").write_text(
+        f'provider = "{provider}"\nentry_points = false\n'
+    )
+    variable = "CONVEYOR_REDIS_URL" if provider == "redis" else "CONVEYOR_URL"
+    for command in (("status",), ("enqueue", "work", "{}"), ("dead", "list")):
+        out = subprocess.run(
+            [sys.executable, "-m", "conveyor.shell.cli", "--log-level", "DEBUG", *command],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=tmp_path,
+            env={**os.environ, variable: url},
+        )
+        assert out.returncode in (1, 2), out
+        assert_hidden(password, out.stdout + out.stderr)
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert out.stderr.startswith("conveyor: "), out.stderr

@@ -12,7 +12,20 @@ from conveyor.core import Job, create_job
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
 
-EFFECTS = {"enqueue", "ack", "extend", "replace", "reclaim", "promote_due", "record", "purge_dead"}
+EFFECTS = {
+    "enqueue",
+    "ack",
+    "extend",
+    "replace",
+    "reclaim",
+    "promote_due",
+    "record",
+    "purge_dead",
+    "finish",
+    "finish_many",
+    "revive",
+    "start_claim",
+}
 
 
 def make_job(job_type: str = "work", now: datetime = T0, **options: Any) -> Job:

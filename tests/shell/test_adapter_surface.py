@@ -44,6 +44,7 @@ from conveyor.shell.worker import Worker
 from conveyor.testing.clock import ManualClock
 from helpers import T0, make_job
 from returns.result import Failure
+from sweep_trust import TRUST_CASES
 
 LATER = T0 + timedelta(seconds=10)
 
@@ -210,7 +211,7 @@ def reclaim_after_the_lease(b: Backend) -> None:
     cutoff = reclaim_cutoff(T0 + timedelta(seconds=7), 1000)
     [found] = b.queue.abandoned(cutoff)
     assert found.token == claim.token and found.job.id == job.id
-    decision = decide_reclaim(start(found.job, LATER).unwrap(), LATER, LeasePolicy(1000))
+    decision = decide_reclaim(start(found.job, LATER).unwrap(), LATER, LeasePolicy(1000), cutoff)
     assert b.queue.reclaim(found, decision.job, cutoff)
     assert not b.queue.reclaim(found, decision.job, cutoff), "only once"
     again = _claim(b, now=LATER)
@@ -244,7 +245,7 @@ def reclaim_from_another_process(b: Backend) -> None:
 
 def a_poison_pill_is_dead_lettered(b: Backend) -> None:
     clock = ManualClock(T0)
-    policies = Policies(lease=LeasePolicy(lease_ms=1000))
+    policies = Policies(lease=LeasePolicy(lease_ms=1000, max_reclaims=1))
     worker = Worker(b.queue, b.store, Registry(), clock=clock, policies=policies)
     job = make_job(max_retries=1)
     b.queue.enqueue(job)
@@ -427,6 +428,7 @@ CASES: dict[str, Callable[[Backend], None]] = {
         claims_in_batches_with_their_own_tokens,
         bulk_enqueue_keeps_list_order_and_upserts,
         batches_carry_any_text_unchanged,
+        *TRUST_CASES,
     )
 }
 

@@ -161,3 +161,49 @@ def test_the_demo_runs_end_to_end(tmp_path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     for needle in ("no-handler", "ConnectionError", "charge-card", "send-reminder", "Dead letters"):
         assert needle in result.stdout
+
+
+DEEP = '{"a":' + "[" * 10_000 + "]" * 10_000 + "}"
+NINE_THOUSAND_YEARS = str(9999 * 365 * 86400)
+
+BAD_INPUT = {
+    "huge-int": (("enqueue", "ship", '{"n": 1' + "0" * 5000 + "}"), "args"),
+    "huge-int-under-the-parse-limit": (("enqueue", "ship", '{"n": 1' + "0" * 4300 + "}"), "args"),
+    "surrogate-key": (("enqueue", "ship", '{"\\ud800": 1}'), "args"),
+    "surrogate-value": (("enqueue", "ship", '{"k": "\\udc00"}'), "args"),
+    "nested-10000": (("enqueue", "ship", DEEP), "args"),
+    "delay-nan": (("enqueue", "ship", "{}", "--delay", "nan"), "delay"),
+    "delay-inf": (("enqueue", "ship", "{}", "--delay", "inf"), "delay"),
+    "delay-1e20": (("enqueue", "ship", "{}", "--delay", "1e20"), "delay"),
+    "delay-9999-years": (("enqueue", "ship", "{}", "--delay", NINE_THOUSAND_YEARS), "delay"),
+    "delay-negative": (("enqueue", "ship", "{}", "--delay=-5"), "delay"),
+    "max-retries-text": (("enqueue", "ship", "{}", "--max-retries", "many"), "max-retries"),
+    "show-bad-id": (("dead", "show", "not-a-uuid"), "job_id"),
+    "retry-bad-id": (("dead", "retry", "not-a-uuid"), "job_id"),
+    "purge-bad-id": (("dead", "purge", "not-a-uuid"), "job_id"),
+    "dead-list-negative-limit": (("dead", "list", "--limit=-1"), "limit"),
+    "dead-list-bad-tenant": (("dead", "list", "--tenant", "../t"), "tenant"),
+    "worker-queue-path": (("worker", "-q", "../x"), "queue"),
+    "worker-second-queue": (("worker", "-q", "ok", "-q", "a b"), "queue"),
+    "worker-negative-count": (("worker", "-n", "-1"), "concurrency"),
+    "worker-grace-nan": (("worker", "--grace", "nan"), "grace"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUT, ids=BAD_INPUT)
+def test_bad_input_prints_one_line_naming_the_field_and_exits_2(project, case) -> None:
+    argv, field = BAD_INPUT[case]
+    result = subprocess.run(
+        [*CONVEYOR, *argv],
+        cwd=project,
+        env=_env(project),
+        capture_output=True,
+        text=True,
+        timeout=20,  # a worker that started anyway would run until killed
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("conveyor: ") and field in lines[0], lines[0]
+    assert result.stdout == ""
+    assert _row(_status(project), "default")["ready"] == 0, "nothing was enqueued"

@@ -68,3 +68,43 @@ def test_a_bad_env_number_names_the_key() -> None:
     with pytest.raises(ValidationError) as info:
         load_config({}, env={"CONVEYOR_LEASE_MS": "soon"})
     assert info.value.fields == ("lease_ms",)
+
+
+def test_max_reclaims_and_pool_size_default_to_3_and_10() -> None:
+    cfg = parse_config({})
+    assert (cfg.max_reclaims, cfg.pool_size) == (3, 10)
+
+
+def test_max_reclaims_and_pool_size_come_from_the_file_and_the_environment() -> None:
+    cfg = load_config({"max_reclaims": 0, "pool_size": 1}, env={})
+    assert (cfg.max_reclaims, cfg.pool_size) == (0, 1)
+    cfg = load_config(
+        {"max_reclaims": 0}, env={"CONVEYOR_MAX_RECLAIMS": "7", "CONVEYOR_POOL_SIZE": "25"}
+    )
+    assert (cfg.max_reclaims, cfg.pool_size) == (7, 25)
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "reason"),
+    [
+        ({"max_reclaims": -1}, "max_reclaims", ">= 0"),
+        ({"max_reclaims": "3"}, "max_reclaims", "integer"),
+        ({"max_reclaims": True}, "max_reclaims", "integer"),
+        ({"pool_size": 0}, "pool_size", ">= 1"),
+        ({"pool_size": 2.5}, "pool_size", "integer"),
+    ],
+)
+def test_a_bad_max_reclaims_or_pool_size_is_named_in_one_line(
+    raw: dict, field: str, reason: str
+) -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_config(raw)
+    assert info.value.fields == (field,)
+    assert reason in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["CONVEYOR_MAX_RECLAIMS", "CONVEYOR_POOL_SIZE"])
+def test_a_bad_max_reclaims_or_pool_size_in_the_environment_names_the_key(name: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        load_config({}, env={name: "many"})
+    assert info.value.fields == ({"CONVEYOR_MAX_RECLAIMS": "max_reclaims"}.get(name, "pool_size"),)

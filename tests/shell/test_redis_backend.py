@@ -102,6 +102,12 @@ def ready_ids(client: redis.Redis, queue: RedisJobQueue, name: str = "jobs") -> 
     ]
 
 
+def scheduled_ids(client: redis.Redis, queue: RedisJobQueue, name: str | None = None) -> list[str]:
+    """Parked job ids in promotion order (a member ends with its job's id)."""
+    members = client.zrange(queue.keys.scheduled(name), 0, -1)
+    return [m.decode().rsplit(":", 1)[-1] for m in members]
+
+
 def spawn(code: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True, bufsize=1
@@ -228,19 +234,24 @@ def test_a_pickled_payload_comes_back_as_a_bad_claim_and_is_never_unpickled(
     assert not client.exists(queue.keys.job(job_id))
 
 
-def test_an_abandoned_undecodable_body_goes_back_to_be_claimed_as_a_bad_claim(
-    client: redis.Redis, queue: RedisJobQueue
+def test_an_abandoned_undecodable_body_is_reported_as_a_bad_claim_and_left_in_place(
+    client: redis.Redis, queue: RedisJobQueue, store: RedisJobStore
 ) -> None:
-    """The lease keeper gets decodable claims only; the next claimer dead-letters the rest."""
+    """`abandoned` is a read: the caller dead-letters the BadClaim through a guarded finish."""
     queue.enqueue(make_job())
     claim = claimed(queue)
     client.hset(queue.keys.job(str(claim.job.id)), "body", b"\x80not json")
     later = T0 + timedelta(seconds=1)
-    assert queue.abandoned(later) == []
-    assert queue.ack(claim) is False, "the expired claim was not released"
-    bad = queue.dequeue("jobs", later)
-    assert isinstance(bad, BadClaim) and bad.job_id == str(claim.job.id)
-    assert queue.ack(bad) is True
+    [bad] = queue.abandoned(later)
+    assert isinstance(bad, BadClaim)
+    assert (bad.job_id, bad.token, bad.locked_at) == (str(claim.job.id), claim.token, T0)
+    assert queue.abandoned(later) == [bad], "the read requeued or changed the claim"
+    assert queue.counts(later)["jobs"].in_flight == 1
+    record = dead(attrs.evolve(make_job(), id=claim.job.id))
+    assert queue.finish(bad, record, abandoned_before=later) is True
+    assert store.list_dead() == [record]
+    counts = queue.counts(later)["jobs"]
+    assert (counts.ready, counts.scheduled, counts.in_flight) == (0, 0, 0)
 
 
 def test_a_body_naming_another_id_is_a_bad_claim(client: redis.Redis, queue: RedisJobQueue) -> None:
@@ -374,7 +385,8 @@ def test_a_killed_workers_job_is_reclaimed_and_its_stale_ack_refused(
     assert isinstance(found, Claim)
     assert (found.job, found.token, found.locked_at) == (job, stale_token, T0)
 
-    decision = decide_reclaim(start(found.job, now).unwrap(), now, LeasePolicy(lease_ms=LEASE_MS))
+    policy = LeasePolicy(lease_ms=LEASE_MS)
+    decision = decide_reclaim(start(found.job, now).unwrap(), now, policy, cutoff)
     assert isinstance(decision, Reclaim)
     assert queue.reclaim(found, decision.job, cutoff) is True
     assert queue.reclaim(found, decision.job, cutoff) is False
@@ -421,7 +433,7 @@ def test_a_promoter_killed_mid_loop_loses_nothing(
     assert promoter.returncode == -signal.SIGKILL, "the promoter finished before it was killed"
 
     ready = ready_ids(client, queue)
-    scheduled = [i.decode() for i in client.zrange(queue.keys.scheduled(), 0, -1)]
+    scheduled = scheduled_ids(client, queue)
     assert 0 < len(ready) < 5000, "the kill did not land mid-loop"
     assert len(ready) == len(set(ready)), "a job is on a ready list twice"
     assert not set(ready) & set(scheduled), "a job is both ready and scheduled"

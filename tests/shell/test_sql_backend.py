@@ -39,7 +39,7 @@ from conveyor.core import (
     reclaim_cutoff,
     start,
 )
-from conveyor.shell.adapters.sql import SqlJobQueue, SqlJobStore, make_engine
+from conveyor.shell.adapters.sql import SqlJobQueue, SqlJobStore, from_micros, make_engine
 from conveyor.shell.adapters.sql_schema import SCHEMA, create_tables, ddl_text, make_schema
 from conveyor.shell.ports import BadClaim, Claim
 from conveyor.testing.postgres_server import (
@@ -151,8 +151,9 @@ def retry_of(c: Claim, now: datetime, park_ms: int = 0) -> Job:
 
 
 def reclaimed(c: Claim, now: datetime) -> Job:
-    decision = decide_reclaim(start(c.job, now).unwrap(), now, LeasePolicy(lease_ms=LEASE_MS))
-    return decision.job
+    policy = LeasePolicy(lease_ms=LEASE_MS)
+    cutoff = reclaim_cutoff(now, LEASE_MS)
+    return decide_reclaim(start(c.job, now).unwrap(), now, policy, cutoff).job
 
 
 # --- helper processes ----------------------------------------------------------------------
@@ -349,11 +350,12 @@ def test_a_reclaimed_job_goes_behind_the_jobs_already_ready(db: Db) -> None:
     assert claim_order(db.queue, now=now) == [b.id, a.id]
 
 
-def test_a_scheduled_job_is_not_claimable_before_it_is_promoted(db: Db) -> None:
-    db.queue.enqueue(make_job(delay_ms=1000))
+def test_a_scheduled_job_is_claimable_when_due_and_not_before(db: Db) -> None:
+    parked = make_job(delay_ms=1000)
+    db.queue.enqueue(parked)
     assert db.queue.promote_due(T0 + timedelta(milliseconds=999)) == 0
-    assert db.queue.dequeue("default", T0 + timedelta(hours=1)) is None
-    assert db.queue.promote_due(T0 + timedelta(seconds=1)) == 1
+    assert db.queue.dequeue("default", T0 + timedelta(milliseconds=999)) is None
+    assert claim(db.queue, now=T0 + timedelta(seconds=1)).job == parked
     assert db.queue.promote_due(T0 + timedelta(seconds=1)) == 0
 
 
@@ -475,13 +477,16 @@ def test_a_bad_claim_is_released_by_ack(db: Db) -> None:
     assert db.queue.counts(T0) == {}
 
 
-def test_an_abandoned_undecodable_row_returns_to_ready_for_a_worker_to_dead_letter(
+def test_an_abandoned_undecodable_row_is_reported_as_a_bad_claim_and_left_as_it_is(
     db: Db,
 ) -> None:
     job_id = insert_raw(db, '{"v": 99}', status="processing", locked_at=0)
-    assert db.queue.abandoned(T0) == []
-    bad = db.queue.dequeue("default", T0)
-    assert isinstance(bad, BadClaim) and bad.job_id == job_id and "version" in bad.reason
+    [bad] = db.queue.abandoned(T0)
+    assert isinstance(bad, BadClaim)
+    assert (bad.job_id, bad.token, bad.locked_at) == (job_id, "dead-worker", from_micros(0))
+    assert "version" in bad.reason
+    assert db.queue.counts(T0)["default"].in_flight == 1, "abandoned() must not write"
+    assert db.queue.dequeue("default", T0) is None
 
 
 # --- concurrency ---------------------------------------------------------------------------

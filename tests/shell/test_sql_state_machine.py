@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conveyor.shell.adapters.sql import SqlJobQueue, make_engine
+from conveyor.shell.adapters.sql import SqlJobQueue, SqlJobStore, make_engine
 from conveyor.shell.adapters.sql_schema import SCHEMA, create_tables
 from conveyor.shell.ports import JobQueue
 from conveyor.testing.postgres_server import drop_database, fresh_database, postgres_url
@@ -21,7 +21,7 @@ from conveyor.testing.state_machine import queue_machine
 from sqlalchemy import Engine, text
 
 
-def sqlite_queue() -> tuple[JobQueue, Callable[[], None]]:
+def sqlite_queue() -> tuple[JobQueue, Callable[[], None], SqlJobStore]:
     folder = Path(tempfile.mkdtemp(prefix="conveyor-sm-"))
     engine = make_engine(f"sqlite:///{folder / 'queue.db'}")
     create_tables(engine)
@@ -30,7 +30,7 @@ def sqlite_queue() -> tuple[JobQueue, Callable[[], None]]:
         engine.dispose()
         shutil.rmtree(folder, ignore_errors=True)
 
-    return SqlJobQueue(engine), cleanup
+    return SqlJobQueue(engine), cleanup, SqlJobStore(engine)
 
 
 _pg: dict[str, Engine] = {}
@@ -46,7 +46,7 @@ def postgres_database() -> Iterator[None]:
         drop_database(engine.url.render_as_string(hide_password=False))
 
 
-def postgres_queue() -> tuple[JobQueue, Callable[[], None]]:
+def postgres_queue() -> tuple[JobQueue, Callable[[], None], SqlJobStore]:
     engine = _pg.get("engine")
     if engine is None:
         engine = _pg["engine"] = make_engine(fresh_database(postgres_url()))
@@ -54,7 +54,7 @@ def postgres_queue() -> tuple[JobQueue, Callable[[], None]]:
     with engine.begin() as conn:
         names = ", ".join(t.name for t in (SCHEMA.job_queue, SCHEMA.job_store))
         conn.execute(text(f"TRUNCATE {names}"))
-    return SqlJobQueue(engine), lambda: None
+    return SqlJobQueue(engine), lambda: None, SqlJobStore(engine)
 
 
 TestSqliteQueueMachine = queue_machine(sqlite_queue).TestCase

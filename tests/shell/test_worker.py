@@ -123,15 +123,25 @@ def test_a_job_with_no_handler_is_parked_then_dead_lettered_after_the_age_window
 
 
 def test_an_undecodable_payload_is_dead_lettered_and_the_worker_keeps_going() -> None:
-    clock = ManualClock(T0)
-    ran: list[int] = []
-    worker, queue, store = _worker(Registry({"work": lambda a: ran.append(1)}), clock)
-    bad = BadClaim("not-a-uuid", "tok", "default", "\x80pickle", "not JSON", T0)
-    worker.process(bad)
-    [dead] = store.list_dead()
-    assert dead.last_error is not None and dead.last_error.type == "decode-error"
-    queue.enqueue(make_job())
-    assert worker.drain() == 1 and ran == [1]
+    from backends import make_backend
+
+    b = make_backend("sqlite")  # memory stores values: nothing there fails to decode
+    try:
+        clock = ManualClock(T0)
+        ran: list[int] = []
+        registry = Registry({"work": lambda a: ran.append(1)})
+        worker = Worker(b.queue, b.store, registry, clock=clock, jitter=lambda: 0.5)
+        poisoned = make_job()
+        b.queue.enqueue(poisoned)
+        assert b.corrupt is not None
+        b.corrupt(poisoned, "\x80pickle")
+        b.queue.enqueue(make_job())
+        assert worker.drain() == 2 and ran == [1]
+        [dead] = b.store.list_dead()
+        assert dead.id == poisoned.id
+        assert dead.last_error is not None and dead.last_error.type == "decode-error"
+    finally:
+        b.cleanup()
 
 
 def test_an_abandoned_claim_is_reclaimed_after_the_lease_and_run_again() -> None:
@@ -153,7 +163,7 @@ def test_an_abandoned_claim_is_reclaimed_after_the_lease_and_run_again() -> None
 
 def test_a_poison_pill_is_dead_lettered_with_lease_expired() -> None:
     clock = ManualClock(T0)
-    policies = Policies(lease=LeasePolicy(lease_ms=1000))
+    policies = Policies(lease=LeasePolicy(lease_ms=1000, max_reclaims=2))
     worker, queue, store = _worker(Registry({"work": lambda a: None}), clock, policies)
     job = make_job(max_retries=2)
     queue.enqueue(job)

@@ -20,14 +20,17 @@ from conveyor.core import (
     Policies,
     Succeeded,
     decide,
+    decide_hand_back,
     decide_reclaim,
+    decide_revive,
     reclaim_cutoff,
     start,
 )
 from conveyor.core.policies import LeasePolicy
 from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
 from conveyor.shell.executor import Executor
-from conveyor.shell.ports import Claim
+from conveyor.shell.placeholder import undecodable_dead_letter
+from conveyor.shell.ports import BadClaim, Claim
 from conveyor.testing.clock import ManualClock
 from helpers import T0, Crash, Recorder, locate, make_job
 
@@ -36,22 +39,34 @@ RETRYABLE = Failed(ErrorInfo("Boom", "try again", retryable=True))
 PERMANENT = Failed(ErrorInfo("Bad", "never works", retryable=False))
 
 
-def _handled(outcome: object) -> Callable[[Claim], tuple[Decision, dict[str, object]]]:
-    def build(claim: Claim) -> tuple[Decision, dict[str, object]]:
+Build = Callable[[Claim, MemoryJobStore], Decision]
+
+
+def _handled(outcome: object) -> Build:
+    def build(claim: Claim, store: MemoryJobStore) -> Decision:
         job = start(claim.job, T0).unwrap()
-        return decide(job, outcome, T0, POLICIES, 0.5), {}  # type: ignore[arg-type]
+        return decide(job, outcome, T0, POLICIES, 0.5)  # type: ignore[arg-type]
 
     return build
 
 
-def _reclaimed(poison: bool) -> Callable[[Claim], tuple[Decision, dict[str, object]]]:
-    def build(claim: Claim) -> tuple[Decision, dict[str, object]]:
+def _reclaimed(poison: bool) -> Build:
+    def build(claim: Claim, store: MemoryJobStore) -> Decision:
         job = start(claim.job, T0).unwrap()
         policy = LeasePolicy(lease_ms=1000, max_reclaims=0 if poison else 5)
         later = T0 + timedelta(seconds=5)
-        return decide_reclaim(job, later, policy), {"cutoff": reclaim_cutoff(later, 1000)}
+        return decide_reclaim(job, later, policy, reclaim_cutoff(later, 1000))
 
     return build
+
+
+def _handed_back(claim: Claim, store: MemoryJobStore) -> Decision:
+    return decide_hand_back(claim.job, T0)
+
+
+def _undecodable(claim: Claim, store: MemoryJobStore) -> Decision:
+    bad = BadClaim(str(claim.job.id), claim.token, claim.queue, "{oops", "not JSON", T0)
+    return undecodable_dead_letter(bad, T0)
 
 
 # (decision kind, how to reach it, the write that must precede any release)
@@ -62,64 +77,111 @@ CASES = {
     "Requeue": (_handled(NoHandler()), "queue.replace"),
     "Reclaim": (_reclaimed(poison=False), "queue.reclaim"),
     "DeadLetter(poison pill)": (_reclaimed(poison=True), "store.record"),
+    "HandBack": (_handed_back, "queue.replace"),
+    "DeadLetter(decode error)": (_undecodable, "store.record"),
 }
+#: The runtime's path: queue and store in one backend, record and release in one step.
+ATOMIC_WRITE = {"store.record": "queue.finish"}
+
+#: step by step: a queue apart from its store; atomic: the runtime's own pairing.
+MODES = ("step-by-step", "atomic")
 
 
 def _setup(
-    crash: dict[str, int],
+    crash: dict[str, int], mode: str = "step-by-step"
 ) -> tuple[Executor, list[str], MemoryJobQueue, MemoryJobStore, Claim]:
-    queue, store = MemoryJobQueue(), MemoryJobStore()
+    store = MemoryJobStore()
+    queue = MemoryJobQueue(store) if mode == "atomic" else MemoryJobQueue()
     queue.enqueue(make_job())
     claim = queue.dequeue("default", T0)
     assert isinstance(claim, Claim)
     log: list[str] = []
     executor = Executor(
         Recorder(queue, "queue", log, crash),  # type: ignore[arg-type]
-        Recorder(store, "store", log, crash),  # type: ignore[arg-type]
+        # Atomic: the queue finishes into this very store, so the executor gets it bare.
+        store if mode == "atomic" else Recorder(store, "store", log, crash),  # type: ignore[arg-type]
         clock=ManualClock(T0),
         sleep=lambda _: None,
     )
+    assert executor.batches_finish is (mode == "atomic")
     return executor, log, queue, store, claim
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("kind", list(CASES))
-def test_the_decision_is_written_before_the_claim_is_released(kind: str) -> None:
+def test_the_decision_is_written_before_the_claim_is_released(kind: str, mode: str) -> None:
     build, write = CASES[kind]
-    executor, log, queue, store, claim = _setup({})
-    decision, extra = build(claim)
+    executor, log, queue, store, claim = _setup({}, mode)
+    decision = build(claim, store)
     assert type(decision).__name__ == kind.split("(")[0]
-    assert executor.carry_out(claim, decision, **extra)  # type: ignore[arg-type]
+    if mode == "atomic":
+        write = ATOMIC_WRITE.get(write, write)
+    assert executor.carry_out(claim, decision)
     assert write in log, f"{kind}: {write} never happened: {log}"
     releases = [i for i, call in enumerate(log) if call == "queue.ack"]
     assert all(log.index(write) < i for i in releases), f"{kind}: released before writing: {log}"
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("kind", list(CASES))
-def test_a_crash_between_any_two_steps_leaves_the_job_somewhere(kind: str) -> None:
+def test_a_crash_between_any_two_steps_leaves_the_job_somewhere(kind: str, mode: str) -> None:
     build, _ = CASES[kind]
-    probe_executor, *_ = _setup({})
-    claim0, decision0, extra0 = _probe(build)
-    steps = len(probe_executor.plan(claim0, decision0, **extra0))  # type: ignore[arg-type]
+    probe, _, _, probe_store, probe_claim = _setup({}, mode)
+    steps = len(probe.plan(probe_claim, build(probe_claim, probe_store)))
     for crash_at in range(1, steps + 2):
         crash = {"at": crash_at}
-        executor, _, queue, store, claim = _setup(crash)
-        decision, extra = build(claim)
+        executor, _, queue, store, claim = _setup(crash, mode)
+        decision = build(claim, store)
         try:
-            executor.carry_out(claim, decision, **extra)  # type: ignore[arg-type]
+            executor.carry_out(claim, decision)
         except Crash:
             pass
         where = locate(queue, store, claim.job.id)
         assert where != "nowhere", f"{kind}: crash before effect {crash_at} lost the job"
 
 
-def _probe(
-    build: Callable[[Claim], tuple[Decision, dict[str, object]]],
-) -> tuple[Claim, Decision, dict[str, object]]:
-    queue = MemoryJobQueue()
-    queue.enqueue(make_job())
+def test_a_batch_of_outcomes_is_written_and_released_in_one_atomic_step() -> None:
+    """The batched finish the worker uses: each record and release together, and a
+    crash before it leaves every job in flight (reclaimed later), none lost."""
+    for crash_at in (None, 1):
+        store = MemoryJobStore()
+        queue = MemoryJobQueue(store)
+        for _ in range(3):
+            queue.enqueue(make_job())
+        claims = [c for c in queue.dequeue_many("default", T0, 3) if isinstance(c, Claim)]
+        log: list[str] = []
+        crash = {} if crash_at is None else {"at": crash_at}
+        executor = Executor(Recorder(queue, "queue", log, crash), store)  # type: ignore[arg-type]
+        items = [
+            (c, decide(start(c.job, T0).unwrap(), Succeeded(1), T0, POLICIES, 0.5)) for c in claims
+        ]
+        try:
+            done = executor.finish_many(items)
+        except Crash:
+            done = [False] * 3
+        for claim, ok in zip(claims, done, strict=True):
+            where = locate(queue, store, claim.job.id)
+            assert where == ("recorded:completed" if ok else "in flight"), (crash_at, where)
+        assert log == ([] if crash_at else ["queue.finish_many"])
+
+
+def test_a_revive_queues_and_records_in_one_guarded_step() -> None:
+    store = MemoryJobStore()
+    queue = MemoryJobQueue(store)
+    job = make_job()
+    queue.enqueue(job)
     claim = queue.dequeue("default", T0)
     assert isinstance(claim, Claim)
-    return (claim, *build(claim))
+    dead = decide(start(claim.job, T0).unwrap(), PERMANENT, T0, POLICIES, 0.5)
+    assert queue.finish(claim, dead.job)
+    log: list[str] = []
+    executor = Executor(Recorder(queue, "queue", log, {}), store)  # type: ignore[arg-type]
+    revival = decide_revive(dead.job, T0)
+    assert revival is not None
+    assert executor.carry_out(None, revival) is True
+    assert log == ["queue.revive"]
+    assert executor.carry_out(None, revival) is False, "a second revive must find no dead letter"
+    assert locate(queue, store, job.id) == "queued"
 
 
 def test_an_executor_that_acks_first_is_caught_by_the_crash_check() -> None:
@@ -196,7 +258,7 @@ def test_a_write_that_fails_once_is_retried_then_released() -> None:
             super().record(job)  # type: ignore[arg-type]
 
     flaky = FlakyStore()
-    executor = Executor(queue, flaky, clock=ManualClock(T0), sleep=lambda _: None)
+    executor = Executor(queue, flaky, clock=ManualClock(T0), attempts=2, sleep=lambda _: None)
     decision = decide(start(claim.job, T0).unwrap(), Succeeded(1), T0, POLICIES, 0.5)
     assert executor.carry_out(claim, decision) is True
     assert flaky.get(claim.job.id) is not None

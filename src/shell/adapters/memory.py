@@ -3,7 +3,8 @@
 Ready work is one FIFO per (queue, priority); a counter gives every enqueue its
 sequence number, and claims follow the core's `ordering_key`. The scheduled set
 is a dict swapped under the lock, so of two concurrent promoters only one moves
-each job. It cannot reclaim across processes (there are none to share with),
+each job; due jobs are promoted in the core's `promotion_key` order, by every
+claim of their queue. It cannot reclaim across processes (there are none to share with),
 but it honours leases within its own process like the other backends.
 """
 
@@ -13,13 +14,23 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import attrs
 
-from ...core import PRIORITY_ORDER, Job, JobStatus, Priority
-from ..ports import BadClaim, Claim, QueueCounts
+from ...core import PRIORITY_ORDER, Job, JobStatus, Priority, promotion_key
+from ..ports import BadClaim, Claim, QueueCounts, prefetch_token
+
+#: At most this many due jobs are promoted by one claim.
+PROMOTE_PER_CLAIM = 100
+
+
+def _us(when: datetime) -> int:
+    return (when - _EPOCH) // timedelta(microseconds=1)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @attrs.define
@@ -43,7 +54,8 @@ class MemoryJobQueue:
         self._seq = 0
         self._ready: dict[str, dict[Priority, deque[tuple[int, Job]]]] = {}
         self._ready_ids: dict[UUID, str] = {}
-        self._scheduled: dict[UUID, Job] = {}
+        #: Parked jobs with the sequence number of their enqueue (the promotion tie-break).
+        self._scheduled: dict[UUID, tuple[int, Job]] = {}
         self._in_flight: dict[UUID, _InFlight] = {}
 
     def _lanes(self, queue: str) -> dict[Priority, deque[tuple[int, Job]]]:
@@ -67,13 +79,30 @@ class MemoryJobQueue:
 
     def _place(self, job: Job) -> None:
         """Put `job` where its status says (caller holds the lock)."""
+        self._seq += 1
         if job.status.is_parked:
-            self._scheduled[job.id] = job
+            self._scheduled[job.id] = (self._seq, job)
         else:
+            self._lanes(job.queue)[job.priority].append((self._seq, job))
+            self._ready_ids[job.id] = job.queue
+        # Parked jobs wake idle workers too: each then sleeps until the next one is due.
+        self._ready_signal.notify_all()
+
+    def _promote(self, now: datetime, queue: str | None, limit: int) -> int:
+        """Move due parked jobs (of `queue`, or all) behind the ready ones, in the
+        promotion order (caller holds the lock)."""
+        due = [
+            (promotion_key(_us(job.run_at), seq), job)
+            for seq, job in self._scheduled.values()
+            if job.run_at <= now and (queue is None or job.queue == queue)
+        ]
+        due.sort(key=lambda entry: entry[0])
+        for _, job in due[:limit]:
+            del self._scheduled[job.id]
             self._seq += 1
             self._lanes(job.queue)[job.priority].append((self._seq, job))
             self._ready_ids[job.id] = job.queue
-            self._ready_signal.notify_all()
+        return min(len(due), limit)
 
     def enqueue(self, job: Job) -> None:
         with self._lock:
@@ -88,18 +117,31 @@ class MemoryJobQueue:
 
     def dequeue(self, queue: str, now: datetime) -> Claim | None:
         with self._lock:
-            lanes = self._ready.get(queue)
-            if not lanes:
-                return None
-            for priority in PRIORITY_ORDER:
-                lane = lanes[priority]
-                if lane:
-                    _, job = lane.popleft()
-                    del self._ready_ids[job.id]
-                    token = uuid.uuid4().hex
-                    self._in_flight[job.id] = _InFlight(job, token, now)
-                    return Claim(job=job, token=token, queue=queue, locked_at=now)
+            self._promote(now, queue, PROMOTE_PER_CLAIM)
+            return self._take(queue, now, uuid.uuid4().hex)
+
+    def _take(self, queue: str, now: datetime, token: str) -> Claim | None:
+        """Claim the best ready job of `queue` under `token` (caller holds the lock)."""
+        lanes = self._ready.get(queue)
+        if not lanes:
             return None
+        for priority in PRIORITY_ORDER:
+            lane = lanes[priority]
+            if lane:
+                _, job = lane.popleft()
+                del self._ready_ids[job.id]
+                self._in_flight[job.id] = _InFlight(job, token, now)
+                return Claim(job=job, token=token, queue=queue, locked_at=now)
+        return None
+
+    def next_due(self, queue: str) -> datetime | None:
+        with self._lock:
+            due = [job.run_at for _, job in self._scheduled.values() if job.queue == queue]
+            return min(due, default=None)
+
+    def server_time(self) -> datetime | None:
+        """None: this process's clock is the only one."""
+        return None
 
     def _held(self, claim: Claim) -> _InFlight | None:
         entry = self._in_flight.get(claim.job.id)
@@ -142,20 +184,56 @@ class MemoryJobQueue:
 
     def dequeue_many(self, queue: str, now: datetime, limit: int) -> list[Claim | BadClaim]:
         claims: list[Claim | BadClaim] = []
-        for _ in range(limit):
-            claim = self.dequeue(queue, now)
-            if claim is None:
-                break
-            claims.append(claim)
+        with self._lock:
+            self._promote(now, queue, PROMOTE_PER_CLAIM)
+            for _ in range(limit):
+                claim = self._take(queue, now, prefetch_token(uuid.uuid4().hex))
+                if claim is None:
+                    break
+                claims.append(claim)
         return claims
+
+    def start_claim(self, claim: Claim, now: datetime) -> Claim | None:
+        with self._lock:
+            entry = self._held(claim)
+            if entry is None:
+                return None
+            entry.token, entry.locked_at = uuid.uuid4().hex, now
+            return attrs.evolve(claim, token=entry.token, locked_at=now)
 
     def finishes_with(self, store: object) -> bool:
         """True for the store this queue was built with: in one process, holding the
         queue's lock makes record-and-release one step."""
         return store is not None and store is self._store
 
-    def finish(self, claim: Claim, record: Job) -> bool:
-        return self.finish_many([(claim, record)])[0]
+    def finish(
+        self, claim: Claim | BadClaim, record: Job, abandoned_before: datetime | None = None
+    ) -> bool:
+        if isinstance(claim, BadClaim):
+            return False  # this backend stores Job values; nothing here fails to decode
+        if self._store is None:
+            raise ValueError("this MemoryJobQueue was built without a store to finish into")
+        with self._lock:
+            entry = self._held(claim)
+            if entry is None:
+                return False
+            if abandoned_before is not None and not entry.locked_at < abandoned_before:
+                return False  # renewed since the lease keeper looked: still live
+            self._store.record(record)
+            del self._in_flight[claim.job.id]
+            return True
+
+    def revive(self, dead: Job, fresh: Job) -> bool:
+        if self._store is None:
+            raise ValueError("this MemoryJobQueue was built without a store to revive into")
+        with self._lock:
+            current = self._store.get(dead.id)
+            if current is None or current.status is not JobStatus.FAILED:
+                return False
+            self._drop(fresh.id)
+            self._place(fresh)
+            self._store.record(fresh)
+            return True
 
     def finish_many(self, items: Sequence[tuple[Claim, Job]]) -> list[bool]:
         if self._store is None:
@@ -172,16 +250,10 @@ class MemoryJobQueue:
 
     def promote_due(self, now: datetime, limit: int = 1000) -> int:
         with self._lock:
-            due = [j for j in self._scheduled.values() if j.run_at <= now]
-            due.sort(key=lambda j: (j.run_at, j.priority.rank))
-            for job in due[:limit]:
-                del self._scheduled[job.id]
-                self._seq += 1
-                self._lanes(job.queue)[job.priority].append((self._seq, job))
-                self._ready_ids[job.id] = job.queue
-            if due:
+            moved = self._promote(now, None, limit)
+            if moved:
                 self._ready_signal.notify_all()
-            return min(len(due), limit)
+            return moved
 
     def abandoned(self, cutoff: datetime, limit: int = 100) -> Sequence[Claim]:
         with self._lock:
@@ -199,14 +271,15 @@ class MemoryJobQueue:
 
     def counts(self, now: datetime) -> Mapping[str, QueueCounts]:
         with self._lock:
-            names = set(self._ready) | {j.queue for j in self._scheduled.values()}
+            parked = [job for _, job in self._scheduled.values()]
+            names = set(self._ready) | {j.queue for j in parked}
             names |= {e.job.queue for e in self._in_flight.values()}
             out: dict[str, QueueCounts] = {}
             for name in sorted(names):
                 ready = [job for lane in self._ready.get(name, {}).values() for _, job in lane]
                 out[name] = QueueCounts(
                     ready=len(ready),
-                    scheduled=sum(1 for j in self._scheduled.values() if j.queue == name),
+                    scheduled=sum(1 for j in parked if j.queue == name),
                     in_flight=sum(1 for e in self._in_flight.values() if e.job.queue == name),
                     oldest_ready_at=min((j.run_at for j in ready), default=None),
                 )

@@ -1,8 +1,9 @@
 -- abandoned. ARGV: base, cutoff_ms, limit
 -- Reads in-flight claims locked before the cutoff, as one consistent snapshot:
--- returns a flat list of id, body, token, locked_at_ms, queue per claim. Its only
--- write drops in-flight entries whose hash is gone (see drop_orphan): they name no
--- job, and left alone they would be reported for ever.
+-- returns a flat list of id, body, token, locked_at_ms, queue per claim. Nothing is
+-- requeued here, whatever the body holds: the caller decides. Its only write drops
+-- in-flight entries whose hash is gone (see drop_orphan): they name no job, and left
+-- alone they would fill every answer for ever.
 local stale = redis.call('ZRANGEBYSCORE', key('inflight'), '-inf', '(' .. ARGV[2],
                          'LIMIT', 0, tonumber(ARGV[3]), 'WITHSCORES')
 local out = {}

@@ -1,7 +1,17 @@
--- claim (dequeue). ARGV: base, queue, token, now_ms
--- Atomic: the pop from a ready list and the entry into the in-flight sets are one
--- step, so a claimed job is never in neither place. Returns {id, body} or nil.
-local queue, token, now = ARGV[2], ARGV[3], ARGV[4]
+-- claim (dequeue). ARGV: base, queue, token, hi_ms, now_ms, now_us, receipt_ttl_ms
+-- (now three ways: see `promote` in the prelude)
+-- Atomic: the queue's due parked jobs are promoted (up to CLAIM_PROMOTE_CAP, in
+-- promotion order, behind the ready ones), then the pop from a ready list and the
+-- entry into the in-flight sets are one step, so a claimed job is never in neither
+-- place and a due job is claimable without waiting for a promotion pass.
+-- Idempotent by token: a re-send of this call returns what the token holds.
+-- Returns {id, body} or nil.
+local queue, token, now, ttl = ARGV[2], ARGV[3], ARGV[5], ARGV[7]
+local again = replay(token, ttl, function() return token end)
+if again then
+  return #again > 0 and again or nil
+end
+promote(key('scheduled', queue), ARGV[4], now, ARGV[6], CLAIM_PROMOTE_CAP)
 for _, priority in ipairs(PRIORITIES) do
   local list = key('queue', queue, priority)
   while true do
@@ -14,6 +24,7 @@ for _, priority in ipairs(PRIORITIES) do
       redis.call('HSET', jk, 'status', 'processing', 'token', token, 'locked_at', now)
       redis.call('ZADD', key('inflight'), now, id)
       redis.call('ZADD', key('inflight', queue), now, id)
+      write_receipt(token, {id}, ttl)
       return {id, f[2]}
     end
     if not f[2] then

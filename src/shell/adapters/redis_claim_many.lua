@@ -1,10 +1,19 @@
--- claim_many (batched dequeue). ARGV: base, queue, token_base, now_ms, limit
--- The same atomic step as claim, for up to `limit` jobs in one round trip. Each
--- claim gets its own token, token_base .. ':' .. id (token_base is fresh per call).
--- Per job only its hash is read and written; the list pops and the ready_at and
--- in-flight set changes are one command each for the whole batch.
+-- claim_many (batched dequeue).
+-- ARGV: base, queue, token_base, hi_ms, now_ms, now_us, receipt_ttl_ms, limit
+-- The same atomic step as claim (promotion of the queue's due jobs first), for up to
+-- `limit` jobs in one round trip. Each claim gets its own token, token_base .. ':' ..
+-- id, where token_base is fresh per call and carries the prefetch mark: these claims
+-- have not started. Per job only its hash is read and written; the list pops and the
+-- ready_at and in-flight set changes are one command each for the whole batch.
+-- Idempotent by token_base: a re-send returns the claims the first send took.
 -- Returns a flat list {id, body, id, body, ...}.
-local queue, token_base, now, limit = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local queue, token_base, now, limit = ARGV[2], ARGV[3], ARGV[5], tonumber(ARGV[8])
+local ttl = ARGV[7]
+local again = replay(token_base, ttl, function(id) return token_base .. ':' .. id end)
+if again then
+  return again
+end
+promote(key('scheduled', queue), ARGV[4], now, ARGV[6], CLAIM_PROMOTE_CAP)
 local out, taken, flight = {}, {}, {}
 for _, priority in ipairs(PRIORITIES) do
   local list = key('queue', queue, priority)
@@ -33,5 +42,6 @@ if #taken > 0 then
   call_many('ZREM', key('ready_at', queue), taken)
   call_many('ZADD', key('inflight'), flight)
   call_many('ZADD', key('inflight', queue), flight)
+  write_receipt(token_base, taken, ttl)
 end
 return out

@@ -1,8 +1,11 @@
 -- finish_many: `finish` for several claims in one round trip.
--- ARGV: base, then per job: id, token, body, status, queue, tenant.
+-- ARGV: base, nonce, then per job: id, token, body, status, queue, tenant.
+-- A re-send of this call finds the nonce in the records that landed (`op`).
 -- Each job's fence, record and release are one step, as in finish (the whole script
 -- is); the index, in-flight and delete commands are shared by the batch.
 -- Returns 1/0 per job.
+local nonce = ARGV[2]
+
 -- `record` for a batch: one INCRBY for the sequence, one ZADD per index key.
 local function record_many(items)
   local seq = redis.call('INCRBY', key('seq', 'store'), #items) - #items
@@ -12,7 +15,7 @@ local function record_many(items)
     unindex(id)
     seq = seq + 1
     redis.call('HSET', key('store', id), 'body', body, 'status', status, 'queue', queue,
-               'tenant', tenant, 'seq', seq)
+               'tenant', tenant, 'seq', seq, 'op', nonce)
     for _, k in ipairs(index_keys(status, tenant)) do
       adds[k] = adds[k] or {}
       table.insert(adds[k], seq)
@@ -28,7 +31,7 @@ local function record_many(items)
 end
 
 local out, items, released, hashes, by_queue = {}, {}, {}, {}, {}
-for i = 2, #ARGV, 6 do
+for i = 3, #ARGV, 6 do
   local id, token = ARGV[i], ARGV[i + 1]
   local jk = key('job', id)
   local f = redis.call('HMGET', jk, 'token', 'status', 'queue')
@@ -38,6 +41,8 @@ for i = 2, #ARGV, 6 do
     table.insert(hashes, jk)
     by_queue[f[3]] = by_queue[f[3]] or {}
     table.insert(by_queue[f[3]], id)
+    table.insert(out, 1)
+  elseif redis.call('HGET', key('store', id), 'op') == nonce then
     table.insert(out, 1)
   else
     table.insert(out, 0)

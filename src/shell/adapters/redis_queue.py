@@ -11,11 +11,19 @@ structures never disagree, and a crash of the caller or of the server (replaying
 its AOF) finds each job in one place. The scripts hold no policy: when to retry,
 reclaim or give up is decided by the core and arrives here as a finished job.
 
-Times are passed to the scripts as integer milliseconds from the caller's
-injected clock, never read from the server's TIME: the core's decisions, the
-tests' manual clocks and the lease predicate then all use one notion of `now`.
-Scheduled scores round `run_at` up and claim scores round `now` down, so sub-
-millisecond rounding can make a job due or a claim abandoned late, never early.
+Times are passed to the scripts from the caller's clock, never read from the
+server's TIME inside a script: the core's decisions, the tests' manual clocks and
+the lease predicate then all use one notion of `now`. (`server_time` reads TIME for
+the worker's start-up check that its clock agrees with the server's.) A job is due
+exactly when `run_at <= now` (both in µs); lease scores are milliseconds rounded
+down, so rounding can make a claim abandoned late, never early.
+
+Transient failures (a dropped connection, a timeout, a server still loading its
+AOF) are retried here and nowhere else: `connect` builds clients with redis-py's
+own retries off, and `_run` retries within `retry_budget_s`. Every script is safe
+to send twice: claims are idempotent by a token chosen once per call, enqueues by a
+nonce, and every fenced write answers a re-send of a write that already landed
+with the same 1 while writing nothing more.
 
 All keys start with the hash tag `{prefix}`, so one deployment lands in one
 Redis Cluster slot and a script may touch every key it derives. See `docs/redis.md`.
@@ -26,19 +34,25 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import logging
+import math
+import re
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 import attrs
 import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import AuthenticationError, AuthorizationError
+from redis.retry import Retry
 from returns.result import Failure, Success
 
 from ...core import Job, JobStatus, Priority, ValidationError
 from ..codec import decode, encode
-from ..ports import BadClaim, Claim, QueueCounts
+from ..ports import BadClaim, Claim, QueueCounts, prefetch_token
 
 log = logging.getLogger("conveyor.redis")
 
@@ -46,8 +60,15 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 _US = timedelta(microseconds=1)
 _PURGE_BATCH = 500
+#: The default for `retry_budget_s`: a quarter of the default 60 s lease, so a claim
+#: whose renewal is being retried is still held when the retry lands.
+DEFAULT_RETRY_BUDGET_S = 15.0
+_FIRST_BACKOFF_S = 0.05
+_MAX_BACKOFF_S = 1.0
+_SCHEDULED_RUN_US = re.compile(rb"^(\d+):")
 
 _Script = Callable[..., Any]
+_T = TypeVar("_T")
 
 
 def _ms(when: datetime) -> int:
@@ -60,6 +81,17 @@ def _ms_ceil(when: datetime) -> int:
 
 def _us(when: datetime) -> int:
     return (when - _EPOCH) // _US
+
+
+def _us_digits(when: datetime) -> str:
+    """µs as the 18-digit string the scripts compare scheduled members against."""
+    return str(_us(when)).zfill(18)
+
+
+def _now_args(now: datetime) -> list[object]:
+    """`now` as the promotion step wants it: ms rounded up (the highest score that can
+    be due), ms rounded down (for members written by an earlier version), exact µs."""
+    return [_ms_ceil(now), _ms(now), _us_digits(now)]
 
 
 def _text(value: bytes | str) -> str:
@@ -113,8 +145,34 @@ class RedisKeys:
 
 def connect(url: str) -> redis.Redis:
     """A client for `redis://` or `rediss://` (TLS) URLs, password and DB included:
-    `rediss://:secret@host:6380/0`. Responses stay bytes: see `RedisJobQueue`."""
-    return redis.Redis.from_url(url, decode_responses=False)
+    `rediss://:secret@host:6380/0`. Responses stay bytes: see `RedisJobQueue`.
+
+    redis-py's own retries are off: the queue and store retry within their budget,
+    and two layers of retries would multiply each other's waits past it.
+    """
+    return redis.Redis.from_url(url, decode_responses=False, retry=Retry(NoBackoff(), 0))
+
+
+def _retryable(exc: Exception) -> bool:
+    # Wrong credentials arrive as a ConnectionError too; waiting will not fix them.
+    return not isinstance(exc, (AuthenticationError, AuthorizationError))
+
+
+def _retrying(budget_s: float, call: Callable[[], _T]) -> _T:
+    """`call()`, again after a dropped connection or a timeout until `budget_s` has
+    passed since the first try; the last error then propagates."""
+    deadline = time.monotonic() + budget_s
+    pause = _FIRST_BACKOFF_S
+    while True:
+        try:
+            return call()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            left = deadline - time.monotonic()
+            if left <= 0 or not _retryable(exc):
+                raise
+            log.warning("redis unavailable (%s); retrying for up to %.1f s more", exc, left)
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, _MAX_BACKOFF_S)
 
 
 def check_server(client: redis.Redis) -> list[str]:
@@ -159,9 +217,10 @@ def _source(*names: str) -> str:
     return "\n".join(here.joinpath(f"redis_{name}.lua").read_text("utf-8") for name in names)
 
 
-def _register(client: redis.Redis, prelude: str, name: str) -> _Script:
+def _register(client: redis.Redis, *names: str) -> _Script:
+    """The script `names[-1]` with the preludes `names[:-1]` before it."""
     # redis-py leaves Script.__call__ unannotated; one cast here keeps the rest typed.
-    return cast(_Script, client.register_script(_source(prelude, name)))
+    return cast(_Script, client.register_script(_source(*names)))
 
 
 def _client_for(client_or_url: redis.Redis | str) -> tuple[redis.Redis, bool]:
@@ -180,13 +239,27 @@ class RedisJobQueue:
     `client_or_url` is a `redis.Redis` (with `decode_responses=False`; it stays
     the caller's to close) or a URL for `connect`. `prefix` names the deployment;
     two queues with different prefixes share a server without seeing each other.
-    The server's settings are checked at construction and problems logged as
-    warnings on the `conveyor.redis` logger.
+    `retry_budget_s` is how long one operation keeps retrying a dropped connection
+    (give it a quarter of the lease; 0 = never retry). The server's settings are
+    checked at construction and problems logged as warnings on the `conveyor.redis`
+    logger.
     """
 
-    def __init__(self, client_or_url: redis.Redis | str, prefix: str = "conveyor") -> None:
+    def __init__(
+        self,
+        client_or_url: redis.Redis | str,
+        prefix: str = "conveyor",
+        *,
+        retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
+    ) -> None:
+        if retry_budget_s < 0:
+            raise ValueError("retry_budget_s must be >= 0")
         self._client, self._owned = _client_for(client_or_url)
         self.keys = RedisKeys.for_prefix(prefix)
+        self.retry_budget_s = retry_budget_s
+        # A claim's receipt must outlive every re-send of it; with no retries there is
+        # no re-send, and no receipt is written.
+        self._receipt_ms = math.ceil(retry_budget_s * 1000) + 1000 if retry_budget_s else 0
         self._anchor = [self.keys.queues()]
         script = functools.partial(_register, self._client, "common")
         self._enqueue = script("enqueue")
@@ -199,19 +272,17 @@ class RedisJobQueue:
         self._reclaim = script("reclaim")
         self._counts = script("counts")
         self._claim_many = script("claim_many")
-        self._finish = cast(
-            _Script,
-            self._client.register_script(_source("common", "store_common", "finish")),
-        )
-        self._finish_many = cast(
-            _Script,
-            self._client.register_script(_source("common", "store_common", "finish_many")),
-        )
+        self._start = script("start")
+        with_store = functools.partial(_register, self._client, "common", "store_common")
+        self._finish = with_store("finish")
+        self._finish_many = with_store("finish_many")
+        self._revive = with_store("revive")
         for warning in check_server(self._client):
             log.warning("redis server %s", warning)
 
     def _run(self, script: _Script, *args: object) -> Any:
-        return script(keys=self._anchor, args=[self.keys.base, *args])
+        argv = [self.keys.base, *args]
+        return _retrying(self.retry_budget_s, lambda: script(keys=self._anchor, args=argv))
 
     @staticmethod
     def _placement(job: Job) -> list[object]:
@@ -228,25 +299,32 @@ class RedisJobQueue:
 
     def enqueue(self, job: Job) -> None:
         """Upsert by id, unlocked: ready list, or the scheduled set when parked."""
-        self._run(self._enqueue, *self._placement(job))
+        self._run(self._enqueue, *self._placement(job), uuid.uuid4().hex)
 
     def enqueue_many(self, jobs: Sequence[Job]) -> None:
         """Upsert several jobs in one pipelined round trip (each its own atomic script)."""
-        with self._client.pipeline(transaction=False) as pipe:
-            for job in jobs:
-                self._enqueue(
-                    keys=self._anchor, args=[self.keys.base, *self._placement(job)], client=pipe
-                )
-            pipe.execute()
+        if not jobs:
+            return
+        nonce = uuid.uuid4().hex
+        argvs = [[self.keys.base, *self._placement(job), nonce] for job in jobs]
+
+        def send() -> None:
+            with self._client.pipeline(transaction=False) as pipe:
+                for argv in argvs:
+                    self._enqueue(keys=self._anchor, args=argv, client=pipe)
+                pipe.execute()
+
+        _retrying(self.retry_budget_s, send)
 
     def dequeue(self, queue: str, now: datetime) -> Claim | BadClaim | None:
-        """Claim the best ready job of `queue` in one round trip, or None.
+        """Claim the best ready job of `queue` in one round trip, or None; the queue's
+        due parked jobs are promoted in the same script first.
 
         A body that does not decode comes back as a `BadClaim` (from `ports`), held
         like a claim so the worker can dead-letter it and then `ack` it.
         """
         token = uuid.uuid4().hex
-        reply = self._run(self._claim, queue, token, _ms(now))
+        reply = self._run(self._claim, queue, token, *_now_args(now), self._receipt_ms)
         if reply is None:
             return None
         raw_id, body = reply
@@ -263,7 +341,9 @@ class RedisJobQueue:
     def replace(self, claim: Claim, job: Job) -> bool:
         """Write the successor (ready or parked, unlocked) if the claim is still held."""
         placement = self._placement(job)
-        return bool(self._run(self._replace, placement[0], claim.token, *placement[1:]))
+        return bool(
+            self._run(self._replace, placement[0], claim.token, *placement[1:], uuid.uuid4().hex)
+        )
 
     def finishes_with(self, store: object) -> bool:
         """True when `store` lives under this queue's key base on the same server."""
@@ -273,65 +353,130 @@ class RedisJobQueue:
         theirs = store._client.connection_pool.connection_kwargs
         return all(mine.get(k) == theirs.get(k) for k in ("host", "port", "db", "path"))
 
-    def finish(self, claim: Claim, record: Job) -> bool:
-        """Record `record` in the store and release the claim in one script, fenced."""
-        return bool(self._run(self._finish, *_finish_args(claim, record)))
+    def finish(
+        self, claim: Claim | BadClaim, record: Job, abandoned_before: datetime | None = None
+    ) -> bool:
+        """Record `record` in the store and release the claim in one script, fenced by
+        the token and, with `abandoned_before`, by "still locked before it"."""
+        # A BadClaim's record is a placeholder that may carry another id than the
+        # payload's; a Claim's record must be its own job's.
+        fence_id = _finish_args(claim, record)[0] if isinstance(claim, Claim) else claim.job_id
+        cutoff = "" if abandoned_before is None else _ms(abandoned_before)
+        return bool(
+            self._run(
+                self._finish,
+                fence_id,
+                claim.token,
+                cutoff,
+                str(record.id),
+                encode(record),
+                record.status.value,
+                record.queue,
+                record.tenant_id or "",
+                uuid.uuid4().hex,
+            )
+        )
 
     def dequeue_many(self, queue: str, now: datetime, limit: int) -> list[Claim | BadClaim]:
-        """Claim up to `limit` of the best ready jobs in one round trip, each under its
-        own fresh token."""
+        """Claim up to `limit` of the best ready jobs in one round trip (due parked
+        jobs promoted first), each under its own fresh prefetched token."""
         if limit <= 0:
             return []
         base = uuid.uuid4().hex
-        reply = self._run(self._claim_many, queue, base, _ms(now), limit)
+        reply = self._run(
+            self._claim_many,
+            queue,
+            prefetch_token(base),
+            *_now_args(now),
+            self._receipt_ms,
+            limit,
+        )
         claims: list[Claim | BadClaim] = []
         for raw_id, body in zip(reply[::2], reply[1::2], strict=True):
             job_id = _text(raw_id)
-            claims.append(_claim_of(job_id, body, f"{base}:{job_id}", queue, now))
+            claims.append(_claim_of(job_id, body, prefetch_token(f"{base}:{job_id}"), queue, now))
         return claims
+
+    def start_claim(self, claim: Claim, now: datetime) -> Claim | None:
+        """Swap a prefetched claim's token for a fresh plain one and renew its lease to
+        `now`, fenced by the old token."""
+        # Fresh per call (not the old token unmarked), so that only a re-send of this
+        # very call finds the swap already made.
+        started = uuid.uuid4().hex
+        done = self._run(self._start, str(claim.job.id), claim.token, started, _ms(now))
+        return attrs.evolve(claim, token=started, locked_at=now) if done else None
+
+    def revive(self, dead: Job, fresh: Job) -> bool:
+        """Put `fresh` in the queue and record it, in one script, only while the store
+        still records `dead.id` as a dead letter."""
+        placement = self._placement(fresh)
+        return bool(
+            self._run(
+                self._revive,
+                str(dead.id),
+                *placement,
+                fresh.status.value,
+                fresh.tenant_id or "",
+                uuid.uuid4().hex,
+            )
+        )
 
     def finish_many(self, items: Sequence[tuple[Claim, Job]]) -> list[bool]:
         """`finish` for several claims in one script; one answer per item."""
         if not items:
             return []
-        args = [arg for claim, record in items for arg in _finish_args(claim, record)]
+        args: list[object] = [uuid.uuid4().hex]
+        args += [arg for claim, record in items for arg in _finish_args(claim, record)]
         return [bool(x) for x in self._run(self._finish_many, *args)]
 
     def promote_due(self, now: datetime, limit: int = 1000) -> int:
-        """Move up to `limit` parked jobs due by `now` to their ready lists (one script)."""
+        """Move up to `limit` parked jobs due by `now` to their ready lists (one script),
+        in promotion order: `run_at`, then enqueue sequence."""
         if limit <= 0:
             return 0  # ZRANGEBYSCORE reads a negative count as "no limit"
-        return int(self._run(self._promote, _ms(now), limit))
+        return int(self._run(self._promote, *_now_args(now), limit))
 
-    def abandoned(self, cutoff: datetime, limit: int = 100) -> Sequence[Claim]:
-        """In-flight claims locked (or last extended) before `cutoff`, oldest first.
+    def next_due(self, queue: str) -> datetime | None:
+        """The earliest `run_at` among `queue`'s parked jobs, or None."""
+        key = self.keys.scheduled(queue)
+        first = _retrying(
+            self.retry_budget_s, lambda: self._client.zrange(key, 0, 0, withscores=True)
+        )
+        if not first:
+            return None
+        member, score = cast(tuple[bytes, float], first[0])
+        exact = _SCHEDULED_RUN_US.match(member)
+        if exact:
+            return _EPOCH + int(exact[1]) * _US
+        return _EPOCH + int(score) * _MS  # written by an earlier version: ms only
 
-        An expired claim whose body does not decode has no job for the lease keeper to
-        decide about; it goes back to ready as it is (fenced like any reclaim), and the
-        worker that claims it next gets a `BadClaim` and dead-letters it.
-        """
+    def abandoned(self, cutoff: datetime, limit: int = 100) -> Sequence[Claim | BadClaim]:
+        """In-flight claims locked (or last extended) before `cutoff`, oldest first, each
+        with its token as stored (so `started` tells a prefetched one). Read-only: an
+        undecodable body comes back as a `BadClaim` for the caller to dead-letter."""
         if limit <= 0:
             return []
         flat = self._run(self._abandoned, _ms(cutoff), limit)
-        out: list[Claim] = []
+        out: list[Claim | BadClaim] = []
         for i in range(0, len(flat), 5):
             raw_id, body, token, locked_ms, queue = flat[i : i + 5]
             locked_at = _EPOCH + int(float(_text(locked_ms))) * _MS
-            claim = _claim_of(_text(raw_id), body, _text(token), _text(queue), locked_at)
-            if isinstance(claim, Claim):
-                out.append(claim)
-                continue
-            log.warning("returning undecodable job %s to ready: %s", claim.job_id, claim.reason)
-            self._run(self._reclaim, claim.job_id, claim.token, _ms(cutoff), *[""] * 6)
+            out.append(_claim_of(_text(raw_id), body, _text(token), _text(queue), locked_at))
         return out
 
     def reclaim(self, claim: Claim, job: Job, cutoff: datetime) -> bool:
         """Return an abandoned claim to ready as `job`, re-checking (inside the script)
         that `claim.token` still holds it and it is still locked before `cutoff`."""
         placement = self._placement(job)
+        nonce = uuid.uuid4().hex
         return bool(
-            self._run(self._reclaim, placement[0], claim.token, _ms(cutoff), *placement[1:])
+            self._run(self._reclaim, placement[0], claim.token, _ms(cutoff), *placement[1:], nonce)
         )
+
+    def server_time(self) -> datetime:
+        """The server's clock (TIME), which every worker's clock is checked against."""
+        seconds, micros = _retrying(self.retry_budget_s, self._client.time)
+        return _EPOCH + timedelta(seconds=int(seconds), microseconds=int(micros))
 
     def counts(self, now: datetime) -> Mapping[str, QueueCounts]:
         """Ready, scheduled and in-flight figures per known queue, from one snapshot."""
@@ -408,9 +553,18 @@ class RedisJobStore:
     the same per tenant; dead letters are also counted per queue.
     """
 
-    def __init__(self, client_or_url: redis.Redis | str, prefix: str = "conveyor") -> None:
+    def __init__(
+        self,
+        client_or_url: redis.Redis | str,
+        prefix: str = "conveyor",
+        *,
+        retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
+    ) -> None:
+        if retry_budget_s < 0:
+            raise ValueError("retry_budget_s must be >= 0")
         self._client, self._owned = _client_for(client_or_url)
         self.keys = RedisKeys.for_prefix(prefix)
+        self.retry_budget_s = retry_budget_s
         self._anchor = [self.keys.history()]
         script = functools.partial(_register, self._client, "store_common")
         self._record = script("store_record")
@@ -418,7 +572,8 @@ class RedisJobStore:
         self._purge = script("store_purge")
 
     def _run(self, script: _Script, *args: object) -> Any:
-        return script(keys=self._anchor, args=[self.keys.base, *args])
+        argv = [self.keys.base, *args]
+        return _retrying(self.retry_budget_s, lambda: script(keys=self._anchor, args=argv))
 
     def record(self, job: Job) -> None:
         """Upsert the job's latest record; it becomes the newest."""
@@ -433,7 +588,8 @@ class RedisJobStore:
 
     def get(self, job_id: UUID) -> Job | None:
         """The recorded job, or None (also when its record does not decode)."""
-        body = self._client.hget(self.keys.store(str(job_id)), "body")
+        key = self.keys.store(str(job_id))
+        body = _retrying(self.retry_budget_s, lambda: self._client.hget(key, "body"))
         return None if body is None else _decoded(body)
 
     def list_history(
@@ -456,7 +612,7 @@ class RedisJobStore:
     def count_dead(self, *, tenant_id: str | None = None) -> Mapping[str, int]:
         """Dead letters per queue name (kept as counters beside the index)."""
         key = f"{self.keys.base}:dead_counts" + (f":tenant:{tenant_id}" if tenant_id else "")
-        counts = self._client.hgetall(key)
+        counts = _retrying(self.retry_budget_s, lambda: self._client.hgetall(key))
         return {_text(queue): int(n) for queue, n in sorted(counts.items())}
 
     def purge_dead(self, job_id: UUID | None = None) -> int:
@@ -484,6 +640,7 @@ def _decoded(body: bytes | str) -> Job | None:
 
 
 __all__ = [
+    "DEFAULT_RETRY_BUDGET_S",
     "BadClaim",
     "RedisJobQueue",
     "RedisJobStore",

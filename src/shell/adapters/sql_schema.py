@@ -6,8 +6,9 @@ letters). The authoritative job is the `payload` column, `codec.encode(job)`;
 every other column is a copy kept only so that claims, promotions, reclaims and
 listings are index scans.
 
-FIFO order comes from `seq`, which every placement into ready takes afresh, so a
-replaced, promoted or reclaimed job goes to the tail like a new one. On a
+FIFO order comes from `seq`, which every placement takes afresh, so a replaced,
+promoted or reclaimed job goes to the tail like a new one; a parked job's `seq` is
+its place among the jobs that come due at the same instant. On a
 database with sequences (PostgreSQL) it is a `Sequence`, safe across processes
 without a shared hot row. SQLite has no sequences; there a one-row-per-name
 counter table is bumped in the same transaction as the placement, which is safe
@@ -87,7 +88,8 @@ def make_schema(prefix: str = DEFAULT_PREFIX) -> Schema:
         Column("queue", String(128), nullable=False),
         Column("status", String(16), nullable=False),
         Column("priority", SmallInteger, nullable=False),
-        # NULL while parked: a parked job takes its seq when it is promoted.
+        # Ready: the FIFO position. Parked: the enqueue order among jobs due at the same
+        # instant (NULL in rows parked by versions that gave parked jobs no seq).
         Column("seq", BigInteger, nullable=True),
         Column("run_at", BigInteger, nullable=False),
         Column("locked_by", String(64), nullable=True),
@@ -103,6 +105,15 @@ def make_schema(prefix: str = DEFAULT_PREFIX) -> Schema:
         job_queue.c.seq,
     )
     Index(f"{prefix}_job_queue_due", job_queue.c.status, job_queue.c.run_at)
+    # A claim promotes its own queue's due jobs first: that probe must not read the
+    # parked jobs of other queues, nor those not yet due.
+    Index(
+        f"{prefix}_job_queue_due_by_queue",
+        job_queue.c.queue,
+        job_queue.c.status,
+        job_queue.c.run_at,
+        job_queue.c.seq,
+    )
     Index(f"{prefix}_job_queue_lease", job_queue.c.status, job_queue.c.locked_at)
     job_store = Table(
         f"{prefix}_job_store",
@@ -162,16 +173,86 @@ def notify_ddl(schema: Schema = SCHEMA) -> list[str]:
     ]
 
 
+#: How many due parked jobs one claim promotes at most, so a claim stays cheap when a
+#: large batch comes due at once (the next claims promote the rest).
+PROMOTE_PER_CLAIM = 100
+
+
+def claim_function_name(schema: Schema = SCHEMA) -> str:
+    """The PostgreSQL function that claims (see `claim_ddl`)."""
+    return f"{schema.job_queue.name}_claim"
+
+
+def claim_ddl(schema: Schema = SCHEMA) -> list[str]:
+    """PostgreSQL only: the claim as one function, so it stays one round trip.
+
+    In one transaction it (1) returns the rows `in_token` already holds when the call
+    is a re-send (`in_resend`: an earlier try may have committed before its answer was
+    lost); else (2) moves up to `in_promote` of the queue's due parked jobs to ready in
+    promotion order (run_at, then seq), each with a fresh seq, behind the jobs already
+    ready; and (3) claims up to `in_limit` ready jobs (priority, then seq). With
+    `in_per_job` each claim's token is `in_token` followed by the job id.
+    Its statements see each other's writes, which one SQL statement's CTEs would not.
+    """
+    table = schema.job_queue.name
+    return [
+        f"CREATE OR REPLACE FUNCTION {claim_function_name(schema)}(\n"
+        f"    in_queue text, in_at bigint, in_limit integer, in_token text,\n"
+        f"    in_per_job boolean, in_promote integer, in_resend boolean)\n"
+        f"RETURNS TABLE (job_id varchar, job_token varchar, job_payload text,\n"
+        f"    job_priority smallint, job_seq bigint) AS $$\n"
+        f"DECLARE\n"
+        f"    due record;\n"
+        f"    ids varchar[];\n"
+        f"BEGIN\n"
+        f"    IF in_resend THEN\n"
+        f"        RETURN QUERY SELECT q.id, q.locked_by, q.payload, q.priority, q.seq\n"
+        f"            FROM {table} q\n"
+        f"            WHERE q.status = 'processing' AND q.locked_at = in_at\n"
+        f"            AND (q.locked_by = in_token\n"
+        f"                OR (in_per_job AND left(q.locked_by, length(in_token)) = in_token));\n"
+        f"        IF FOUND THEN\n"
+        f"            RETURN;\n"
+        f"        END IF;\n"
+        f"    END IF;\n"
+        f"    FOR due IN SELECT q.id FROM {table} q\n"
+        f"            WHERE q.queue = in_queue AND q.status = 'scheduled' AND q.run_at <= in_at\n"
+        f"            ORDER BY q.run_at, q.seq LIMIT in_promote FOR UPDATE SKIP LOCKED LOOP\n"
+        f"        UPDATE {table} SET status = 'ready', seq = nextval('{schema.job_seq.name}')\n"
+        f"            WHERE id = due.id;\n"
+        f"    END LOOP;\n"
+        f"    ids := ARRAY(SELECT q.id FROM {table} q\n"
+        f"            WHERE q.queue = in_queue AND q.status = 'ready'\n"
+        f"            ORDER BY q.priority, q.seq LIMIT in_limit FOR UPDATE SKIP LOCKED);\n"
+        f"    RETURN QUERY UPDATE {table} AS q SET status = 'processing',\n"
+        f"            locked_by = CASE WHEN in_per_job THEN in_token || q.id ELSE in_token END,\n"
+        f"            locked_at = in_at\n"
+        f"        WHERE q.id = ANY(ids) AND q.status = 'ready'\n"
+        f"        RETURNING q.id, q.locked_by, q.payload, q.priority, q.seq;\n"
+        f"END;\n"
+        f"$$ LANGUAGE plpgsql",
+    ]
+
+
 def create_tables(engine: Engine, schema: Schema = SCHEMA) -> None:
     """Create whatever of the schema is missing. Safe to call again and from many processes
-    started one after another; existing tables are left as they are."""
-    schema.metadata.create_all(engine, tables=schema.tables_for(engine.dialect), checkfirst=True)
-    if engine.dialect.name == "postgresql":
-        with engine.begin() as conn:
+    started one after another; existing tables keep their columns and rows, and get the
+    indexes and functions this version added."""
+    tables = schema.tables_for(engine.dialect)
+    schema.metadata.create_all(engine, tables=tables, checkfirst=True)
+    postgres = engine.dialect.name == "postgresql"
+    with engine.begin() as conn:
+        if postgres:
             # One creator at a time: DROP/CREATE TRIGGER racing in two processes would fail.
             conn.execute(text("SELECT pg_advisory_xact_lock(4242001)"))
-            for statement in notify_ddl(schema):
-                conn.execute(text(statement))
+        # create_all skips the indexes of a table that already exists (one made by an
+        # earlier version): add the ones it lacks.
+        for table in tables:
+            for index in sorted(table.indexes, key=lambda i: str(i.name)):
+                conn.execute(CreateIndex(index, if_not_exists=True))
+        if postgres:
+            for statement in (*notify_ddl(schema), *claim_ddl(schema)):
+                conn.exec_driver_sql(statement)
 
 
 _DIALECTS = {"postgresql": postgresql.dialect, "sqlite": sqlite.dialect}
@@ -198,6 +279,7 @@ def ddl_text(dialect: str | Dialect, schema: Schema = SCHEMA) -> str:
             statements.append(str(CreateIndex(index).compile(dialect=target)))
     if target.name == "postgresql":
         statements.extend(notify_ddl(schema))
+        statements.extend(claim_ddl(schema))
     # Compiled DDL has tab indents and trailing blanks; tidy it for a migration file.
     tidy = (
         "\n".join(line.rstrip().replace("\t", "    ") for line in s.splitlines())

@@ -27,14 +27,16 @@ from sqlalchemy import (
     column,
     delete,
     func,
+    or_,
     select,
+    text,
 )
 from sqlalchemy import update as sql_update
 from sqlalchemy.dialects.postgresql import JSON
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from .sql_schema import PROCESSING, READY, Schema
+from .sql_schema import PROCESSING, READY, SCHEDULED, Schema, claim_function_name
 
 #: The job_queue columns an enqueue writes, `seq` apart.
 JOB_COLUMNS = (
@@ -107,11 +109,13 @@ class Statements:
 
         self.best_one: Select[tuple[str]] = best(1)
         self.best_many: Select[tuple[str]] = best(bindparam("limit", type_=Integer))
+        #: What a claim returns for each row it took: enough to sort them into claim order.
+        taken = (t.c.id, t.c.locked_by, t.c.payload, t.c.priority, t.c.seq)
         self.take_one: Executable = (
             sql_update(t)
             .where(t.c.id == bindparam("job_id"), t.c.status == READY)
             .values(status=PROCESSING, locked_by=bindparam("token"), locked_at=bindparam("at"))
-            .returning(t.c.payload)
+            .returning(*taken)
         )
         self.take_many: Executable = (
             sql_update(t)
@@ -121,26 +125,84 @@ class Statements:
                 locked_by=bindparam("base", type_=String) + t.c.id,
                 locked_at=bindparam("at"),
             )
-            .returning(t.c.id, t.c.locked_by, t.c.payload, t.c.priority, t.c.seq)
+            .returning(*taken)
+        )
+        # A re-sent claim's first look: the rows its token took (locked at its `at`, so
+        # the lease index finds them). Batch tokens share the call's base as a prefix,
+        # which holds no LIKE wildcard (hex digits, "p-" and ":").
+        resent = (t.c.status == PROCESSING, t.c.locked_at == bindparam("at"))
+        self.held_one: Select[str, str, str, int, int] = select(*taken).where(
+            *resent, t.c.locked_by == bindparam("token")
+        )
+        self.held_many: Select[str, str, str, int, int] = select(*taken).where(
+            *resent, t.c.locked_by.startswith(bindparam("token", type_=String))
+        )
+
+        def due(*where: ColumnElement[bool]) -> Select[str]:
+            return (
+                select(t.c.id)
+                .where(t.c.status == SCHEDULED, t.c.run_at <= bindparam("at"), *where)
+                .order_by(t.c.run_at, t.c.seq)
+                .limit(bindparam("limit", type_=Integer))
+                .with_for_update(skip_locked=True)
+            )
+
+        #: Due parked jobs in promotion order: of one queue (a claim's), or of all.
+        self.due_in_queue: Select[str] = due(t.c.queue == bindparam("in_queue"))
+        self.due_any: Select[str] = due()
+        self.promote_one: Update = (
+            sql_update(t)
+            .where(t.c.id == bindparam("job_id"), t.c.status == SCHEDULED)
+            .values(status=READY, seq=bindparam("seq"))
+        )
+        self.next_due: Select[int | None] = select(func.min(t.c.run_at)).where(
+            t.c.queue == bindparam("in_queue"), t.c.status == SCHEDULED
         )
         held = (
             t.c.id == bindparam("job_id"),
             t.c.locked_by == bindparam("token"),
             t.c.status == PROCESSING,
         )
+        #: The lease keeper's guard: still locked (or last renewed) before the cutoff.
+        stale = (*held, t.c.locked_at < bindparam("cut"))
         self.release: Delete = delete(t).where(*held)
+        self.release_abandoned: Delete = delete(t).where(*stale)
         self.extend: Update = sql_update(t).where(*held).values(locked_at=bindparam("at"))
+        # Fenced by the old token; the new one is accepted too, so a re-sent start
+        # (its first answer lost with the connection) finds its own work done.
+        self.start: Update = (
+            sql_update(t)
+            .where(
+                t.c.id == bindparam("job_id"),
+                t.c.status == PROCESSING,
+                or_(t.c.locked_by == bindparam("old"), t.c.locked_by == bindparam("new")),
+            )
+            .values(locked_by=bindparam("new"), locked_at=bindparam("at"))
+        )
+        self.store_status: Select[str] = (
+            select(store.c.status).where(store.c.id == bindparam("job_id")).with_for_update()
+        )
+        self.store_payload: Select[str] = select(store.c.payload).where(
+            store.c.id == bindparam("job_id")
+        )
+        self.held_row: Select[str] = select(t.c.id).where(*held)
         #: PostgreSQL only: one statement (and so one round trip in autocommit) each.
-        self.claim_best: Executable | None = None
+        self.claim: Executable | None = None
         self.finish: Executable | None = None
+        self.finish_abandoned: Executable | None = None
+        self.server_time: Executable | None = None
         if dialect == "postgresql":
-            self.claim_best = (
-                sql_update(t)
-                .where(t.c.id == self.best_one.scalar_subquery(), t.c.status == READY)
-                .values(status=PROCESSING, locked_by=bindparam("token"), locked_at=bindparam("at"))
-                .returning(t.c.id, t.c.payload)
+            self.claim = text(
+                "SELECT job_id AS id, job_token AS locked_by, job_payload AS payload,"
+                " job_priority AS priority, job_seq AS seq"
+                f" FROM {claim_function_name(schema)}(CAST(:in_queue AS text),"
+                " CAST(:at AS bigint), CAST(:limit AS integer), CAST(:token AS text),"
+                " CAST(:per_job AS boolean), CAST(:promote AS integer),"
+                " CAST(:resend AS boolean))"
             )
             self.finish = _finish(schema, held)
+            self.finish_abandoned = _finish(schema, stale)
+            self.server_time = select(func.clock_timestamp())
         self.release_many: Executable = (
             delete(t)
             .where(t.c.status == PROCESSING, t.c.locked_by.in_(bindparam("tokens", expanding=True)))
@@ -153,14 +215,14 @@ def _finish(schema: Schema, held: tuple[ColumnElement[bool], ...]) -> Executable
 
     `WITH gone AS (DELETE ... RETURNING id) INSERT INTO job_store SELECT ... FROM gone`:
     a lost claim deletes nothing, so nothing is recorded; the statement returns the
-    recorded id, or no row. The record's columns are the parameters `r_<column>`."""
+    recorded id, or no row. The record's columns (its id too: a `BadClaim`'s row may
+    hold an id that is not the record's) are the parameters `r_<column>`."""
     t, store = schema.job_queue, schema.job_store
     gone = delete(t).where(*held).returning(t.c.id).cte("gone")
-    columns = [c for c in RECORD_COLUMNS if c != "id"]
-    values = [bindparam(f"r_{c}", type_=store.c[c].type) for c in columns]
-    rows = select(gone.c.id, *values, schema.store_seq.next_value())
-    insert = pg_insert(store).from_select(["id", *columns, "recorded_seq"], rows)
-    updated = [*columns, "recorded_seq"]
+    values = [bindparam(f"r_{c}", type_=store.c[c].type) for c in RECORD_COLUMNS]
+    rows = select(*values, schema.store_seq.next_value()).select_from(gone)
+    insert = pg_insert(store).from_select([*RECORD_COLUMNS, "recorded_seq"], rows)
+    updated = [c for c in (*RECORD_COLUMNS, "recorded_seq") if c != "id"]
     upserted = insert.on_conflict_do_update(
         index_elements=[store.c.id], set_={c: insert.excluded[c] for c in updated}
     )

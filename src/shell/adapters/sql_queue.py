@@ -1,0 +1,565 @@
+"""The SQL `JobQueue`: work still to do, one `<prefix>_job_queue` row per job.
+
+A row is `ready`, `scheduled` (parked until `run_at`) or `processing` (claimed).
+The `payload` column is the authoritative job, `codec.encode(job)`; the other
+columns are copies for the indexes.
+
+Claim, in one transaction: the queue's parked rows that are due become ready first
+(at most `PROMOTE_PER_CLAIM`, earliest `run_at` first, then enqueue order, each
+with a fresh `seq` behind the rows already ready), then the best ready row
+(priority, then `seq`) is taken with `UPDATE ... SET status='processing',
+locked_by=:token WHERE id=:id AND status='ready'`. The conditional UPDATE is what
+makes it safe everywhere; `FOR UPDATE SKIP LOCKED` (rendered on PostgreSQL, absent
+on SQLite, where `BEGIN IMMEDIATE` already serialises writers) only keeps
+concurrent claimers from queueing behind one row. On PostgreSQL the claim is one
+call of a function (`sql_schema.claim_ddl`): one round trip. Every write of a claim
+holder — ack, extend, start, replace, reclaim, finish — is fenced by `id`,
+`locked_by` and `status='processing'`, so a stale holder changes nothing.
+
+A claim's token is chosen before its first try. Should the connection drop after
+the claim committed, the rerun first returns the rows that token already holds:
+the caller gets the job it took, never a second one.
+
+Times: every instant written or compared (`locked_at`, `run_at`, cutoffs) is the
+`now` or `cutoff` the caller passes in, never the database clock; `server_time`
+reports the database's clock so workers can check theirs against it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+from returns.result import Success
+from sqlalchemy import ColumnElement, Connection, Engine, Row, case, func, null, select, update
+from sqlalchemy.exc import DBAPIError
+
+from ...core import Job, JobStatus, ValidationError
+from ..codec import decode, encode
+from ..ports import PREFETCH_MARK, BadClaim, Claim, QueueCounts, is_prefetched, prefetch_token
+from .sql_engine import Database, from_micros, to_micros
+from .sql_schema import (
+    JOB_COUNTER,
+    PROCESSING,
+    PROMOTE_PER_CLAIM,
+    READY,
+    SCHEDULED,
+    SCHEMA,
+    Schema,
+)
+from .sql_store import SqlJobStore, record_values, write_record, write_records
+from .sql_wakeup import wakeups_for
+
+__all__ = ["SqlJobQueue"]
+
+_log = logging.getLogger(__name__)
+
+#: Claim attempts when the chosen row went to another claimer between select and update.
+_CLAIM_ATTEMPTS = 16
+#: PostgreSQL's SQLSTATE for a function that does not exist.
+_UNDEFINED_FUNCTION = "42883"
+
+#: A claimed row: id, locked_by, payload, priority, seq.
+_Taken = Row[str, str, str, int, int]
+
+
+class SqlJobQueue:
+    """A `JobQueue`, `TransactionalJobQueue` and `BatchingJobQueue` in a SQLite or
+    PostgreSQL database.
+
+    Create the tables first with `sql_schema.create_tables(engine)`. A SQLite engine
+    not built by `make_engine` is configured the same way on first use. Transient
+    errors (locks, dropped connections) are retried for up to `lock_retry_s` seconds
+    per operation, here and nowhere above.
+    """
+
+    def __init__(
+        self, engine: Engine, *, schema: Schema = SCHEMA, lock_retry_s: float = 30.0
+    ) -> None:
+        self._db = Database(engine, schema, lock_retry_s)
+        self._t = schema.job_queue
+        # Until a database without the claim function (made by an earlier version and
+        # not upgraded with create_tables) says otherwise.
+        self._claim_function = self._db.sql.claim is not None
+
+    @property
+    def engine(self) -> Engine:
+        """The engine this queue writes through."""
+        return self._db.engine
+
+    @property
+    def lock_retries(self) -> int:
+        """How many transactions were rerun after a transient error (for metrics)."""
+        return self._db.retries
+
+    # --- placing jobs --------------------------------------------------------------------
+
+    def _placement(self, conn: Connection, job: Job) -> dict[str, Any]:
+        """Column values putting `job` where its status says, unlocked."""
+        return {**self._placement_values(job), "seq": self._db.next_seq(conn, JOB_COUNTER)}
+
+    @staticmethod
+    def _placement_values(job: Job) -> dict[str, Any]:
+        """Every placement column but `seq`."""
+        return {
+            "status": SCHEDULED if job.status.is_parked else READY,
+            "run_at": to_micros(job.run_at, "run_at"),
+            "locked_by": None,
+            "locked_at": None,
+            "priority": job.priority.rank,
+            "queue": job.queue,
+            "tenant_id": job.tenant_id,
+            "payload": encode(job),
+        }
+
+    def _enqueue(self, conn: Connection, job: Job) -> None:
+        self._db.put(conn, {"id": str(job.id), **self._placement_values(job)}, record=False)
+
+    def enqueue(self, job: Job) -> None:
+        """Upsert by id, unlocked: parked jobs wait as `scheduled`, others go to the tail
+        of ready; either takes a fresh `seq` (for a parked job, its place among those
+        due at the same instant). Re-enqueueing a claimed job takes it from its holder,
+        whose ack then finds nothing."""
+        # One upsert on PostgreSQL (seq from the sequence); SQLite bumps a counter first.
+        self._db.run(lambda conn: self._enqueue(conn, job), single=not self._db.sqlite)
+
+    def enqueue_many(self, jobs: Sequence[Job]) -> None:
+        """Upsert several jobs in one transaction and one statement, in list order."""
+        if not jobs:
+            return
+        by_id = {job.id: job for job in jobs}  # one row per id: the last one wins
+        batch = list(by_id.values())
+
+        def work(conn: Connection) -> None:
+            seqs = self._db.next_seqs(conn, JOB_COUNTER, len(batch))
+            rows = [
+                {"id": str(job.id), **self._placement_values(job), "seq": seq}
+                for job, seq in zip(batch, seqs, strict=True)
+            ]
+            self._db.put_many(conn, rows, record=False)
+
+        self._db.run(work)
+
+    def enqueue_in_tx(self, conn: Any, job: Job) -> None:
+        """Enqueue inside the caller's open transaction on `conn` (the outbox row): it
+        commits or rolls back with the caller's own writes. `conn` must be a SQLAlchemy
+        `Connection` to this queue's database with a transaction begun."""
+        if not isinstance(conn, Connection):
+            raise ValidationError.of(
+                "conn",
+                f"must be a sqlalchemy Connection with a transaction begun, got "
+                f"{type(conn).__name__}; an Engine would commit the job on its own, apart "
+                "from your change",
+            )
+        if not conn.in_transaction():
+            raise ValidationError.of(
+                "conn",
+                "has no transaction begun; use `with engine.begin() as conn` or "
+                "conn.begin(), so the job commits together with your change",
+            )
+        if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+            raise ValidationError.of(
+                "conn", "is in AUTOCOMMIT mode; the job would commit apart from your change"
+            )
+        self._enqueue(conn, job)
+
+    # --- claims --------------------------------------------------------------------------
+
+    def dequeue(self, queue: str, now: datetime) -> Claim | BadClaim | None:
+        """Claim the best ready job of `queue` (priority, then FIFO) under a fresh plain
+        token, locked at `now`, after promoting the queue's due parked jobs. An
+        undecodable payload comes back as a `BadClaim`."""
+        taken = self._claim(queue, to_micros(now), 1, uuid.uuid4().hex, per_job=False)
+        if not taken:
+            return None
+        row = taken[0]
+        return _as_claim(str(row.id), str(row.locked_by), queue, str(row.payload), now)
+
+    def dequeue_many(self, queue: str, now: datetime, limit: int) -> list[Claim | BadClaim]:
+        """Claim up to `limit` of the best ready jobs in one transaction, after promoting
+        the queue's due parked jobs, each under its own prefetched token: a fresh base
+        per call joined with the job id (`p-<16 hex>:<id>`, 55 characters)."""
+        if limit <= 0:
+            return []
+        base = prefetch_token(uuid.uuid4().hex[:16] + ":")
+        taken = self._claim(queue, to_micros(now), limit, base, per_job=True)
+        return [_as_claim(str(r.id), str(r.locked_by), queue, str(r.payload), now) for r in taken]
+
+    def _claim(self, queue: str, at: int, limit: int, token: str, *, per_job: bool) -> list[_Taken]:
+        """Promote, then claim up to `limit` rows under `token` (a prefix, with
+        `per_job`), in claim order. Every try after the first is a re-send: it first
+        returns what `token` already holds."""
+        tries = 0
+        if self._claim_function:
+            call = self._db.sql.claim
+            assert call is not None
+            params = {"in_queue": queue, "at": at, "limit": limit, "token": token}
+            params |= {"per_job": per_job, "promote": PROMOTE_PER_CLAIM}
+
+            def one_call(conn: Connection) -> list[_Taken]:
+                nonlocal tries
+                tries += 1
+                return list(conn.execute(call, {**params, "resend": tries > 1}).all())
+
+            try:
+                return _claim_order(self._db.run(one_call, single=True))
+            except DBAPIError as exc:
+                if getattr(exc.orig, "sqlstate", None) != _UNDEFINED_FUNCTION:
+                    raise
+                self._claim_function = False
+                _log.warning(
+                    "the claim function is missing (tables made by an earlier version); "
+                    "claiming in several statements until create_tables adds it"
+                )
+
+        def several(conn: Connection) -> list[_Taken]:
+            nonlocal tries
+            tries += 1
+            return self._claim_in(conn, queue, at, limit, token, per_job, resend=tries > 1)
+
+        return _claim_order(self._db.run(several))
+
+    def _claim_in(
+        self,
+        conn: Connection,
+        queue: str,
+        at: int,
+        limit: int,
+        token: str,
+        per_job: bool,
+        *,
+        resend: bool,
+    ) -> list[_Taken]:
+        sql = self._db.sql
+        if resend:
+            held = conn.execute(
+                sql.held_many if per_job else sql.held_one, {"at": at, "token": token}
+            )
+            rows = list(held.all())
+            if rows:
+                return rows
+        due = {"in_queue": queue, "at": at, "limit": PROMOTE_PER_CLAIM}
+        self._promote(conn, list(conn.execute(sql.due_in_queue, due).scalars()))
+        if per_job:
+            ids = list(conn.execute(sql.best_many, {"in_queue": queue, "limit": limit}).scalars())
+            if not ids:
+                return []
+            take = {"ids": ids, "base": token, "at": at}
+            return list(conn.execute(sql.take_many, take).all())
+        for _ in range(_CLAIM_ATTEMPTS):
+            job_id = conn.execute(sql.best_one, {"in_queue": queue}).scalar_one_or_none()
+            if job_id is None:
+                return []
+            row = conn.execute(sql.take_one, {"job_id": job_id, "token": token, "at": at}).first()
+            if row is not None:
+                return [row]
+        # Every candidate went to another claimer; they made progress, we poll again.
+        return []
+
+    def _promote(self, conn: Connection, ids: list[str]) -> int:
+        """Make the parked rows `ids` (in promotion order) ready, each with a fresh seq
+        in that order, unless another promoter moved them first. How many moved."""
+        if not ids:
+            return 0
+        seqs = self._db.next_seqs(conn, JOB_COUNTER, len(ids))
+        moves = [{"job_id": job_id, "seq": seq} for job_id, seq in zip(ids, seqs, strict=True)]
+        return int(conn.execute(self._db.sql.promote_one, moves).rowcount)
+
+    def start_claim(self, claim: Claim, now: datetime) -> Claim | None:
+        """Mark a prefetched claim started: its token loses the prefetch mark and its
+        lease is renewed to `now`, fenced by the old token. The started claim, or None
+        if the claim was lost."""
+        plain = claim.token[len(PREFETCH_MARK) :] if is_prefetched(claim.token) else claim.token
+        params: dict[str, Any] = {"job_id": str(claim.job.id), "old": claim.token}
+        params |= {"new": plain, "at": to_micros(now)}
+        started = self._db.run(
+            lambda conn: conn.execute(self._db.sql.start, params).rowcount == 1, single=True
+        )
+        return attrs.evolve(claim, token=plain, locked_at=now) if started else None
+
+    # --- holders' writes -----------------------------------------------------------------
+
+    def _fenced(self, claim: Claim | BadClaim) -> list[ColumnElement[bool]]:
+        job_id, token = _held_by(claim)
+        t = self._t
+        return [t.c.id == job_id, t.c.locked_by == token, t.c.status == PROCESSING]
+
+    def ack(self, claim: Claim | BadClaim) -> bool:
+        """Delete the row only while `claim.token` still holds it."""
+        job_id, token = _held_by(claim)
+        held = {"job_id": job_id, "token": token}
+        return self._db.run(
+            lambda conn: conn.execute(self._db.sql.release, held).rowcount == 1, single=True
+        )
+
+    def extend(self, claim: Claim | BadClaim, now: datetime) -> bool:
+        """Renew the lease to `now` while `claim.token` still holds the row."""
+        job_id, token = _held_by(claim)
+        held = {"job_id": job_id, "token": token, "at": to_micros(now)}
+        return self._db.run(
+            lambda conn: conn.execute(self._db.sql.extend, held).rowcount == 1, single=True
+        )
+
+    def replace(self, claim: Claim, job: Job) -> bool:
+        """Swap the held row for `job` (ready at the tail, or parked), unlocked, while
+        `claim.token` still holds it."""
+        _same_id(claim, job)
+
+        def work(conn: Connection) -> bool:
+            stmt = update(self._t).where(*self._fenced(claim)).values(self._placement(conn, job))
+            return conn.execute(stmt).rowcount == 1
+
+        return self._db.run(work)
+
+    def reclaim(self, claim: Claim, job: Job, cutoff: datetime) -> bool:
+        """Return an abandoned row to ready as `job` (or park it, by its status), only if
+        it is still held by `claim.token` and still locked before `cutoff`: the
+        predicate is re-checked inside the write, so a job acked or extended since
+        `abandoned()` looked is left alone."""
+        _same_id(claim, job)
+        cut = to_micros(cutoff, "cutoff")
+
+        def work(conn: Connection) -> bool:
+            stmt = (
+                update(self._t)
+                .where(*self._fenced(claim), self._t.c.locked_at < cut)
+                .values(self._placement(conn, job))
+            )
+            return conn.execute(stmt).rowcount == 1
+
+        return self._db.run(work)
+
+    def finishes_with(self, store: object) -> bool:
+        """True when `store` keeps its table in this queue's database."""
+        return (
+            isinstance(store, SqlJobStore)
+            and store._db.engine.url == self._db.engine.url
+            and store._db.schema is self._db.schema
+        )
+
+    def finish(
+        self, claim: Claim | BadClaim, record: Job, abandoned_before: datetime | None = None
+    ) -> bool:
+        """One transaction: delete the held row (fenced, and with `abandoned_before`
+        also still locked before that instant) and upsert `record` in the store. Both
+        commit or neither; a lost claim, or one renewed since, writes nothing.
+
+        A rerun after a dropped connection whose first try committed finds the row gone;
+        it answers True when the store holds exactly `record` and the token holds
+        nothing, as the first try would have."""
+        if isinstance(claim, Claim):
+            _same_id(claim, record)
+        job_id, token = _held_by(claim)
+        held: dict[str, Any] = {"job_id": job_id, "token": token}
+        if abandoned_before is not None:
+            held["cut"] = to_micros(abandoned_before, "abandoned_before")
+        sql = self._db.sql
+        tries = 0
+        one = sql.finish if abandoned_before is None else sql.finish_abandoned
+        if one is not None:
+            params = {**{f"r_{c}": v for c, v in record_values(record).items()}, **held}
+
+            def statement(conn: Connection) -> bool:
+                nonlocal tries
+                tries += 1
+                return conn.execute(one, params).first() is not None
+
+            done = self._db.run(statement, single=True)
+        else:
+            release = sql.release if abandoned_before is None else sql.release_abandoned
+
+            def work(conn: Connection) -> bool:
+                nonlocal tries
+                tries += 1
+                if conn.execute(release, held).rowcount != 1:
+                    return False
+                write_record(self._db, conn, record)
+                return True
+
+            done = self._db.run(work)
+        return done or (tries > 1 and self._finished_before(job_id, token, record))
+
+    def _finished_before(self, job_id: str, token: str, record: Job) -> bool:
+        sql = self._db.sql
+
+        def look(conn: Connection) -> bool:
+            if conn.execute(sql.held_row, {"job_id": job_id, "token": token}).first():
+                return False
+            stored = conn.execute(sql.store_payload, {"job_id": str(record.id)}).scalar()
+            return stored == encode(record)
+
+        return self._db.run(look, write=False)
+
+    def finish_many(self, items: Sequence[tuple[Claim, Job]]) -> list[bool]:
+        """`finish` for several claims in one transaction; one answer per item. Each
+        row is deleted only while its own token holds it, and only those are recorded."""
+        if not items:
+            return []
+        for claim, record in items:
+            _same_id(claim, record)
+        sql = self._db.sql
+
+        def work(conn: Connection) -> list[bool]:
+            tokens = {"tokens": [claim.token for claim, _ in items]}
+            gone = conn.execute(sql.release_many, tokens)
+            released = {(str(r.id), str(r.locked_by)) for r in gone}
+            done = [(str(c.job.id), c.token) in released for c, _ in items]
+            write_records(self._db, conn, [r for (_, r), ok in zip(items, done, strict=True) if ok])
+            return done
+
+        return self._db.run(work)
+
+    def revive(self, dead: Job, fresh: Job) -> bool:
+        """An operator's retry of a dead letter, in one transaction: only while the store
+        still records `dead.id` as failed (the row is locked while this looks), put
+        `fresh` in the queue, ready or parked by its status, and record it. False,
+        with nothing written, once it is no longer a dead letter."""
+        sql = self._db.sql
+
+        def work(conn: Connection) -> bool:
+            status = conn.execute(sql.store_status, {"job_id": str(dead.id)}).scalar()
+            if status != JobStatus.FAILED.value:
+                return False
+            self._enqueue(conn, fresh)
+            write_record(self._db, conn, fresh)
+            return True
+
+        return self._db.run(work)
+
+    # --- schedule and leases -------------------------------------------------------------
+
+    def promote_due(self, now: datetime, limit: int = 1000) -> int:
+        """Move up to `limit` scheduled rows with `run_at <= now` to the tail of ready,
+        earliest `run_at` first, then in enqueue order, each with a fresh seq in that
+        order. Claims promote their own queue's due rows; this is for operators and tests.
+
+        `WHERE status='scheduled'` is re-checked by each UPDATE, so of concurrent
+        promoters only one moves each row; `SKIP LOCKED` lets them share the work
+        instead of waiting on each other.
+        """
+        if limit <= 0:
+            return 0
+        due = {"at": to_micros(now), "limit": limit}
+
+        def work(conn: Connection) -> int:
+            return self._promote(conn, list(conn.execute(self._db.sql.due_any, due).scalars()))
+
+        return self._db.run(work)
+
+    def next_due(self, queue: str) -> datetime | None:
+        """The earliest `run_at` among `queue`'s parked rows, or None."""
+        stmt = self._db.sql.next_due
+        first = self._db.run(
+            lambda conn: conn.execute(stmt, {"in_queue": queue}).scalar(), write=False
+        )
+        return None if first is None else from_micros(int(first))
+
+    def abandoned(self, cutoff: datetime, limit: int = 100) -> list[Claim | BadClaim]:
+        """Claims whose lease was taken or last extended before `cutoff`, oldest first,
+        with their tokens as stored (so `started` tells a prefetched claim). Read-only:
+        a row whose payload does not decode comes back as a `BadClaim`."""
+        t = self._t
+        cut = to_micros(cutoff, "cutoff")
+        stmt = (
+            select(t.c.id, t.c.queue, t.c.locked_by, t.c.locked_at, t.c.payload)
+            .where(t.c.status == PROCESSING, t.c.locked_at < cut)
+            .order_by(t.c.locked_at)
+            .limit(limit)
+        )
+        rows = self._db.run(lambda conn: conn.execute(stmt).all(), write=False)
+        return [
+            _as_claim(r.id, r.locked_by or "", r.queue, r.payload, from_micros(r.locked_at))
+            for r in rows
+        ]
+
+    def counts(self, now: datetime) -> Mapping[str, QueueCounts]:
+        """Ready, scheduled and in-flight rows per queue, and the oldest ready `run_at`,
+        in one GROUP BY. A due job counts as scheduled until a claim or `promote_due`
+        moves it, so `now` changes nothing here."""
+        t = self._t
+
+        def tally(status: str) -> ColumnElement[Any]:
+            return func.sum(case((t.c.status == status, 1), else_=0))
+
+        stmt = (
+            select(
+                t.c.queue,
+                tally(READY),
+                tally(SCHEDULED),
+                tally(PROCESSING),
+                func.min(case((t.c.status == READY, t.c.run_at), else_=null())),
+            )
+            .group_by(t.c.queue)
+            .order_by(t.c.queue)
+        )
+        rows = self._db.run(lambda conn: conn.execute(stmt).all(), write=False)
+        return {
+            str(name): QueueCounts(
+                ready=int(ready or 0),
+                scheduled=int(scheduled or 0),
+                in_flight=int(in_flight or 0),
+                oldest_ready_at=None if oldest is None else from_micros(int(oldest)),
+            )
+            for name, ready, scheduled, in_flight, oldest in rows
+        }
+
+    def server_time(self) -> datetime | None:
+        """PostgreSQL's clock (`clock_timestamp()`), in UTC; None on SQLite, whose clock
+        is this host's."""
+        stmt = self._db.sql.server_time
+        if stmt is None:
+            return None
+        when = self._db.run(lambda conn: conn.execute(stmt).scalar_one(), write=False)
+        if not isinstance(when, datetime) or when.tzinfo is None:
+            raise TypeError(f"clock_timestamp() gave {when!r}, not an aware datetime")
+        return when.astimezone(UTC)
+
+    # --- idle workers --------------------------------------------------------------------
+
+    def wait_for_work(self, queue: str, timeout_s: float) -> bool:
+        """Block until a job may be ready on `queue` or `timeout_s` passes; True means
+        "try a claim". All idle workers of a process share one listener per database,
+        outside the pool (see `sql_wakeup`). A parked job coming due announces nothing:
+        ask `next_due` how long to sleep."""
+        return wakeups_for(self._db.engine).wait(self, self._db.engine, queue, timeout_s)
+
+    def close(self) -> None:
+        """Close pooled connections (the engine reconnects if used again) and stop
+        listening for wake-ups on this queue's behalf."""
+        wakeups_for(self._db.engine).leave(self)
+        self._db.engine.dispose()
+
+
+def _held_by(claim: Claim | BadClaim) -> tuple[str, str]:
+    if isinstance(claim, BadClaim):
+        return claim.job_id, claim.token
+    return str(claim.job.id), claim.token
+
+
+def _claim_order(rows: Sequence[_Taken]) -> list[_Taken]:
+    # RETURNING gives rows in no particular order.
+    return sorted(rows, key=lambda r: (r.priority, r.seq))
+
+
+def _same_id(claim: Claim, job: Job) -> None:
+    if job.id != claim.job.id:
+        raise ValidationError.of("job", f"has id {job.id}, but the claim holds {claim.job.id}")
+
+
+def _as_claim(
+    job_id: str, token: str, queue: str, payload: str, locked_at: datetime
+) -> Claim | BadClaim:
+    """A claim on a decoded job, or a `BadClaim` saying why the payload is not one."""
+    decoded = decode(payload)
+    if not isinstance(decoded, Success):
+        return BadClaim(job_id, token, queue, payload, str(decoded.failure()), locked_at)
+    job = decoded.unwrap()
+    if str(job.id) != job_id:
+        # A payload naming another job would make every fenced write miss this row.
+        reason = f"payload names job {job.id}, but the row is {job_id}"
+        return BadClaim(job_id, token, queue, payload, reason, locked_at)
+    return Claim(job=job, token=token, queue=queue, locked_at=locked_at)

@@ -1,0 +1,203 @@
+"""Wake-ups for idle SQL workers: one listener per process and database.
+
+An idle worker asks `wait_for_work(queue, timeout_s)` and sleeps until a job may be
+ready. Giving each waiting thread a connection of its own would take one pooled
+connection per idle worker: with more workers than the pool holds, enqueues and
+claims would then time out waiting for a connection. So each process keeps one
+listener per database URL, on a connection opened beside the engine's pool (never
+taken from it), and fans what it hears out to every waiting thread through a
+`threading.Condition`.
+
+* PostgreSQL: the listener `LISTEN`s on `NOTIFY_CHANNEL`, where a trigger announces
+  every row that becomes ready with its queue name; a waiter wakes only for its own
+  queue.
+* SQLite has no notifications: while anyone waits, the listener reads
+  `PRAGMA data_version` every `SQLITE_WATCH_S`; it changes when another connection
+  commits, and reading it touches no table. Any commit wakes every waiter.
+
+Each waiting thread remembers the last announcement it saw, so one that came while
+the thread was busy (between its empty claim and its wait) wakes it at once, as a
+per-thread LISTEN would have. The listener thread ends, closing its connection, once
+no queue that waited through it is alive (or all were closed); the next wait starts
+another.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.pool import PoolProxiedConnection
+
+from .sql_schema import NOTIFY_CHANNEL
+
+__all__ = ["SQLITE_WATCH_S", "Wakeups", "wakeups_for"]
+
+_log = logging.getLogger(__name__)
+
+#: How often the SQLite listener looks for another connection's commit while anyone waits.
+SQLITE_WATCH_S = 0.002
+#: How long the listener blocks before it looks whether anyone still uses it.
+_CHECK_S = 1.0
+#: Waits between attempts to reconnect a listener whose connection broke.
+_RECONNECT_S = (0.05, 5.0)
+#: The announcement key under which SQLite's "something committed" is counted.
+_ANY = ""
+
+
+class Wakeups:
+    """The wake-up listener of one database in this process (see the module docs)."""
+
+    def __init__(self, sqlite: bool) -> None:
+        self._sqlite = sqlite
+        self._cond = threading.Condition()
+        self._heard: dict[str, int] = {}  # announcements per queue name (_ANY on SQLite)
+        self._epoch = 0  # bumped when announcements may have been missed (reconnect)
+        self._waiting = 0
+        self._users: weakref.WeakSet[object] = weakref.WeakSet()
+        self._thread: threading.Thread | None = None
+        self._local = threading.local()
+
+    def _mark(self, key: str) -> tuple[int, int]:
+        return self._heard.get(key, 0), self._epoch
+
+    def wait(self, user: object, engine: Engine, queue: str, timeout_s: float) -> bool:
+        """Block until `queue` may have a ready job or `timeout_s` passes. True means
+        "try a claim"; False that nothing was heard. `user` (the queue object) keeps
+        the listener alive until it is closed or collected."""
+        key = _ANY if self._sqlite else queue
+        seen: dict[str, tuple[int, int]] = self._local.__dict__.setdefault("seen", {})
+        with self._cond:
+            self._users.add(user)
+            self._start(engine)
+            last = seen.get(key)
+            current = self._mark(key)
+            if last is not None and last != current:
+                seen[key] = current
+                return True
+            self._waiting += 1
+            self._cond.notify_all()  # a SQLite listener idles until someone waits
+            try:
+                woke = self._cond.wait_for(lambda: self._mark(key) != current, timeout_s)
+            finally:
+                self._waiting -= 1
+            seen[key] = self._mark(key)
+            return bool(woke)
+
+    def leave(self, user: object) -> None:
+        """`user` waits no more (its queue is closing)."""
+        with self._cond:
+            self._users.discard(user)
+            self._cond.notify_all()
+
+    @property
+    def listening(self) -> bool:
+        """True while the listener thread runs (for tests and diagnostics)."""
+        with self._cond:
+            return self._thread is not None
+
+    def _start(self, engine: Engine) -> None:
+        if self._thread is not None:
+            return
+        run = self._watch_sqlite if self._sqlite else self._listen_postgres
+        self._thread = threading.Thread(
+            target=run, args=(engine,), name="conveyor-sql-wakeups", daemon=True
+        )
+        self._thread.start()
+
+    def _in_use(self) -> bool:
+        """Under the lock: whether to keep going; if not, the thread is about to end."""
+        if self._users or self._waiting:
+            return True
+        self._thread = None
+        return False
+
+    def _announce(self, keys: list[str] | None) -> None:
+        with self._cond:
+            if keys is None:
+                self._epoch += 1
+            else:
+                for key in keys:
+                    self._heard[key] = self._heard.get(key, 0) + 1
+            self._cond.notify_all()
+
+    def _watch_sqlite(self, engine: Engine) -> None:
+        raw: PoolProxiedConnection | None = None
+        pool = engine.pool.recreate()  # beside the engine's pool, configured the same
+        try:
+            raw = pool.connect()
+            cursor = raw.driver_connection.cursor()  # type: ignore[union-attr]
+            version = cursor.execute("PRAGMA data_version").fetchone()[0]
+            while True:
+                with self._cond:
+                    while not self._waiting:
+                        if not self._in_use():
+                            return
+                        self._cond.wait(_CHECK_S)
+                time.sleep(SQLITE_WATCH_S)
+                now = cursor.execute("PRAGMA data_version").fetchone()[0]
+                if now != version:
+                    version = now
+                    self._announce([_ANY])
+        except Exception:
+            # Waiters fall back to their timeouts (polling); the next wait tries again.
+            _log.warning("the SQLite wake-up watcher failed; idle workers poll", exc_info=True)
+            with self._cond:
+                self._thread = None
+        finally:
+            if raw is not None:
+                raw.invalidate()
+            pool.dispose()
+
+    def _listen_postgres(self, engine: Engine) -> None:
+        pause = _RECONNECT_S[0]
+        while True:
+            pool = engine.pool.recreate()
+            raw: PoolProxiedConnection | None = None
+            try:
+                raw = pool.connect()
+                listener: Any = raw.driver_connection
+                listener.autocommit = True
+                listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                # Whatever was announced while nobody listened is lost: wake everyone.
+                self._announce(None)
+                pause = _RECONNECT_S[0]
+                while True:
+                    with self._cond:
+                        if not self._in_use():
+                            return
+                    for note in listener.notifies(timeout=_CHECK_S):
+                        self._announce([str(note.payload)])
+            except Exception:
+                # Waiters fall back to their timeouts (polling) until the listener is back.
+                _log.warning(
+                    "the PostgreSQL wake-up listener lost its connection; reconnecting",
+                    exc_info=True,
+                )
+            finally:
+                if raw is not None:
+                    raw.invalidate()
+                pool.dispose()
+            with self._cond:
+                if not self._in_use():
+                    return
+            time.sleep(pause)
+            pause = min(pause * 2, _RECONNECT_S[1])
+
+
+_REGISTRY: dict[str, Wakeups] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def wakeups_for(engine: Engine) -> Wakeups:
+    """This process's listener for `engine`'s database (one per URL)."""
+    url = engine.url.render_as_string(hide_password=False)
+    with _REGISTRY_LOCK:
+        found = _REGISTRY.get(url)
+        if found is None:
+            found = _REGISTRY[url] = Wakeups(engine.dialect.name == "sqlite")
+        return found

@@ -1,0 +1,109 @@
+"""The lease keeper: returns abandoned claims to ready, and gives up on poison pills.
+
+It reads the claims whose lease ran out before a cutoff, asks the core what to do
+with each (`decide_reclaim`: back to ready, or a `lease-expired` dead letter), and
+hands every decision to the executor. The cutoff travels inside the decision, and
+the adapter re-checks it in the same atomic write, so a holder that renewed its
+lease after the read keeps its job. A claim whose job never started (it waited
+in a prefetched batch) is returned without being charged to the job.
+
+It also refuses to act on a clock that disagrees with the server holding the
+leases by more than a quarter lease: with a skewed clock it would take live
+claims from their holders.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from returns.pipeline import is_successful
+
+from ..core import (
+    DeadLetter,
+    Decision,
+    LeasePolicy,
+    Reclaim,
+    decide_reclaim,
+    reclaim_cutoff,
+    start,
+)
+from .executor import Executor
+from .placeholder import undecodable_dead_letter
+from .ports import BadClaim, Claim, Clock, JobQueue
+
+log = logging.getLogger("conveyor.worker")
+
+
+class ClockSkewError(RuntimeError):
+    """This process's clock and the lease server's disagree by more than allowed."""
+
+
+def clock_skew(queue: JobQueue, clock: Clock) -> timedelta | None:
+    """How far `clock` is ahead of (positive) or behind the server that holds the
+    leases; None when the queue has no server clock of its own."""
+    server_time = getattr(queue, "server_time", None)
+    server: datetime | None = server_time() if server_time is not None else None
+    if server is None:
+        return None
+    here: datetime = clock.now()
+    return here - server
+
+
+def check_clock(queue: JobQueue, clock: Clock, lease_ms: int) -> None:
+    """Raise `ClockSkewError` when the skew exceeds a quarter of the lease."""
+    skew = clock_skew(queue, clock)
+    if skew is None:
+        return
+    allowed = timedelta(milliseconds=lease_ms / 4)
+    if abs(skew) > allowed:
+        raise ClockSkewError(
+            f"this host's clock is {skew.total_seconds():+.3f} s off the server's, more than "
+            f"a quarter of the lease ({allowed.total_seconds():.3f} s); fix the clock (NTP) "
+            "or raise lease_ms"
+        )
+
+
+class LeaseKeeper:
+    """Reclaims the abandoned claims of one queue backend."""
+
+    def __init__(
+        self, queue: JobQueue, executor: Executor, clock: Clock, policy: LeasePolicy
+    ) -> None:
+        self.queue, self.executor, self.clock, self.policy = queue, executor, clock, policy
+
+    def decide(self, found: Claim | BadClaim, now: datetime, cutoff: datetime) -> Decision:
+        """What to do with one abandoned claim, guarded by `cutoff`."""
+        if isinstance(found, BadClaim):
+            return undecodable_dead_letter(found, now, abandoned_before=cutoff)
+        started = start(found.job, now)
+        if not is_successful(started):
+            # A forged record (already terminal) cannot be reclaimed: dead-letter it.
+            bad = BadClaim(
+                str(found.job.id), found.token, found.queue, "", str(started.failure()), now
+            )
+            return undecodable_dead_letter(bad, now, abandoned_before=cutoff)
+        if not found.started:
+            return decide_reclaim(found.job, now, self.policy, cutoff, started=False)
+        return decide_reclaim(started.unwrap(), now, self.policy, cutoff)
+
+    def reclaim_abandoned(self, now: datetime) -> tuple[int, int]:
+        """Return abandoned claims to ready and dead-letter poison pills. Returns how
+        many were reclaimed and how many dead-lettered."""
+        try:
+            check_clock(self.queue, self.clock, self.policy.lease_ms)
+        except ClockSkewError as exc:
+            log.error("not reclaiming: %s", exc)
+            return 0, 0
+        cutoff = reclaim_cutoff(now, self.policy.lease_ms)
+        reclaimed = buried = 0
+        for found in self.queue.abandoned(cutoff):
+            decision = self.decide(found, now, cutoff)
+            if not self.executor.carry_out(found, decision):
+                continue
+            if isinstance(decision, Reclaim):
+                reclaimed += 1
+            elif isinstance(decision, DeadLetter):
+                buried += 1
+                log.warning("job %s dead-lettered: %s", decision.job.id, decision.error.message)
+        return reclaimed, buried

@@ -1,0 +1,176 @@
+"""Keeping URL passwords out of messages, logs and reprs.
+
+A password holding an unencoded `#`, `/`, `?` or `@` is split by URL parsers
+at that character, and the drivers then quote a piece of it back as a host or a
+port ("Port could not be cast to integer value as 'se'"). The piece is not the
+password, so replacing the password in the text is not enough: errors raised
+while building from such a URL are rewritten without the driver's message.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import unquote
+
+from ..core import FieldError, ValidationError
+
+if TYPE_CHECKING:
+    from .config import Config
+
+T = TypeVar("T")
+
+MASK = "***"
+#: Characters a URL parser ends the password at; RFC 3986 wants them percent-encoded.
+SPLITTERS = {"#": "%23", "/": "%2F", "?": "%3F", "@": "%40"}
+
+# scheme://user:password@ where the password runs to the last '@' of the token,
+# so an unencoded '@' inside it is masked too.
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:)(?P<password>\S*)@")
+
+
+class BackendError(RuntimeError):
+    """The queue or store could not be built from its URL (unreachable server,
+    refused login...). The message names the config key and never holds the password."""
+
+
+def _split(url: str) -> tuple[str, str, str] | None:
+    """(`scheme://`, userinfo, `@rest`), taking the last '@' as the end of the userinfo."""
+    scheme_end = url.find("://")
+    at = url.rfind("@")
+    if scheme_end < 0 or at < scheme_end:
+        return None
+    head = url[: scheme_end + 3]
+    return head, url[len(head) : at], url[at:]
+
+
+def password_of(url: str) -> str | None:
+    """The password as the URL's author meant it (up to the last '@'), or None."""
+    parts = _split(url)
+    if parts is None or ":" not in parts[1]:
+        return None
+    return parts[1].split(":", 1)[1] or None
+
+
+def mask_url(url: str | None) -> str | None:
+    """`url` with its password replaced by `***` (user, host, port and path kept)."""
+    if url is None:
+        return None
+    parts = _split(url)
+    if parts is None or ":" not in parts[1]:
+        return url
+    head, userinfo, rest = parts
+    return f"{head}{userinfo.split(':', 1)[0]}:{MASK}{rest}"
+
+
+def url_secrets(*urls: str | None) -> frozenset[str]:
+    """The passwords in `urls`, as written and percent-decoded."""
+    found: set[str] = set()
+    for url in urls:
+        password = password_of(url) if url else None
+        if password:
+            found.update({password, unquote(password)})
+    return frozenset(s for s in found if s)
+
+
+def config_secrets(config: Config) -> frozenset[str]:
+    """Every password in the URLs of `config`."""
+    tenancy_url = config.tenancy.url if config.tenancy is not None else None
+    return url_secrets(config.url, config.redis_url, tenancy_url)
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` with URL passwords masked and every one of `secrets` replaced by `***`."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m['head']}{MASK}@", text)
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret:
+            text = text.replace(secret, MASK)
+    return text
+
+
+def one_line(text: str) -> str:
+    """Collapse whitespace runs (a driver's multi-line message) into single spaces."""
+    return " ".join(text.split())
+
+
+def unencoded(url: str) -> list[str]:
+    """The URL-splitting characters the password of `url` holds unencoded."""
+    password = password_of(url) or ""
+    return [c for c in SPLITTERS if c in password]
+
+
+def describe_failure(field: str, url: str, exc: BaseException) -> Exception:
+    """The error to raise instead of `exc`, which came from building on `url`."""
+    where = mask_url(url)
+    splitters = unencoded(url)
+    if splitters:
+        # The driver's text may quote a piece of the split password, so none of it is kept.
+        codes = ", ".join(f"{c!r} as {SPLITTERS[c]}" for c in splitters)
+        return ValidationError.of(
+            field,
+            f"{where} could not be used ({type(exc).__name__}; its message is withheld as it "
+            f"may quote part of the password): percent-encode the password's {codes}",
+        )
+    secrets = url_secrets(url)
+    if isinstance(exc, ValidationError):
+        return ValidationError(
+            [FieldError(e.field, one_line(redact(e.reason, secrets))) for e in exc.errors]
+        )
+    message = one_line(redact(str(exc), secrets))
+    return BackendError(f"{field}: could not use {where}: {type(exc).__name__}: {message}")
+
+
+def guarded(field: str, url: str | None, make: Callable[[], T]) -> T:
+    """`make()`, which builds on `url`; a failure is re-raised without the password.
+
+    The replacement is raised outside the `except` block so that it carries no
+    `__context__`: a traceback or an error reporter walking the chain would print
+    the original message.
+    """
+    if url is None:
+        return make()
+    try:
+        return make()
+    except Exception as exc:
+        error = describe_failure(field, url, exc)
+    raise error
+
+
+def backend_url(config: Config) -> tuple[str, str | None]:
+    """The config key and URL the provider's queue and store are built on."""
+    if config.provider == "redis":
+        return "redis.url", config.redis_url
+    if config.provider == "db":
+        return "url", config.url
+    return "provider", None
+
+
+def tenancy_url(config: Config) -> tuple[str, str | None]:
+    """The config key and URL the tenant resolver is built on."""
+    if config.tenancy is None:
+        return "tenancy", None
+    if config.tenancy.url is not None:
+        return "tenancy.url", config.tenancy.url
+    return "url", config.url
+
+
+class RedactingFilter(logging.Filter):
+    """A handler filter that masks URL passwords and known secrets in each record,
+    its message, arguments and formatted traceback alike."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        super().__init__()
+        self.secrets: set[str] = set(secrets)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = redact(record.getMessage(), self.secrets)
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text, self.secrets)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info, self.secrets)
+        return True
