@@ -117,9 +117,7 @@ def freeze(value: Any, *, path: str = "$", depth: int = 0, max_depth: int = 32) 
             if not isinstance(key, str):
                 raise NotJson(path, f"object keys must be strings, got {type(key).__name__}")
             key = _check_text(str(key), _key_path(path, key), "key")
-            out[key] = freeze(
-                item, path=_key_path(path, key), depth=depth + 1, max_depth=max_depth
-            )
+            out[key] = freeze(item, path=_key_path(path, key), depth=depth + 1, max_depth=max_depth)
         return FrozenMap(out)
     if isinstance(value, list | tuple):
         return tuple(

@@ -87,9 +87,7 @@ def as_delay(field: str, value: object) -> timedelta | FieldError:
         except OverflowError:
             return FieldError(field, "is too far in the future (more than 999999999 days)")
     else:
-        return FieldError(
-            field, f"must be seconds or a timedelta, got {type(value).__name__}"
-        )
+        return FieldError(field, f"must be seconds or a timedelta, got {type(value).__name__}")
     if delay < timedelta(0):
         return FieldError(field, "must not be negative")
     return delay

@@ -161,11 +161,20 @@ class FaultQueue:
     def finishes_with(self, store: Any) -> bool:
         return bool(self._inner.finishes_with(_unwrapped(store)))
 
-    def finish(self, claim: Claim, record: Any) -> bool:
+    def finish(self, claim: Claim, record: Any, abandoned_before: Any = None) -> bool:
         self._fp.hit("before-outcome")
-        ok = self._fenced("finish", claim, lambda: self._inner.finish(claim, record))
+        ok = self._fenced(
+            "finish", claim, lambda: self._inner.finish(claim, record, abandoned_before)
+        )
         self._fp.hit("after-finish")
         return ok
+
+    def start_claim(self, claim: Claim, now: datetime) -> Any:
+        begun = self._inner.start_claim(claim, now)
+        self._ledger.wrote(*_ids(claim), "start", begun is not None)
+        if begun is not None:
+            self._claimed(begun)
+        return begun
 
     def finish_many(self, items: Any) -> Any:
         self._fp.hit("before-outcome")

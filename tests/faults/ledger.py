@@ -55,7 +55,7 @@ CREATE TABLE IF NOT EXISTS deaths (pid INTEGER PRIMARY KEY, at REAL NOT NULL);
 """
 
 #: Fenced writes that release a claim when accepted (`finish` records and releases).
-RELEASES = ("ack", "replace", "finish")
+RELEASES = ("ack", "replace", "finish", "start")  # start: the prefetched token is swapped
 #: Fenced writes whose rejection proves the holder had lost its lease.
 FENCES = ("extend", "replace", "finish")
 
@@ -276,10 +276,11 @@ class Figures:
         )
 
     def assert_no_loss(self, *, duplicates_at_most: int | None = None) -> None:
-        """lost = unexpected = stuck = overlap = 0; duplicates bounded by the claims dead
-        workers held plus those whose lease ran out under a live holder (or by
-        `duplicates_at_most`)."""
-        default = self.unreleased_on_dead + self.lease_lost
+        """lost = unexpected = stuck = overlap = 0; duplicates bounded by the claims that
+        crashed workers held (or by `duplicates_at_most`, for outages longer than the
+        lease). A live worker's claim never runs twice: healthy workers keep every
+        claim they hold leased."""
+        default = self.unreleased_on_dead
         bound = default if duplicates_at_most is None else duplicates_at_most
         problems = []
         if self.lost:

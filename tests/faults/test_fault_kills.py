@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 from conveyor.core import JobStatus
-from fault_harness import HERE, LEASE_MS, Site, WorkerProc, cli_config
+from fault_harness import HERE, LEASE_MS, Site, WorkerProc, cli_config, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -112,3 +112,24 @@ def test_sigterm_lets_short_jobs_finish_leaves_a_long_one_to_its_lease_and_exits
     f.assert_no_loss(duplicates_at_most=1)
     assert f.completed == len(short) + 1
     assert f.duplicated_ids == {str(long_job.id)}, "only the job cut off by the grace reran"
+
+
+def test_healthy_prefetching_workers_run_no_job_twice(site: Site) -> None:
+    """No crash, no outage: batches mixing short jobs with ones longer than the lease run
+    every job exactly once (every claim a worker holds is kept leased)."""
+    short = site.produce(150, sleep_ms=5)
+    long = site.produce(4, sleep_ms=int(LEASE_MS * 1.5))
+    more = site.produce(150, sleep_ms=5)
+    fleet = [site.spawn(threads=2, prefetch=10), site.spawn(threads=2, prefetch=10)]
+    wait_until(
+        lambda: (lambda c: c.ready + c.scheduled + c.in_flight == 0)(site.counts()),
+        timeout_s=60,
+        what="the queue to empty",
+    )
+    for worker in fleet:
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0
+    f = site.figures()
+    f.assert_no_loss(duplicates_at_most=0)
+    assert f.completed == len(short) + len(long) + len(more)
+    assert f.lease_lost == 0, "a healthy worker lost a lease"

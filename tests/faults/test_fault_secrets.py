@@ -251,9 +251,7 @@ def test_the_cli_on_an_unreachable_backend_prints_one_line_without_the_password(
     provider: str, password: str, tmp_path: Path
 ) -> None:
     url = url_for(provider, password)
-    (tmp_path / "conveyor.toml").write_text(
-        f'provider = "{provider}"\nentry_points = false\n'
-    )
+    (tmp_path / "conveyor.toml").write_text(f'provider = "{provider}"\nentry_points = false\n')
     variable = "CONVEYOR_REDIS_URL" if provider == "redis" else "CONVEYOR_URL"
     for command in (("status",), ("enqueue", "work", "{}"), ("dead", "list")):
         out = subprocess.run(

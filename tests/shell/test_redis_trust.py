@@ -410,7 +410,7 @@ def test_a_resent_replace_reports_the_write_that_landed(
 
 
 def test_an_outage_shorter_than_the_budget_is_ridden_out() -> None:
-    server = RedisServer().start()
+    server = RedisServer(extra_args=["--appendfsync", "always"]).start()
     try:
         queue = RedisJobQueue(server.url, retry_budget_s=10)
         queue.enqueue(make_job())
@@ -443,3 +443,13 @@ def test_without_a_budget_an_outage_fails_at_once() -> None:
         assert 0.4 < time.monotonic() - began < 3
     finally:
         server.cleanup()
+
+
+def test_a_batch_enqueue_naming_one_id_twice_keeps_the_later(
+    client: redis.Redis, queue: RedisJobQueue
+) -> None:
+    """Each item carries its own nonce, so the repeat is not taken for a re-send."""
+    job = make_job()
+    queue.enqueue_many([job, attrs.evolve(job, priority=Priority.HIGH)])
+    assert ready_ids(client, queue) == [str(job.id)]
+    assert only_claim(queue.dequeue("jobs", T0)).job.priority is Priority.HIGH

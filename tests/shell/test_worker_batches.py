@@ -14,7 +14,9 @@ from helpers import T0, Crash, locate, make_job
 
 
 def _worker(b: Backend, handlers: dict[str, Any], **options: Any) -> Worker:
-    return Worker(b.queue, b.store, Registry(handlers), clock=ManualClock(T0), **options)
+    return Worker(
+        b.queue, b.store, Registry(handlers), clock=ManualClock(T0), clock_check=False, **options
+    )
 
 
 def test_a_prefetching_worker_keeps_priority_then_fifo_order(backend: Backend) -> None:

@@ -305,8 +305,11 @@ class RedisJobQueue:
         """Upsert several jobs in one pipelined round trip (each its own atomic script)."""
         if not jobs:
             return
+        # One nonce per item: a batch may name one id twice, and the later must win.
         nonce = uuid.uuid4().hex
-        argvs = [[self.keys.base, *self._placement(job), nonce] for job in jobs]
+        argvs = [
+            [self.keys.base, *self._placement(job), f"{nonce}:{n}"] for n, job in enumerate(jobs)
+        ]
 
         def send() -> None:
             with self._client.pipeline(transaction=False) as pipe:

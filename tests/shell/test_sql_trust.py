@@ -1,0 +1,553 @@
+"""The SQL backend's part of the trust work: prefetched claims and `start_claim`,
+claim-time promotion in promotion order, `next_due`, read-only `abandoned`, guarded
+`finish`, `revive`, server time, claims whose re-send after a lost answer takes no
+second job, databases made by the previous version, and idle workers that leave the
+pool alone.
+
+Every test taking `db` runs on a SQLite file and on a real PostgreSQL server, with the
+fixtures of test_sql_backend.py.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import attrs
+import pytest
+from conveyor.core import JobStatus, Priority, revive
+from conveyor.shell.adapters.sql import SqlJobQueue, make_engine
+from conveyor.shell.adapters.sql_schema import (
+    PROMOTE_PER_CLAIM,
+    SCHEMA,
+    claim_function_name,
+    create_tables,
+)
+from conveyor.shell.adapters.sql_wakeup import wakeups_for
+from conveyor.shell.ports import PREFETCH_MARK, BadClaim, Claim
+from sqlalchemy import Engine, text
+from test_sql_backend import (
+    MICRO,
+    T0,
+    Db,
+    claim,
+    claim_order,
+    db,
+    finished,
+    insert_raw,
+    make_job,
+    pg_url,
+)
+
+__all__ = ["db", "pg_url"]  # fixtures, imported so pytest finds them here
+
+LATER = T0 + timedelta(seconds=10)
+
+
+def claims(got: list[Claim | BadClaim]) -> list[Claim]:
+    assert all(isinstance(c, Claim) for c in got), got
+    return [c for c in got if isinstance(c, Claim)]
+
+
+# --- prefetched tokens and start_claim -----------------------------------------------------
+
+
+def test_dequeue_many_gives_prefetched_tokens_that_are_stored_as_given(db: Db) -> None:
+    for _ in range(3):
+        db.queue.enqueue(make_job())
+    batch = claims(db.queue.dequeue_many("default", T0, 3))
+    assert len(batch) == 3 and not any(c.started for c in batch)
+    assert all(c.token.startswith(PREFETCH_MARK) for c in batch)
+    assert len({c.token for c in batch}) == 3
+    found = {c.token: c.started for c in db.queue.abandoned(T0 + MICRO)}
+    assert found == {c.token: False for c in batch}
+
+
+def test_dequeue_gives_a_started_claim(db: Db) -> None:
+    db.queue.enqueue(make_job())
+    assert claim(db.queue).started
+
+
+def test_start_claim_swaps_the_token_renews_the_lease_and_fences_the_old_token(db: Db) -> None:
+    db.queue.enqueue(make_job())
+    [waiting] = claims(db.queue.dequeue_many("default", T0, 1))
+    started = db.queue.start_claim(waiting, LATER)
+    assert started is not None and started.started
+    assert (started.job, started.locked_at) == (waiting.job, LATER)
+    assert started.token != waiting.token
+    [held] = db.queue.abandoned(LATER + MICRO)
+    assert (held.token, held.locked_at, held.started) == (started.token, LATER, True)
+    assert db.queue.ack(waiting) is False, "the prefetched token no longer holds the job"
+    assert db.queue.extend(started, LATER) is True
+    # A re-sent start (its first answer lost) finds its own work done.
+    assert db.queue.start_claim(waiting, LATER) == started
+    assert db.queue.ack(started) is True
+    assert db.queue.start_claim(waiting, LATER) is None, "nothing is held any more"
+
+
+def test_start_claim_of_a_claim_taken_over_is_none(db: Db) -> None:
+    db.queue.enqueue(make_job())
+    [waiting] = claims(db.queue.dequeue_many("default", T0, 1))
+    db.queue.enqueue(waiting.job)  # re-enqueued: the claim is lost
+    assert db.queue.start_claim(waiting, LATER) is None
+    assert db.queue.counts(LATER)["default"].ready == 1
+
+
+# --- claim-time promotion ------------------------------------------------------------------
+
+
+def test_a_claim_promotes_its_queues_due_jobs_in_run_at_then_enqueue_order(db: Db) -> None:
+    ready = make_job()
+    later = make_job(delay_ms=2000)
+    first, second = make_job(delay_ms=1000), make_job(delay_ms=1000)
+    elsewhere = make_job("other", delay_ms=1000)
+    not_yet = make_job(delay_ms=60_000)
+    for job in (later, first, ready, second, elsewhere, not_yet):
+        db.queue.enqueue(job)
+    now = T0 + timedelta(seconds=3)
+    assert claim_order(db.queue, now=now) == [ready.id, first.id, second.id, later.id]
+    counts = db.queue.counts(now)
+    assert counts["other"].scheduled == 1, "a claim promotes its own queue only"
+    assert counts["default"].scheduled == 1, "a job not yet due stays parked"
+
+
+def test_promoted_jobs_keep_their_priority_and_go_behind_the_ready_ones(db: Db) -> None:
+    ready_low, ready_high = make_job(priority=Priority.LOW), make_job(priority=Priority.HIGH)
+    due_high = make_job(priority=Priority.HIGH, delay_ms=1000)
+    for job in (due_high, ready_low, ready_high):
+        db.queue.enqueue(job)
+    order = claim_order(db.queue, now=T0 + timedelta(seconds=1))
+    assert order == [ready_high.id, due_high.id, ready_low.id]
+
+
+def test_dequeue_many_promotes_first_too(db: Db) -> None:
+    ready, due = make_job(), make_job(delay_ms=1000)
+    db.queue.enqueue(due)
+    db.queue.enqueue(ready)
+    got = claims(db.queue.dequeue_many("default", T0 + timedelta(seconds=1), 5))
+    assert [c.job.id for c in got] == [ready.id, due.id]
+
+
+def test_one_claim_promotes_a_bounded_number_of_due_jobs(db: Db) -> None:
+    extra = 30
+    jobs = [make_job(delay_ms=1000) for _ in range(PROMOTE_PER_CLAIM + extra)]
+    db.queue.enqueue_many(jobs)
+    now = T0 + timedelta(seconds=1)
+    taken = claim(db.queue, now=now)
+    assert taken.job.id == jobs[0].id
+    counts = db.queue.counts(now)["default"]
+    assert (counts.ready, counts.scheduled) == (PROMOTE_PER_CLAIM - 1, extra)
+    assert claim_order(db.queue, now=now) == [j.id for j in jobs[1:]]
+
+
+def test_promote_due_moves_in_run_at_then_enqueue_order(db: Db) -> None:
+    later = make_job(delay_ms=2000)
+    first, second, third = (make_job(delay_ms=1000) for _ in range(3))
+    for job in (later, first, second, third):
+        db.queue.enqueue(job)
+    assert db.queue.promote_due(T0 + timedelta(seconds=5), limit=3) == 3
+    assert db.queue.promote_due(T0 + timedelta(seconds=5)) == 1
+    order = claim_order(db.queue, now=T0)  # T0: nothing else could come due
+    assert order == [first.id, second.id, third.id, later.id]
+
+
+def test_next_due_is_the_earliest_run_at_among_the_queues_parked_jobs(db: Db) -> None:
+    assert db.queue.next_due("default") is None
+    db.queue.enqueue(make_job())  # ready: not parked
+    db.queue.enqueue(make_job(delay_ms=5000))
+    db.queue.enqueue(make_job(delay_ms=2000))
+    db.queue.enqueue(make_job("other", delay_ms=1000))
+    assert db.queue.next_due("default") == T0 + timedelta(seconds=2)
+    assert db.queue.next_due("other") == T0 + timedelta(seconds=1)
+    claim(db.queue, now=T0 + timedelta(seconds=2))  # promotes the first
+    assert db.queue.next_due("default") == T0 + timedelta(seconds=5)
+
+
+# --- the lease keeper's writes -------------------------------------------------------------
+
+
+def test_finish_with_abandoned_before_leaves_a_claim_renewed_since(db: Db) -> None:
+    db.queue.enqueue(make_job())
+    held = claim(db.queue)
+    assert db.queue.extend(held, LATER)
+    record = finished(held.job, JobStatus.FAILED, LATER)
+    assert db.queue.finish(held, record, abandoned_before=LATER) is False
+    assert db.store.get(held.job.id) is None
+    assert db.queue.counts(LATER)["default"].in_flight == 1
+    assert db.queue.finish(held, record, abandoned_before=LATER + MICRO) is True
+    assert db.store.get(held.job.id) == record
+    assert db.queue.counts(LATER) == {}
+
+
+def test_a_bad_claim_is_dead_lettered_by_a_guarded_finish(db: Db) -> None:
+    job_id = insert_raw(db, "{not json", status="processing", locked_at=0)
+    [bad] = db.queue.abandoned(T0)
+    assert isinstance(bad, BadClaim)
+    placeholder = finished(attrs.evolve(make_job(), id=UUID(job_id)), JobStatus.FAILED)
+    assert db.queue.finish(bad, placeholder, abandoned_before=from_epoch_us(0)) is False
+    assert db.queue.finish(bad, placeholder, abandoned_before=T0) is True
+    assert db.store.get(UUID(job_id)) == placeholder
+    assert db.queue.counts(T0) == {}
+    assert db.queue.finish(bad, placeholder, abandoned_before=T0) is False, "fenced"
+
+
+def from_epoch_us(us: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
+
+
+# --- revive --------------------------------------------------------------------------------
+
+
+def test_revive_requeues_and_records_only_while_the_job_is_a_dead_letter(db: Db) -> None:
+    dead = finished(make_job(), JobStatus.FAILED)
+    db.store.record(dead)
+    fresh = revive(dead, LATER)
+    assert db.queue.revive(dead, fresh) is True
+    assert db.store.get(dead.id) == fresh
+    assert db.store.list_dead() == []
+    assert claim(db.queue, now=LATER).job == fresh
+    assert db.queue.revive(dead, fresh) is False, "no longer a dead letter"
+    assert db.queue.counts(LATER)["default"].ready == 0
+
+
+def test_revive_writes_nothing_when_the_record_is_not_failed(db: Db) -> None:
+    done = finished(make_job(), JobStatus.COMPLETED)
+    db.store.record(done)
+    fresh = revive(attrs.evolve(done, status=JobStatus.FAILED), LATER)
+    assert db.queue.revive(done, fresh) is False
+    assert db.store.get(done.id) == done
+    assert db.queue.counts(LATER) == {}
+    missing = finished(make_job(), JobStatus.FAILED)
+    assert db.queue.revive(missing, revive(missing, LATER)) is False
+    assert db.queue.counts(LATER) == {}
+
+
+def test_concurrent_revives_of_one_dead_letter_place_it_once(db: Db) -> None:
+    dead = finished(make_job(), JobStatus.FAILED)
+    db.store.record(dead)
+    fresh = revive(dead, LATER)
+    line = threading.Barrier(4)
+    results: list[bool] = []
+
+    def reviver() -> None:
+        line.wait()
+        results.append(db.queue.revive(dead, fresh))
+
+    threads = [threading.Thread(target=reviver) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False, False, False, True]
+    assert claim_order(db.queue, now=LATER) == [dead.id]
+
+
+def test_a_revived_job_may_be_parked(db: Db) -> None:
+    dead = finished(make_job(), JobStatus.FAILED)
+    db.store.record(dead)
+    fresh = attrs.evolve(revive(dead, LATER), status=JobStatus.SCHEDULED, run_at=LATER)
+    assert db.queue.revive(dead, fresh)
+    assert db.queue.counts(T0)["default"].scheduled == 1
+    assert db.queue.next_due("default") == LATER
+
+
+# --- the server's clock --------------------------------------------------------------------
+
+
+def test_server_time_is_postgresqls_clock_and_none_on_sqlite(db: Db) -> None:
+    seen = db.queue.server_time()
+    if db.kind == "sqlite":
+        assert seen is None
+        return
+    assert seen is not None and seen.tzinfo is not None and seen.utcoffset() == timedelta(0)
+    assert abs(seen - datetime.now(UTC)) < timedelta(seconds=5)
+
+
+# --- re-sent claims ------------------------------------------------------------------------
+
+
+@contextmanager
+def answer_lost_once(db: Db, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], bool]]:
+    """The next claim commits, then its connection fails before the answer arrives, as
+    when the network drops at the worst moment: the adapter must rerun it. Yields a
+    function saying whether the loss happened."""
+    dialect = db.engine.dialect
+    state = {"armed": True, "claiming": False, "lost": False}
+
+    def is_claim(statement: str) -> bool:
+        if db.kind == "postgresql":
+            return claim_function_name(SCHEMA) + "(" in statement
+        return (
+            statement.startswith("UPDATE")
+            and "RETURNING" in statement
+            and "locked_by" in (statement.split("WHERE")[0])
+        )
+
+    if db.kind == "sqlite":
+        execute, commit = dialect.do_execute, dialect.do_commit
+
+        def do_execute(cursor: Any, statement: str, parameters: Any, context: Any = None) -> None:
+            execute(cursor, statement, parameters, context)
+            if state["armed"] and is_claim(statement):
+                state["claiming"] = True
+
+        def do_commit(dbapi_connection: Any) -> None:
+            commit(dbapi_connection)
+            if state["armed"] and state["claiming"]:
+                state["armed"] = False
+                state["lost"] = True
+                raise sqlite3.OperationalError("database is locked")
+
+        monkeypatch.setattr(dialect, "do_execute", do_execute)
+        monkeypatch.setattr(dialect, "do_commit", do_commit)
+    else:
+        import psycopg
+
+        execute = dialect.do_execute
+
+        def pg_execute(cursor: Any, statement: str, parameters: Any, context: Any = None) -> None:
+            execute(cursor, statement, parameters, context)
+            if state["armed"] and is_claim(statement):
+                state["armed"] = False
+                state["lost"] = True
+                cursor.connection.close()
+                raise psycopg.OperationalError("the connection is closed")
+
+        monkeypatch.setattr(dialect, "do_execute", pg_execute)
+    yield lambda: bool(state["lost"])
+
+
+def test_a_claim_whose_answer_was_lost_returns_the_same_job_on_rerun(
+    db: Db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = make_job(), make_job()
+    db.queue.enqueue(first)
+    db.queue.enqueue(second)
+    with answer_lost_once(db, monkeypatch) as lost:
+        got = claim(db.queue)
+    assert lost() and db.queue.lock_retries >= 1
+    assert got.job.id == first.id and got.started
+    counts = db.queue.counts(T0)["default"]
+    assert (counts.in_flight, counts.ready) == (1, 1), "the rerun took a second job"
+    assert db.queue.ack(got)
+
+
+def test_a_batch_claim_whose_answer_was_lost_returns_the_same_batch_on_rerun(
+    db: Db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = [make_job() for _ in range(5)]
+    db.queue.enqueue_many(jobs)
+    with answer_lost_once(db, monkeypatch) as lost:
+        got = claims(db.queue.dequeue_many("default", T0, 2))
+    assert lost()
+    assert [c.job.id for c in got] == [jobs[0].id, jobs[1].id]
+    counts = db.queue.counts(T0)["default"]
+    assert (counts.in_flight, counts.ready) == (2, 3), "the rerun took more jobs"
+    assert all(db.queue.ack(c) for c in got)
+
+
+def test_a_finish_whose_answer_was_lost_still_reports_success(
+    db: Db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db.queue.enqueue(make_job())
+    held = claim(db.queue)
+    record = finished(held.job, JobStatus.COMPLETED)
+    dialect = db.engine.dialect
+    lost = {"armed": True}
+    if db.kind == "sqlite":
+        commit = dialect.do_commit
+
+        def do_commit(dbapi_connection: Any) -> None:
+            commit(dbapi_connection)
+            if lost["armed"]:
+                lost["armed"] = False
+                raise sqlite3.OperationalError("database is locked")
+
+        monkeypatch.setattr(dialect, "do_commit", do_commit)
+    else:
+        import psycopg
+
+        execute = dialect.do_execute
+
+        def pg_execute(cursor: Any, statement: str, parameters: Any, context: Any = None) -> None:
+            execute(cursor, statement, parameters, context)
+            if lost["armed"] and statement.startswith("WITH gone"):
+                lost["armed"] = False
+                cursor.connection.close()
+                raise psycopg.OperationalError("the connection is closed")
+
+        monkeypatch.setattr(dialect, "do_execute", pg_execute)
+    assert db.queue.finish(held, record) is True
+    assert not lost["armed"]
+    monkeypatch.undo()
+    assert db.store.get(held.job.id) == record
+    assert db.queue.counts(T0) == {}
+
+
+def test_the_retry_budget_is_lock_retry_s(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    engine = make_engine(f"sqlite:///{path}", busy_timeout_ms=1)
+    create_tables(engine)
+    queue = SqlJobQueue(engine, lock_retry_s=0.3)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        began = time.monotonic()
+        with pytest.raises(Exception, match="locked"):
+            queue.enqueue(make_job())
+        assert 0.2 < time.monotonic() - began < 3
+        assert queue.lock_retries > 0
+    finally:
+        blocker.close()
+        engine.dispose()
+
+
+# --- databases made by the previous version ------------------------------------------------
+
+
+def make_it_look_old(engine: Engine) -> None:
+    """Take away what this version added: the per-queue due index, the claim function,
+    and the seq of parked rows (the previous version left it NULL)."""
+    with engine.begin() as conn:
+        conn.execute(text("DROP INDEX IF EXISTS conveyor_job_queue_due_by_queue"))
+        if engine.dialect.name == "postgresql":
+            conn.execute(text(f"DROP FUNCTION IF EXISTS {claim_function_name(SCHEMA)}"))
+        conn.execute(text("UPDATE conveyor_job_queue SET seq = NULL WHERE status = 'scheduled'"))
+
+
+def index_names(engine: Engine) -> set[str]:
+    from sqlalchemy import inspect
+
+    return {str(i["name"]) for i in inspect(engine).get_indexes(SCHEMA.job_queue.name)}
+
+
+def test_a_database_made_by_the_previous_version_keeps_working(db: Db) -> None:
+    ready, due = make_job(), make_job(delay_ms=1000)
+    db.queue.enqueue(ready)
+    db.queue.enqueue(due)
+    make_it_look_old(db.engine)
+    assert "conveyor_job_queue_due_by_queue" not in index_names(db.engine)
+    now = T0 + timedelta(seconds=1)
+    queue = SqlJobQueue(db.engine)  # no create_tables yet
+    assert claim_order(queue, now=now) == [ready.id, due.id]
+    create_tables(db.engine)
+    assert "conveyor_job_queue_due_by_queue" in index_names(db.engine)
+    again = make_job(delay_ms=1000)
+    db.queue.enqueue(again)
+    assert claim_order(SqlJobQueue(db.engine), now=now) == [again.id]
+
+
+# --- idle workers and the pool -------------------------------------------------------------
+
+
+def listen_connections(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+                )
+            ).scalar_one()
+        )
+
+
+def test_make_engine_takes_a_pool_size(db: Db) -> None:
+    engine = make_engine(db.url, pool_size=3)
+    try:
+        assert engine.pool.size() == 3  # type: ignore[attr-defined]
+    finally:
+        engine.dispose()
+
+
+def test_thirty_two_idle_workers_leave_the_pool_to_enqueue_and_claim(db: Db) -> None:
+    engine = make_engine(db.url, pool_size=2, max_overflow=2, pool_timeout=3)
+    queue = SqlJobQueue(engine)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    woken = [0] * 32
+
+    def idle_worker(n: int) -> None:
+        try:
+            while not stop.is_set():
+                if queue.wait_for_work("default", 0.2):
+                    woken[n] += 1
+        except BaseException as exc:
+            failures.append(exc)
+
+    workers = [threading.Thread(target=idle_worker, args=(n,)) for n in range(32)]
+    for w in workers:
+        w.start()
+    try:
+        time.sleep(0.5)  # every worker is waiting now
+        began = time.monotonic()
+        job = make_job()
+        queue.enqueue(job)
+        assert claim(queue).job == job
+        assert time.monotonic() - began < 2, "enqueue and claim waited for the pool"
+        if db.kind == "postgresql":
+            deadline = time.monotonic() + 5
+            while (listening := listen_connections(engine)) != 1 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert listening == 1, "one wake-up listener per process"
+        deadline = time.monotonic() + 5
+        while sum(1 for n in woken if n) < 32 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(woken), "every idle worker heard of the new job"
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(timeout=10)
+        queue.close()
+        engine.dispose()
+    assert failures == []
+
+
+def test_a_waiting_worker_wakes_when_a_job_becomes_ready_on_its_queue(db: Db) -> None:
+    woke: dict[str, Any] = {}
+    started = threading.Event()
+
+    def waiter() -> None:
+        db.queue.wait_for_work("default", 0.01)  # the first wait starts the listener
+        started.set()
+        began = time.monotonic()
+        woke["result"] = db.queue.wait_for_work("default", 5.0)
+        woke["after"] = time.monotonic() - began
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    assert started.wait(5)
+    time.sleep(0.2)
+    db.queue.enqueue(make_job())
+    thread.join(timeout=10)
+    assert woke["result"] is True and woke["after"] < 2
+
+
+@pytest.mark.parametrize("db", ["postgresql"], indirect=True)
+def test_a_postgresql_waiter_sleeps_through_other_queues_jobs(db: Db) -> None:
+    assert db.queue.wait_for_work("default", 0.01) is False
+    db.queue.enqueue(make_job("other"))
+    time.sleep(0.2)
+    assert db.queue.wait_for_work("default", 0.3) is False
+    db.queue.enqueue(make_job("default"))
+    assert db.queue.wait_for_work("default", 5.0) is True
+
+
+def test_the_listener_stops_when_its_queues_are_closed(db: Db) -> None:
+    queue = SqlJobQueue(db.engine)
+    wakeups = wakeups_for(db.engine)
+    queue.wait_for_work("default", 0.01)
+    assert wakeups.listening
+    queue.close()
+    db.queue.close()
+    deadline = time.monotonic() + 5
+    while wakeups.listening and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not wakeups.listening
