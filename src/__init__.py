@@ -24,10 +24,10 @@ from .core import (
     create_job,
 )
 from .shell.config import Config, load_config
+from .shell.pool import WorkerPool
 from .shell.ports import is_transactional
 from .shell.registry import Permanent, Registry
 from .shell.runtime import Runtime, build
-from .shell.pool import WorkerPool
 from .shell.worker import Worker
 
 __version__ = "0.1.0"

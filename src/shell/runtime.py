@@ -35,13 +35,13 @@ from ..core import (
     decide_revive,
 )
 from .config import Config, load_config
+from .executor import Executor
 from .handlers import contribute
+from .lease_keeper import check_clock
+from .pool import WorkerPool
 from .ports import Clock, JobQueue, JobStore, SystemClock, is_transactional
 from .presence import MemoryPresence, Presence, WorkerInfo
 from .registry import Registry
-from .executor import Executor
-from .lease_keeper import check_clock
-from .pool import WorkerPool
 from .tenancy import TenantResolver, TenantScope
 from .worker import Worker, WorkerStats
 

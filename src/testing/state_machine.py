@@ -51,7 +51,7 @@ from ..core import (
 )
 from ..core.decisions import decide_reclaim
 from ..core.policies import LeasePolicy, Policies
-from ..shell.ports import BadClaim, BatchingJobQueue, Claim, JobQueue, JobStore
+from ..shell.ports import BadClaim, BatchingJobQueue, Claim, JobStore
 
 QUEUES = ("q1", "q2")
 LEASE_MS = 1000
@@ -376,7 +376,7 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
             pill = decide_reclaim(running, self.now, LeasePolicy(LEASE_MS, max_reclaims=0), cutoff)
             note(f"poison pill {claim.job.id.int} after renewal")
             assert pill.job.status is JobStatus.FAILED
-            finish: Any = getattr(self.queue, "finish")
+            finish: Any = self.queue.finish
             assert finish(claim, pill.job, abandoned_before=cutoff) is False
             assert self.queue.reclaim(claim, pill.job, cutoff) is False
 
@@ -393,12 +393,12 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
             claim = Claim(self.jobs[i], w.token, self.jobs[i].queue, w.locked_at)
             running = start(self.jobs[i], self.now).unwrap()
             dead = dead_letter(running, ErrorInfo("boom", "model", False), self.now).job
-            finish: Any = getattr(self.queue, "finish")
+            finish: Any = self.queue.finish
             assert finish(claim, dead) is True
             del self.where[i]
             revival = decide_revive(dead, self.now)
             assert revival is not None
-            revive: Any = getattr(self.queue, "revive")
+            revive: Any = self.queue.revive
             note(f"dead letter and revive {i.int} twice={revive_twice}")
             assert revive(revival.dead, revival.job) is True
             if revive_twice:

@@ -11,7 +11,7 @@ import pytest
 from conveyor.core import JobStatus, Policies, Priority, RequeuePolicy, RetryPolicy
 from conveyor.core.policies import LeasePolicy
 from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
-from conveyor.shell.ports import BadClaim, Claim
+from conveyor.shell.ports import Claim
 from conveyor.shell.registry import Permanent, Registry
 from conveyor.shell.worker import Worker, WorkerPool
 from conveyor.testing.clock import ManualClock
