@@ -68,7 +68,7 @@ def _key_path(path: str, key: str) -> str:
     if key.isprintable() and len(key) <= _PATH_KEY_CHARS and "." not in key and "[" not in key:
         return f"{path}.{key}"
     shown = key if len(key) <= _PATH_KEY_CHARS else key[:_PATH_KEY_CHARS] + "..."
-    return f"{path}[{ascii(shown)}]"
+    return f"{path}[{shown!a}]"
 
 
 def _check_int(value: int, path: str) -> int:

@@ -9,20 +9,62 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
+from uuid import UUID
 
 from .. import __version__
-from ..core import ValidationError
+from ..core import FieldError, ValidationError
+from ..core.validation import as_delay, check_name, parse_job_id
+from .config import load_config
+from .redact import BackendError, RedactingFilter, config_secrets, redact
 from .runtime import Runtime, Status, build
+
+log = logging.getLogger("conveyor.cli")
+
+#: Masks the config's URL passwords in every log line; filled once the config is read.
+_REDACTING = RedactingFilter()
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors on one line with exit status 2, like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"conveyor: invalid input: {_printable(message)}\n")
+
+
+def _printable(text: str) -> str:
+    """`text` on one line: control characters and lone surrogates escaped."""
+    escaped = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in " ".join(text.splitlines()))
+    return redact(escaped, _REDACTING.secrets)
+
+
+def _check(*problems: FieldError | None) -> None:
+    errors = [p for p in problems if p is not None]
+    if errors:
+        raise ValidationError(errors)
+
+
+def _tenant(value: str | None) -> FieldError | None:
+    return None if value is None else check_name("--tenant", value)
+
+
+def _job_id(value: str) -> UUID:
+    parsed = parse_job_id(value)
+    if isinstance(parsed, FieldError):
+        raise ValidationError((parsed,))
+    return parsed
 
 
 def _runtime(args: argparse.Namespace) -> Runtime:
-    return build(args.config)
+    config = load_config(args.config)
+    _REDACTING.secrets.update(config_secrets(config))
+    return build(config)
 
 
 def _print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
@@ -71,6 +113,15 @@ def render_status(status: Status) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    _check(
+        *(check_name("--queue", name) for name in args.queues or ()),
+        None
+        if args.concurrency is None or args.concurrency >= 0
+        else FieldError("--concurrency", f"must be >= 0, got {args.concurrency}"),
+        None
+        if args.grace is None or (math.isfinite(args.grace) and args.grace >= 0)
+        else FieldError("--grace", f"must be a finite number of seconds >= 0, got {args.grace}"),
+    )
     runtime = _runtime(args)
     if args.queues:
         import attrs
@@ -117,6 +168,14 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         payload = json.loads(args.args) if args.args else {}
     except json.JSONDecodeError as exc:
         raise ValidationError.of("args", f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValidationError.of("args", "is nested too deeply to parse") from None
+    except ValueError:
+        # json's own limit on integer digits; its message suggests a Python call.
+        raise ValidationError.of("args", "holds an integer with too many digits") from None
+    delay = None if args.delay is None else as_delay("delay", args.delay)
+    if isinstance(delay, FieldError):
+        raise ValidationError((delay,))
     runtime = _runtime(args)
     try:
         job = runtime.enqueue(
@@ -125,7 +184,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             queue=args.queue,
             priority=args.priority,
             max_retries=args.max_retries,
-            delay=args.delay,
+            delay=delay,
             tenant_id=args.tenant,
         )
     finally:
@@ -135,6 +194,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    _check(_tenant(args.tenant))
     runtime = _runtime(args)
     try:
         status = runtime.status(tenant_id=args.tenant)
@@ -148,6 +208,16 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_dead(args: argparse.Namespace) -> int:
+    command = args.dead_command
+    if command == "list":
+        _check(
+            _tenant(args.tenant),
+            None if args.limit >= 0 else FieldError("--limit", f"must be >= 0, got {args.limit}"),
+        )
+    elif command == "purge" and args.job_id is None and not args.all:
+        print("conveyor: give a job id, or --all to purge every dead letter", file=sys.stderr)
+        return 2
+    job_id = _job_id(args.job_id) if getattr(args, "job_id", None) is not None else None
     runtime = _runtime(args)
     try:
         if args.dead_command == "list":
@@ -171,9 +241,10 @@ def cmd_dead(args: argparse.Namespace) -> int:
                     ],
                 )
         elif args.dead_command == "show":
-            job = runtime.get(args.job_id)
+            assert job_id is not None
+            job = runtime.get(job_id)
             if job is None:
-                print(f"no job {args.job_id}", file=sys.stderr)
+                print(f"conveyor: no job {job_id}", file=sys.stderr)
                 return 1
             summary = _job_summary(job)
             if args.show_args:
@@ -182,13 +253,11 @@ def cmd_dead(args: argparse.Namespace) -> int:
                 summary["args"] = thaw(job.args)
             print(json.dumps(summary, indent=2))
         elif args.dead_command == "retry":
-            job = runtime.retry_dead(args.job_id)
+            assert job_id is not None
+            job = runtime.retry_dead(job_id)
             print(f"re-enqueued {job.id} on {job.queue}")
         elif args.dead_command == "purge":
-            if args.job_id is None and not args.all:
-                print("give a job id, or --all to purge every dead letter", file=sys.stderr)
-                return 2
-            print(f"purged {runtime.purge_dead(args.job_id)}")
+            print(f"purged {runtime.purge_dead(job_id)}")
     finally:
         runtime.close()
     return 0
@@ -221,9 +290,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="conveyor", description="Conveyor: background jobs you can trust."
-    )
+    p = _Parser(prog="conveyor", description="Conveyor: background jobs you can trust.")
     p.add_argument("--version", action="version", version=f"conveyor {__version__}")
     p.add_argument(
         "--config", "-c", help="config file (default: nearest conveyor.toml or [tool.conveyor])"
@@ -299,12 +366,22 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_REDACTING)
     try:
         code: int = args.func(args)
         return code
     except ValidationError as exc:
-        print(f"conveyor: invalid input: {exc}", file=sys.stderr)
+        print(f"conveyor: invalid input: {_printable(str(exc))}", file=sys.stderr)
         return 2
+    except BackendError as exc:
+        print(f"conveyor: {_printable(str(exc))}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        # A traceback would print driver messages unredacted; --log-level DEBUG has it, masked.
+        log.debug("command failed", exc_info=True)
+        print(f"conveyor: {type(exc).__name__}: {_printable(str(exc))}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -15,9 +15,11 @@ from uuid import UUID
 
 import attrs
 import cattrs
+from cattrs.v import format_exception
 from returns.result import Failure, Result, Success
 
 from ..core import FrozenMap, Job, freeze, thaw
+from ..core.frozen import NotJson
 from ..core.validation import Limits, check_name
 
 FORMAT_VERSION = 1
@@ -137,9 +139,16 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _explain(exc: BaseException, type_: Any) -> str:
+    # cattrs would say only "invalid value"; the path inside the args is the useful part.
+    if isinstance(exc, NotJson):
+        return f"not JSON at {exc.path}: {exc.reason}"
+    return format_exception(exc, type_)
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, cattrs.BaseValidationError):
-        parts = cattrs.transform_error(exc)
+        parts = cattrs.transform_error(exc, format_exception=_explain)
         return "; ".join(parts)[:500]
     return f"{type(exc).__name__}: {str(exc)[:300]}"
 

@@ -165,7 +165,12 @@ class RedactingFilter(logging.Filter):
         self.secrets: set[str] = set(secrets)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = redact(record.getMessage(), self.secrets)
+        try:
+            message = record.getMessage()
+        except Exception:
+            # Arguments that do not fit the format: the handler reports that itself.
+            return True
+        record.msg = redact(message, self.secrets)
         record.args = None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)

@@ -34,6 +34,8 @@ from ..core import (
     create_job,
     decide_revive,
 )
+from ..core.errors import FieldError
+from ..core.validation import parse_job_id
 from .config import Config, load_config
 from .executor import Executor
 from .handlers import contribute
@@ -88,6 +90,18 @@ class Status:
         }
 
 
+def _job_id(value: UUID | str) -> UUID:
+    parsed = parse_job_id(value)
+    if isinstance(parsed, FieldError):
+        raise ValidationError((parsed,))
+    return parsed
+
+
+def _retry_budget_s(config: Config) -> float:
+    """How long an adapter may retry one storage call: a quarter of the lease."""
+    return config.lease_ms / 4000
+
+
 def _make_backend(config: Config) -> tuple[JobQueue, JobStore, Presence]:
     if config.provider == "memory":
         from .adapters.memory import MemoryJobQueue, MemoryJobStore
@@ -102,18 +116,23 @@ def _make_backend(config: Config) -> tuple[JobQueue, JobStore, Presence]:
         url = config.url
         if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        engine = make_engine(url)
+        engine = make_engine(url, pool_size=config.pool_size)
         # Both tables, so a failed job survives a restart.
         create_tables(engine)
-        return SqlJobQueue(engine), SqlJobStore(engine), SqlPresence(engine)
+        # The one retry layer: a quarter lease, so a retried write lands while the
+        # claim it writes for is still live.
+        budget = _retry_budget_s(config)
+        queue = SqlJobQueue(engine, lock_retry_s=budget)
+        return queue, SqlJobStore(engine, lock_retry_s=budget), SqlPresence(engine)
     if config.provider == "redis":
         from .adapters.redis_queue import RedisJobQueue, RedisJobStore, connect
         from .presence import RedisPresence
 
         client = connect(config.redis_url)
+        budget = _retry_budget_s(config)
         return (
-            RedisJobQueue(client, prefix=config.redis_prefix),
-            RedisJobStore(client, prefix=config.redis_prefix),
+            RedisJobQueue(client, prefix=config.redis_prefix, retry_budget_s=budget),
+            RedisJobStore(client, prefix=config.redis_prefix, retry_budget_s=budget),
             RedisPresence(client, prefix=config.redis_prefix),
         )
     raise ValidationError.of("provider", f"unknown provider {config.provider!r}")
@@ -264,10 +283,6 @@ class Runtime:
         delay: timedelta | float | None,
         tenant_id: str | None,
     ) -> Job:
-        if isinstance(delay, bool):
-            raise ValidationError.of("delay", "must be seconds or a timedelta, not a bool")
-        if isinstance(delay, int | float):
-            delay = timedelta(seconds=delay)
         result = create_job(
             id=uuid.uuid4(),
             job_type=job_type,
@@ -444,7 +459,8 @@ class Runtime:
         return self.store.list_dead(tenant_id=tenant_id, limit=limit)
 
     def get(self, job_id: UUID | str) -> Job | None:
-        return self.store.get(UUID(str(job_id)))
+        """The recorded job, or None. A malformed id is a `ValidationError`."""
+        return self.store.get(_job_id(job_id))
 
     def retry_dead(self, job_id: UUID | str) -> Job:
         """Give a dead letter a fresh start: queued and recorded as pending in one atomic
@@ -460,7 +476,7 @@ class Runtime:
         raise ValidationError.of("job_id", f"{job_id} is not a dead letter")
 
     def purge_dead(self, job_id: UUID | str | None = None) -> int:
-        return self.store.purge_dead(None if job_id is None else UUID(str(job_id)))
+        return self.store.purge_dead(None if job_id is None else _job_id(job_id))
 
     def close(self) -> None:
         for part in (self.queue, self.store):

@@ -13,7 +13,7 @@ import json
 import pickle
 import sys
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -356,3 +356,38 @@ def test_lease_fields_forged_into_a_payload_are_ignored_the_claim_holds_the_leas
         running.settle(bad)
     assert site.store.get(bad).status is JobStatus.COMPLETED
     assert site.counts().in_flight == 0
+
+
+# ---- values no encoder or clock can take ------------------------------------------------
+
+UNENCODABLE = {
+    "int-5000-digits": ({"n": 10**5000}, {}),
+    "surrogate-key": ({"\ud800": 1}, {}),
+    "surrogate-value": ({"k": "\udc00"}, {}),
+    "delay-9999-years": ({}, {"delay": timedelta(days=9999 * 365)}),
+    "run-at-past-9999-in-utc": (
+        {},
+        {"run_at": datetime.max.replace(tzinfo=timezone(-timedelta(hours=1)))},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", UNENCODABLE, ids=UNENCODABLE)
+def test_a_value_json_or_datetime_cannot_take_is_refused_at_enqueue_naming_the_field(
+    site: Site, case: str
+) -> None:
+    args, options = UNENCODABLE[case]
+    with pytest.raises(ValidationError) as error:
+        runtime(site).enqueue(JOB_TYPE, args, **options)
+    assert error.value.fields == (("args",) if args else tuple(options))
+    assert "\n" not in str(error.value)
+    assert sum(c.ready + c.scheduled for c in site.queue.counts(_now()).values()) == 0
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf"), 1e20], ids=["nan", "inf", "1e20"])
+def test_a_delay_of_seconds_no_timedelta_can_hold_is_refused_at_enqueue(
+    site: Site, seconds: float
+) -> None:
+    with pytest.raises(ValidationError) as error:
+        runtime(site).enqueue(JOB_TYPE, {}, delay=seconds)
+    assert error.value.fields == ("delay",)

@@ -168,7 +168,6 @@ NINE_THOUSAND_YEARS = str(9999 * 365 * 86400)
 
 BAD_INPUT = {
     "huge-int": (("enqueue", "ship", '{"n": 1' + "0" * 5000 + "}"), "args"),
-    "huge-int-under-the-parse-limit": (("enqueue", "ship", '{"n": 1' + "0" * 4300 + "}"), "args"),
     "surrogate-key": (("enqueue", "ship", '{"\\ud800": 1}'), "args"),
     "surrogate-value": (("enqueue", "ship", '{"k": "\\udc00"}'), "args"),
     "nested-10000": (("enqueue", "ship", DEEP), "args"),

@@ -63,3 +63,24 @@ def test_bad_payloads_are_decode_errors_naming_the_problem(payload, reason) -> N
 @given(st.binary(max_size=200))
 def test_arbitrary_bytes_never_raise(data: bytes) -> None:
     assert isinstance(decode(data), Success | Failure)
+
+
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [({"\ud800": 1}, "$['\\ud800']"), ({"n": 10**5000}, "$.n")],
+    ids=["surrogate-key", "int-5000-digits"],
+)
+def test_a_document_whose_args_no_job_may_hold_is_a_decode_error(args, path) -> None:
+    from conveyor.shell.codec import from_document, to_document
+
+    doc = {**to_document(make_job()), "args": args}
+    result = from_document(doc)
+    assert isinstance(result, Failure), result
+    assert path in str(result.failure())
+
+
+def test_a_payload_with_a_surrogate_key_is_a_decode_error_not_a_crash() -> None:
+    doc = json.loads(encode(make_job()))
+    text = json.dumps(doc).replace('"args": {}', '"args": {"\\ud800": 1}')
+    assert "\\ud800" in text
+    assert isinstance(decode(text), Failure)

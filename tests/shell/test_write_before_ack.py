@@ -264,3 +264,23 @@ def test_a_write_that_fails_once_is_retried_then_released() -> None:
     assert flaky.get(claim.job.id) is not None
     assert queue.counts(T0)["default"].in_flight == 0
     del store
+
+
+def test_the_executor_does_not_retry_on_top_of_the_adapter() -> None:
+    """One retry layer: the adapter's, within a quarter lease. Stacking the executor's
+    own retries on it once kept a write going for minutes against a one-minute lease."""
+    queue = MemoryJobQueue()
+    queue.enqueue(make_job())
+    claim = queue.dequeue("default", T0)
+    assert isinstance(claim, Claim)
+    calls: list[int] = []
+
+    class DownStore(MemoryJobStore):
+        def record(self, job: object) -> None:
+            calls.append(1)
+            raise OSError("still down after the adapter's own retries")
+
+    executor = Executor(queue, DownStore(), clock=ManualClock(T0), sleep=lambda _: None)
+    decision = decide(start(claim.job, T0).unwrap(), Succeeded(1), T0, POLICIES, 0.5)
+    assert executor.carry_out(claim, decision) is False
+    assert calls == [1]

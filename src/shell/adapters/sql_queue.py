@@ -272,13 +272,21 @@ class SqlJobQueue:
     def start_claim(self, claim: Claim, now: datetime) -> Claim | None:
         """Mark a prefetched claim started: its token loses the prefetch mark and its
         lease is renewed to `now`, fenced by the old token. The started claim, or None
-        if the claim was lost."""
+        if the claim was lost (or already started). A rerun after a dropped connection
+        also accepts the new token, so a start whose answer was lost still succeeds."""
         plain = claim.token[len(PREFETCH_MARK) :] if is_prefetched(claim.token) else claim.token
         params: dict[str, Any] = {"job_id": str(claim.job.id), "old": claim.token}
         params |= {"new": plain, "at": to_micros(now)}
-        started = self._db.run(
-            lambda conn: conn.execute(self._db.sql.start, params).rowcount == 1, single=True
-        )
+        sql = self._db.sql
+        tries = 0
+
+        def work(conn: Connection) -> bool:
+            nonlocal tries
+            tries += 1
+            stmt = sql.start if tries == 1 else sql.start_again
+            return conn.execute(stmt, params).rowcount == 1
+
+        started = self._db.run(work, single=True)
         return attrs.evolve(claim, token=plain, locked_at=now) if started else None
 
     # --- holders' writes -----------------------------------------------------------------

@@ -168,16 +168,20 @@ class Statements:
         self.release: Delete = delete(t).where(*held)
         self.release_abandoned: Delete = delete(t).where(*stale)
         self.extend: Update = sql_update(t).where(*held).values(locked_at=bindparam("at"))
-        # Fenced by the old token; the new one is accepted too, so a re-sent start
-        # (its first answer lost with the connection) finds its own work done.
+        # Fenced by the old token. A rerun (its first answer lost with the connection,
+        # perhaps after the commit) accepts the new one too, finding its work done.
+        starting = (t.c.id == bindparam("job_id"), t.c.status == PROCESSING)
+        restart: dict[str, object] = {"locked_by": bindparam("new"), "locked_at": bindparam("at")}
         self.start: Update = (
+            sql_update(t).where(*starting, t.c.locked_by == bindparam("old")).values(restart)
+        )
+        self.start_again: Update = (
             sql_update(t)
             .where(
-                t.c.id == bindparam("job_id"),
-                t.c.status == PROCESSING,
+                *starting,
                 or_(t.c.locked_by == bindparam("old"), t.c.locked_by == bindparam("new")),
             )
-            .values(locked_by=bindparam("new"), locked_at=bindparam("at"))
+            .values(restart)
         )
         self.store_status: Select[str] = (
             select(store.c.status).where(store.c.id == bindparam("job_id")).with_for_update()

@@ -155,6 +155,7 @@ class Wakeups:
 
     def _listen_postgres(self, engine: Engine) -> None:
         pause = _RECONNECT_S[0]
+        failing = False
         while True:
             pool = engine.pool.recreate()
             raw: PoolProxiedConnection | None = None
@@ -165,7 +166,7 @@ class Wakeups:
                 listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
                 # Whatever was announced while nobody listened is lost: wake everyone.
                 self._announce(None)
-                pause = _RECONNECT_S[0]
+                pause, failing = _RECONNECT_S[0], False
                 while True:
                     with self._cond:
                         if not self._in_use():
@@ -173,11 +174,14 @@ class Wakeups:
                     for note in listener.notifies(timeout=_CHECK_S):
                         self._announce([str(note.payload)])
             except Exception:
-                # Waiters fall back to their timeouts (polling) until the listener is back.
-                _log.warning(
+                # Waiters fall back to their timeouts (polling) until the listener is back;
+                # one warning per outage, not one per attempt.
+                _log.log(
+                    logging.DEBUG if failing else logging.WARNING,
                     "the PostgreSQL wake-up listener lost its connection; reconnecting",
-                    exc_info=True,
+                    exc_info=not failing,
                 )
+                failing = True
             finally:
                 if raw is not None:
                     raw.invalidate()

@@ -1,0 +1,94 @@
+"""URL passwords are masked wherever the shell prints, logs or raises them."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+
+import pytest
+from conveyor.core import ValidationError
+from conveyor.shell.redact import (
+    BackendError,
+    RedactingFilter,
+    guarded,
+    mask_url,
+    password_of,
+    redact,
+    url_secrets,
+)
+
+URLS = {
+    "postgresql+psycopg://app:pa#ss@db.internal:5432/jobs": (
+        "pa#ss",
+        "postgresql+psycopg://app:***@db.internal:5432/jobs",
+    ),
+    "redis://:p/w@d@127.0.0.1:6379/0": ("p/w@d", "redis://:***@127.0.0.1:6379/0"),
+    "rediss://default:s%40fe@cache:6380/1": ("s%40fe", "rediss://default:***@cache:6380/1"),
+    "sqlite:////var/lib/jobs.db": (None, "sqlite:////var/lib/jobs.db"),
+    "redis://cache:6379/0": (None, "redis://cache:6379/0"),
+}
+
+
+@pytest.mark.parametrize("url", URLS)
+def test_the_password_is_read_up_to_the_last_at_sign_and_masked(url: str) -> None:
+    password, masked = URLS[url]
+    assert password_of(url) == password
+    assert mask_url(url) == masked
+
+
+def test_secrets_hold_the_password_as_written_and_decoded() -> None:
+    assert url_secrets("redis://:s%40fe@h/0", None) == {"s%40fe", "s@fe"}
+
+
+def test_redact_masks_urls_in_text_and_every_known_secret() -> None:
+    text = "cannot reach postgresql://u:x#y@z@h/db; login 'x#y@z' refused, token s@fe"
+    out = redact(text, {"s@fe"})
+    assert out == "cannot reach postgresql://u:***@h/db; login 'x#y@z' refused, token ***"
+    assert redact(text, {"x#y@z", "s@fe"}).count("x#y") == 0
+
+
+def test_the_log_filter_masks_messages_arguments_and_tracebacks() -> None:
+    record = logging.LogRecord(
+        "conveyor",
+        logging.ERROR,
+        __file__,
+        1,
+        "connect to %s failed",
+        ("redis://:hunter2@h",),
+        None,
+    )
+    try:
+        raise ConnectionError("AUTH hunter2 refused")
+    except ConnectionError:
+        import sys
+
+        record.exc_info = sys.exc_info()
+    assert RedactingFilter({"hunter2"}).filter(record)
+    formatted = logging.Formatter().format(record)
+    assert "hunter2" not in formatted and "redis://:***@h" in formatted
+
+
+def test_the_log_filter_leaves_a_record_with_mismatched_arguments_to_the_handler() -> None:
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "%d", ("not a number",), None)
+    assert RedactingFilter().filter(record)
+
+
+def test_a_failure_while_building_is_reraised_without_password_or_chained_original() -> None:
+    def connect() -> None:
+        raise OSError("login as app:s3cret failed")
+
+    with pytest.raises(BackendError) as info:
+        guarded("url", "postgresql://app:s3cret@h/db", connect)
+    assert str(info.value).startswith("url: could not use postgresql://app:***@h/db: OSError")
+    assert info.value.__context__ is None and info.value.__cause__ is None
+    assert "s3cret" not in "".join(traceback.format_exception_only(info.value))
+
+
+def test_a_password_a_parser_splits_gets_no_driver_text_only_the_fix() -> None:
+    def connect() -> None:
+        raise ValueError("Port could not be cast to integer value as 's3'")
+
+    with pytest.raises(ValidationError) as info:
+        guarded("redis.url", "redis://:s3#cret@h:6379/0", connect)
+    assert info.value.fields == ("redis.url",)
+    assert "'s3'" not in str(info.value) and "%23" in str(info.value)
