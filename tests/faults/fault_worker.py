@@ -52,7 +52,15 @@ from conveyor.shell.registry import Registry
 from conveyor.shell.worker import Worker, WorkerPool
 from ledger import Ledger
 
-FAILPOINTS = ("after-claim", "before-outcome", "before-ack", "after-finish", "before-reclaim")
+FAILPOINTS = (
+    "after-claim",
+    "before-outcome",
+    "before-ack",
+    "after-finish",
+    "before-reclaim",
+    "before-bad-finish",
+    "after-bad-finish",
+)
 JOB_TYPE = "work"
 
 log = logging.getLogger("fault_worker")
@@ -161,12 +169,16 @@ class FaultQueue:
     def finishes_with(self, store: Any) -> bool:
         return bool(self._inner.finishes_with(_unwrapped(store)))
 
-    def finish(self, claim: Claim, record: Any, abandoned_before: Any = None) -> bool:
+    def finish(self, claim: Claim | BadClaim, record: Any, abandoned_before: Any = None) -> bool:
         self._fp.hit("before-outcome")
+        if isinstance(claim, BadClaim):
+            self._fp.hit("before-bad-finish")
         ok = self._fenced(
             "finish", claim, lambda: self._inner.finish(claim, record, abandoned_before)
         )
         self._fp.hit("after-finish")
+        if isinstance(claim, BadClaim):
+            self._fp.hit("after-bad-finish")
         return ok
 
     def start_claim(self, claim: Claim, now: datetime) -> Any:

@@ -155,18 +155,24 @@ def test_a_redis_kill_9_and_restart_loses_no_acknowledged_enqueue(
 ) -> None:
     site = make_site("redis", tmp_path, url=redis_always.url)
 
+    restarted: list[bool] = []
+
     def kill_and_restart() -> None:
         time.sleep(1.0)
         redis_always.kill()
         time.sleep(0.5)
         redis_always.start()
+        restarted.append(True)
 
     try:
         workers = run_through(site, threading.Thread(target=kill_and_restart))
         stop(workers)
         f = site.figures()
         f.assert_no_loss(duplicates_at_most=f.unreleased + IN_FLIGHT)
+        assert restarted, "the server was killed and restarted mid-run"
         assert f.acknowledged == f.completed
-        assert f.enqueue_errors > 0, "the kill was felt by the producer"
+        # The adapter retries within its budget (a quarter lease), so a half-second
+        # outage costs the producer no failed enqueue.
+        assert (f.enqueue_errors, f.acknowledged) == (0, f.attempted)
     finally:
         site.close()

@@ -373,7 +373,40 @@ def finished_outcomes_survive_a_fault_mid_batch(b: Backend) -> None:
     assert done is not None and done.status is JobStatus.COMPLETED, "finished outcome dropped"
 
 
+def an_idle_worker_starts_delays_and_retries_on_time(b: Backend) -> None:
+    """At default settings (a one-second poll), a delayed job and a retry start at their
+    `run_at`, not at the next poll or promotion pass. The bound is loose on purpose: it
+    tells waking on time (milliseconds) from waiting for a poll (up to a second)."""
+    runs: list[float] = []
+
+    def flaky(args: Any) -> None:
+        runs.append(time.time())
+        if len(runs) == 1:
+            raise ConnectionError("first attempt fails")
+
+    policies = Policies(retry=attrs.evolve(Policies().retry, initial_delay_ms=300, jitter=False))
+    worker = Worker(b.queue, b.store, Registry({"work": flaky}), policies=policies)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        time.sleep(0.3)  # idle, in its one-second wait
+        job = make_job(now=datetime.now(UTC), delay=timedelta(milliseconds=300))
+        b.queue.enqueue(job)
+        due = job.run_at.timestamp()
+        deadline = time.monotonic() + 5
+        while len(runs) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        worker.stop()
+        thread.join()
+    assert len(runs) == 2, f"ran {len(runs)} times in 5 s"
+    assert 0 <= runs[0] - due < 0.25, f"the delayed job started {runs[0] - due:.3f} s late"
+    gap = runs[1] - runs[0]
+    assert 0.3 <= gap < 0.3 + 0.25, f"the retry came {gap:.3f} s after the failure (policy 0.3 s)"
+
+
 TRUST_CASES = (
+    an_idle_worker_starts_delays_and_retries_on_time,
     a_revive_is_one_guarded_step,
     concurrent_revives_queue_a_dead_letter_once,
     a_poison_pill_write_is_refused_after_a_renewal,

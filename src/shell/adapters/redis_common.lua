@@ -78,8 +78,9 @@ end
 
 -- Write the job unlocked and put it where `target` says ('ready' or 'scheduled').
 -- Every placement takes the next enqueue sequence number: promotion breaks run_at
--- ties by it. Returns true when it landed on a ready list (the caller then wakes
--- the queue).
+-- ties by it. Returns true when the queue's idle workers should wake (the caller
+-- then wakes them): always, since a parked job changes how long they may sleep
+-- before it comes due, and an idle worker sleeps until the next `run_at`.
 local function place(id, jk, body, queue, priority, target, run_ms, run_us)
   local seq = tostring(redis.call('INCR', key('seq', 'queue')))
   redis.call('HSET', jk, 'body', body, 'status', target, 'queue', queue,
@@ -90,7 +91,7 @@ local function place(id, jk, body, queue, priority, target, run_ms, run_us)
     local member = sched_member(id, run_us, seq)
     redis.call('ZADD', key('scheduled'), run_ms, member)
     redis.call('ZADD', key('scheduled', queue), run_ms, member)
-    return false
+    return true
   end
   push_ready(id, queue, priority, run_us)
   return true

@@ -156,8 +156,9 @@ NOTIFY_CHANNEL = "conveyor_ready"
 
 
 def notify_ddl(schema: Schema = SCHEMA) -> list[str]:
-    """PostgreSQL only: a trigger that NOTIFYs when a row becomes ready, so idle workers
-    wake at once instead of polling. Same-transaction duplicates collapse into one."""
+    """PostgreSQL only: a trigger that NOTIFYs when a row becomes ready or is parked, so
+    idle workers wake at once instead of polling (a parked row changes how long they may
+    sleep before it comes due). Same-transaction duplicates collapse into one."""
     table = schema.job_queue.name
     function = f"{table}_notify_ready"
     return [
@@ -169,7 +170,8 @@ def notify_ddl(schema: Schema = SCHEMA) -> list[str]:
         f"$$ LANGUAGE plpgsql",
         f"DROP TRIGGER IF EXISTS {function} ON {table}",
         f"CREATE TRIGGER {function} AFTER INSERT OR UPDATE OF status ON {table}\n"
-        f"    FOR EACH ROW WHEN (NEW.status = 'ready') EXECUTE FUNCTION {function}()",
+        f"    FOR EACH ROW WHEN (NEW.status IN ('ready', 'scheduled'))\n"
+        f"    EXECUTE FUNCTION {function}()",
     ]
 
 
