@@ -49,6 +49,7 @@ from conveyor.testing.postgres_server import (
     with_psycopg,
 )
 from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, func, insert, select, text
+from sqlalchemy import event as sa_event
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE_MS = 30_000
@@ -237,6 +238,40 @@ def test_create_tables_twice_is_harmless(db: Db) -> None:
     create_tables(db.engine)
     create_tables(db.engine)
     assert db.queue.counts(T0)["default"].ready == 1
+
+
+def test_a_current_schema_is_left_alone_with_no_ddl(db: Db) -> None:
+    """A process finding this version's schema runs no DDL: on PostgreSQL its table
+    locks queued behind running workers and deadlocked with them."""
+    create_tables(db.engine)
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        statements.append(statement)
+
+    sa_event.listen(db.engine, "before_cursor_execute", seen)
+    try:
+        create_tables(db.engine)
+    finally:
+        sa_event.remove(db.engine, "before_cursor_execute", seen)
+    reads = [s for s in statements if not s.startswith("BEGIN")]
+    assert len(reads) == 1 and re.match(r"\s*(SELECT|PRAGMA user_version$)", reads[0]), reads
+
+
+def test_starting_beside_a_busy_worker_waits_for_no_lock(db: Db) -> None:
+    """A transaction holding a queue row (a worker mid-claim) does not hold up a new
+    process starting on a current schema."""
+    db.queue.enqueue(make_job())
+    with db.engine.connect() as busy:
+        busy.begin()
+        busy.execute(text(f"UPDATE {SCHEMA.job_queue.name} SET priority = priority"))
+        began = time.monotonic()
+        done = threading.Thread(target=create_tables, args=(db.engine,))
+        done.start()
+        done.join(5)
+        assert not done.is_alive(), "create_tables waited on a running transaction"
+        busy.rollback()
+    assert time.monotonic() - began < 5
 
 
 def test_ddl_text_is_create_statements_for_each_dialect() -> None:

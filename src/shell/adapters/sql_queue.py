@@ -531,8 +531,8 @@ class SqlJobQueue:
     def wait_for_work(self, queue: str, timeout_s: float) -> bool:
         """Block until a job may be ready on `queue` or `timeout_s` passes; True means
         "try a claim". All idle workers of a process share one listener per database,
-        outside the pool (see `sql_wakeup`). A parked job coming due announces nothing:
-        ask `next_due` how long to sleep."""
+        outside the pool (see `sql_wakeup`). A parked job is announced when it is
+        placed, not when it comes due: ask `next_due` how long to sleep."""
         return wakeups_for(self._db.engine).wait(self, self._db.engine, queue, timeout_s)
 
     def close(self) -> None:

@@ -20,10 +20,13 @@ schema as SQL for people who ship their own migrations.
 
 from __future__ import annotations
 
+import hashlib
+
 import attrs
 from sqlalchemy import (
     BigInteger,
     Column,
+    Connection,
     Engine,
     Index,
     MetaData,
@@ -236,17 +239,56 @@ def claim_ddl(schema: Schema = SCHEMA) -> list[str]:
     ]
 
 
+def schema_mark(dialect: str, schema: Schema = SCHEMA) -> str:
+    """A fingerprint of the DDL this version wants: recorded with the tables when they are
+    created or upgraded, so a process that finds it current runs no DDL at all."""
+    digest = hashlib.sha256(ddl_text(dialect, schema).encode()).hexdigest()
+    return f"conveyor schema {digest[:16]}"
+
+
+def _sqlite_mark(mark: str) -> int:
+    # PRAGMA user_version holds a signed 32-bit integer.
+    return int(hashlib.sha256(mark.encode()).hexdigest()[:7], 16)
+
+
+def schema_is_current(conn: Connection, schema: Schema = SCHEMA) -> bool:
+    """True when the tables carry this version's schema mark (one catalog read, no lock)."""
+    name = conn.dialect.name
+    mark = schema_mark(name, schema)
+    if name == "postgresql":
+        found = conn.execute(
+            text("SELECT obj_description(to_regclass(:t), 'pg_class')"),
+            {"t": schema.job_queue.fullname},
+        ).scalar()
+        return found == mark
+    return conn.exec_driver_sql("PRAGMA user_version").scalar() == _sqlite_mark(mark)
+
+
 def create_tables(engine: Engine, schema: Schema = SCHEMA) -> None:
     """Create whatever of the schema is missing. Safe to call again and from many processes
     started one after another; existing tables keep their columns and rows, and get the
-    indexes and functions this version added."""
+    indexes and functions this version added.
+
+    When the tables already carry this version's schema mark it runs no DDL: DDL takes
+    table locks that would queue behind (and deadlock with) running workers.
+    """
+    from .sql_engine import SQLITE_BEGIN_OPTION  # sql_engine imports this module
+
+    with engine.connect() as conn:
+        # A read: on SQLite it must not take the write lock (BEGIN IMMEDIATE).
+        reader = conn.execution_options(**{SQLITE_BEGIN_OPTION: "DEFERRED"})
+        if schema_is_current(reader, schema):
+            return
     tables = schema.tables_for(engine.dialect)
     schema.metadata.create_all(engine, tables=tables, checkfirst=True)
     postgres = engine.dialect.name == "postgresql"
+    mark = schema_mark(engine.dialect.name, schema)
     with engine.begin() as conn:
         if postgres:
             # One creator at a time: DROP/CREATE TRIGGER racing in two processes would fail.
             conn.execute(text("SELECT pg_advisory_xact_lock(4242001)"))
+            if schema_is_current(conn, schema):
+                return  # another process upgraded it while this one waited
         # create_all skips the indexes of a table that already exists (one made by an
         # earlier version): add the ones it lacks.
         for table in tables:
@@ -255,6 +297,10 @@ def create_tables(engine: Engine, schema: Schema = SCHEMA) -> None:
         if postgres:
             for statement in (*notify_ddl(schema), *claim_ddl(schema)):
                 conn.exec_driver_sql(statement)
+            quoted = mark.replace("'", "''")
+            conn.exec_driver_sql(f"COMMENT ON TABLE {schema.job_queue.fullname} IS '{quoted}'")
+        else:
+            conn.exec_driver_sql(f"PRAGMA user_version = {_sqlite_mark(mark)}")
 
 
 _DIALECTS = {"postgresql": postgresql.dialect, "sqlite": sqlite.dialect}
