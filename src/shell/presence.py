@@ -101,7 +101,18 @@ class SqlPresence:
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
-        _metadata.create_all(engine, checkfirst=True)
+        with self._reading() as conn:
+            exists = sa.inspect(conn).has_table(WORKERS.name)
+        if not exists:
+            _metadata.create_all(engine, checkfirst=True)
+
+    def _reading(self) -> sa.Connection:
+        """A connection for reads only: on SQLite it must not take the write lock, so
+        `conveyor status` answers while a writer holds it."""
+        from .adapters.sql_engine import SQLITE_BEGIN_OPTION
+
+        conn = self.engine.connect()
+        return conn.execution_options(**{SQLITE_BEGIN_OPTION: "DEFERRED"})
 
     def beat(self, info: WorkerInfo) -> None:
         with self.engine.begin() as conn:
@@ -124,7 +135,7 @@ class SqlPresence:
             conn.execute(WORKERS.delete().where(WORKERS.c.worker_id == worker_id))
 
     def live(self, now: datetime, ttl: timedelta) -> Sequence[WorkerInfo]:
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             rows = conn.execute(
                 sa.select(WORKERS.c.info).where(WORKERS.c.last_seen_us >= _us(now - ttl))
             ).all()

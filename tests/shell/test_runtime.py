@@ -157,3 +157,28 @@ def test_enqueue_many_validates_every_job_before_writing_any() -> None:
     assert rt.queue.counts(rt.clock.now()) == {}
     jobs = rt.enqueue_many("w", [{"i": i} for i in range(5)], priority="high")
     assert rt.drain().completed == 5 and all(j.priority.value == "high" for j in jobs)
+
+
+def test_sqlite_status_reads_beside_an_open_write_transaction(tmp_path) -> None:
+    """Read-only work never takes SQLite's write lock: `status` answers while another
+    process holds a write transaction open (it used to fail with "database is locked")."""
+    import sqlite3
+
+    path = tmp_path / "jobs.db"
+    config = {"provider": "db", "url": f"sqlite:///{path}", "workers": {"count": 0}}
+    conveyor.build(config).close()  # the tables exist, as on any node after the first
+    writer = sqlite3.connect(path, timeout=0)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("CREATE TABLE held_by_a_writer (x)")
+    try:
+        began = time.monotonic()
+        rt = conveyor.build(config)
+        try:
+            status = rt.status()
+        finally:
+            rt.close()
+        assert status.queues == () or all(q.ready == 0 for q in status.queues)
+        assert time.monotonic() - began < 2, "status waited for the writer"
+    finally:
+        writer.rollback()
+        writer.close()
