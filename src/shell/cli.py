@@ -178,6 +178,9 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         raise ValidationError((delay,))
     runtime = _runtime(args)
     try:
+        unknown = runtime.unknown_job_type(args.job_type)
+        if unknown is not None and args.strict:
+            raise ValidationError.of("job_type", unknown)
         job = runtime.enqueue(
             args.job_type,
             payload,
@@ -324,6 +327,11 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--max-retries", type=int, default=3)
     e.add_argument("--delay", type=float, default=None, help="seconds from now")
     e.add_argument("--tenant", default=None)
+    e.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a job type that no configured handler module registers",
+    )
     e.set_defaults(func=cmd_enqueue)
 
     s = sub.add_parser("status", help="queues, counts, dead letters and live workers")

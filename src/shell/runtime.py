@@ -9,6 +9,7 @@ reported once, by name, with the config key that fixes it.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import socket
@@ -187,6 +188,7 @@ class Runtime:
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.pools: list[WorkerPool] = []
         self._warned: set[str] = set()
+        self._warned_types: set[str] = set()
         self._beat_stop = threading.Event()
         self._beat_thread: threading.Thread | None = None
 
@@ -208,6 +210,7 @@ class Runtime:
         `delay` may be a timedelta or seconds."""
         job = self._new_job(job_type, args, queue, priority, max_retries, run_at, delay, tenant_id)
         self._warn_if_unpolled(job.queue)
+        self._warn_if_unknown_type(job.job_type)
         self.queue.enqueue(job)
         return job
 
@@ -244,6 +247,8 @@ class Runtime:
             raise TypeError(f"unexpected options: {sorted(unknown)}")
         if jobs:
             self._warn_if_unpolled(jobs[0].queue)
+            for job_type in {j.job_type for j in jobs}:
+                self._warn_if_unknown_type(job_type)
             self.queue.enqueue_many(jobs)
         return jobs
 
@@ -269,6 +274,7 @@ class Runtime:
         if options:
             raise TypeError(f"unexpected options: {sorted(options)}")
         self._warn_if_unpolled(job.queue)
+        self._warn_if_unknown_type(job.job_type)
         self.queue.enqueue_in_tx(conn, job)  # type: ignore[attr-defined]
         return job
 
@@ -301,6 +307,28 @@ class Runtime:
             case Failure(error):
                 raise error
         raise AssertionError("unreachable")
+
+    def unknown_job_type(self, job_type: str) -> str | None:
+        """Why `job_type` looks misspelt (no handler module configured here registers it,
+        though some are configured), with the closest registered types; None when it is
+        registered, or when this node loads no handlers and so cannot tell."""
+        known = self.registry.job_types()
+        if not known or job_type in known:
+            return None
+        close = difflib.get_close_matches(job_type, sorted(known), n=3)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        return (
+            f"no configured handler module registers job type {job_type!r}{hint} "
+            "(it would wait for a worker that has it, then be dead-lettered as no-handler)"
+        )
+
+    def _warn_if_unknown_type(self, job_type: str) -> None:
+        if job_type in self._warned_types:
+            return
+        reason = self.unknown_job_type(job_type)
+        if reason is not None:
+            self._warned_types.add(job_type)
+            log.warning("%s", reason)
 
     def _warn_if_unpolled(self, queue: str) -> None:
         if queue in self.config.workers.queues or queue in self._warned:

@@ -206,3 +206,14 @@ def test_bad_input_prints_one_line_naming_the_field_and_exits_2(project, case) -
     assert lines[0].startswith("conveyor: ") and field in lines[0], lines[0]
     assert result.stdout == ""
     assert _row(_status(project), "default")["ready"] == 0, "nothing was enqueued"
+
+
+def test_a_misspelt_job_type_warns_and_strict_refuses_it(project) -> None:
+    warned = run(project, "enqueue", "shp", '{"to": "x"}')
+    assert "no configured handler module registers job type 'shp'" in warned.stderr
+    assert "did you mean 'ship'" in warned.stderr
+    refused = run(project, "enqueue", "--strict", "shp", "{}", check=False)
+    assert refused.returncode == 2
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "job_type" in lines[0] and "'ship'" in lines[0]
+    assert run(project, "enqueue", "--strict", "ship", "{}").returncode == 0

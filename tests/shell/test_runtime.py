@@ -182,3 +182,19 @@ def test_sqlite_status_reads_beside_an_open_write_transaction(tmp_path) -> None:
     finally:
         writer.rollback()
         writer.close()
+
+
+def test_a_misspelt_job_type_is_warned_about_once_with_the_closest_names(caplog) -> None:
+    rt = conveyor.build({"provider": "memory"}, handlers={"send-receipt": lambda a: None})
+    with caplog.at_level(logging.WARNING, logger="conveyor.runtime"):
+        rt.enqueue("send-reciept", {})
+        rt.enqueue("send-reciept", {})
+        rt.enqueue("send-receipt", {})
+    warnings = [r.getMessage() for r in caplog.records if "handler module" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "'send-reciept'" in warnings[0] and "did you mean 'send-receipt'" in warnings[0]
+
+
+def test_a_node_that_loads_no_handlers_cannot_tell_a_misspelt_type() -> None:
+    rt = conveyor.build({"provider": "memory", "workers": {"count": 0}})
+    assert rt.unknown_job_type("anything") is None
