@@ -5,8 +5,9 @@
     python3 dev.py test    # lint, import contract, types, then the whole test suite
     python3 dev.py bench   # the benchmarks (see docs/performance.md)
 
-Creates `.venv` and installs the project with its dev extras the first time, and
-again whenever pyproject.toml changes; otherwise it reuses what is there.
+Creates `.venv` and installs into it what the task needs the first time, and again
+whenever pyproject.toml changes; otherwise it reuses what is there. The demo needs
+only the project itself (no extras); the tests add the dev extras to the same venv.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if sys.platform == "win32" else "bin")
-STAMP = VENV / ".conveyor-installed"
 
 
 def run(*cmd: str | Path) -> None:
@@ -30,18 +30,32 @@ def run(*cmd: str | Path) -> None:
         sys.exit(result.returncode)
 
 
+def _stamp(extras: str) -> tuple[Path, str]:
+    """Where an install with `extras` is recorded, and what it records: one stamp per
+    set of extras, so the demo's install and the tests' do not undo each other."""
+    name = ".conveyor-installed-" + (extras.replace(",", "-") or "base")
+    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
+    return VENV / name, want
+
+
+def _installed(extras: str) -> bool:
+    stamp, want = _stamp(extras)
+    return stamp.exists() and stamp.read_text() == want
+
+
 def ensure_env(extras: str = "dev") -> None:
     if sys.version_info < (3, 11):
         sys.exit("Conveyor needs Python 3.11 or newer")
-    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
-    if STAMP.exists() and STAMP.read_text() == want:
+    if _installed(extras):
         return
     if not (BIN / "python").exists():
         print("+ creating .venv", flush=True)
         venv.create(VENV, with_pip=True)
-    run(BIN / "python", "-m", "pip", "install", "-q", "--upgrade", "pip")
-    run(BIN / "python", "-m", "pip", "install", "-q", "-e", f".[{extras}]")
-    STAMP.write_text(want)
+        run(BIN / "python", "-m", "pip", "install", "-q", "--upgrade", "pip")
+    # pip only adds: installing the bare project over the dev extras removes none of them.
+    run(BIN / "python", "-m", "pip", "install", "-q", "-e", f".[{extras}]" if extras else ".")
+    stamp, want = _stamp(extras)
+    stamp.write_text(want)
 
 
 def test(args: list[str]) -> None:
@@ -53,7 +67,9 @@ def test(args: list[str]) -> None:
 
 
 def demo(args: list[str]) -> None:
-    ensure_env()
+    # Any install that holds the project will do; a fresh clone gets the bare project.
+    if not any(_installed(extras) for extras in ("dev", "dev,bench")):
+        ensure_env("")
     run(BIN / "conveyor", "demo", *args)
 
 

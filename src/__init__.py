@@ -12,29 +12,61 @@ Pure policies, records and decisions live in `conveyor.core`; ports, adapters,
 the executor and workers in `conveyor.shell`.
 """
 
-from .core import (
-    ErrorInfo,
-    Job,
-    JobStatus,
-    Policies,
-    Priority,
-    RequeuePolicy,
-    RetryPolicy,
-    ValidationError,
-    create_job,
-)
-from .shell.config import Config, load_config
-from .shell.pool import WorkerPool
-from .shell.ports import is_transactional
-from .shell.registry import Permanent, Registry
-from .shell.runtime import Runtime, build
-from .shell.worker import Worker
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .core import (
+        ErrorInfo,
+        Job,
+        JobStatus,
+        Policies,
+        Priority,
+        RequeuePolicy,
+        RetryPolicy,
+        ValidationError,
+        create_job,
+    )
+    from .shell.config import Config, load_config
+    from .shell.hooks import Hooks
+    from .shell.pool import WorkerPool
+    from .shell.ports import is_transactional
+    from .shell.registry import Permanent, Registry
+    from .shell.runtime import Runtime, build
+    from .shell.worker import Worker
 
 __version__ = "0.1.0"
+
+# Resolved on first access (PEP 562), so `import conveyor.core` or
+# `conveyor.testing.clock` does not drag in the shell and SQLAlchemy with it.
+_LAZY: dict[str, str] = {
+    "ErrorInfo": ".core",
+    "Job": ".core",
+    "JobStatus": ".core",
+    "Policies": ".core",
+    "Priority": ".core",
+    "RequeuePolicy": ".core",
+    "RetryPolicy": ".core",
+    "ValidationError": ".core",
+    "create_job": ".core",
+    "Config": ".shell.config",
+    "load_config": ".shell.config",
+    "WorkerPool": ".shell.pool",
+    "is_transactional": ".shell.ports",
+    "Hooks": ".shell.hooks",
+    "Permanent": ".shell.registry",
+    "Registry": ".shell.registry",
+    "Runtime": ".shell.runtime",
+    "build": ".shell.runtime",
+    "Worker": ".shell.worker",
+}
 
 __all__ = [
     "Config",
     "ErrorInfo",
+    "Hooks",
     "Job",
     "JobStatus",
     "Permanent",
@@ -53,3 +85,23 @@ __all__ = [
     "is_transactional",
     "load_config",
 ]
+
+
+# Hidden from type checkers, which then see only the imports above and still
+# flag a misspelt `conveyor.biuld`.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        if name in ("core", "shell"):
+            # `import conveyor` used to load both, so `conveyor.shell.x` keeps working.
+            return importlib.import_module(f".{name}", __name__)
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, __name__), name)
+        # Cached, so later lookups skip this hook.
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(__all__))

@@ -299,6 +299,12 @@ def parser() -> argparse.ArgumentParser:
         "--config", "-c", help="config file (default: nearest conveyor.toml or [tool.conveyor])"
     )
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text lines (default) or one JSON object per line, for log collectors",
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     w = sub.add_parser("worker", help="run the worker pools from the config until SIGTERM/SIGINT")
@@ -376,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(_REDACTING)
+        if args.log_format == "json":
+            from .logs import JsonFormatter
+
+            handler.setFormatter(JsonFormatter())
     try:
         code: int = args.func(args)
         return code

@@ -8,7 +8,10 @@ it under a minute; they are printed so nobody mistakes them for the defaults.
 
 from __future__ import annotations
 
+import os
 import random
+import shlex
+import shutil
 import statistics
 import sys
 import tempfile
@@ -68,6 +71,32 @@ def _handlers() -> dict[str, Any]:
         "sync-inventory": sync_inventory,
         "send-reminder": send_reminder,
     }
+
+
+def _cli() -> str:
+    """The command that runs this CLI again from the current folder, as it was run:
+    plain `conveyor` only when that is what PATH finds (`python3 dev.py demo` runs
+    `.venv/bin/conveyor` without activating the venv)."""
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if argv0 is not None and argv0.stem == "conveyor" and argv0.is_file():
+        script = argv0
+    else:
+        # `python -m conveyor.shell.cli`, or a library call: this interpreter's script.
+        script = Path(sys.executable).parent / ("conveyor.exe" if os.name == "nt" else "conveyor")
+        if not script.is_file():
+            return f"{shlex.quote(sys.executable)} -m conveyor.shell.cli"
+    on_path = shutil.which("conveyor")
+    if on_path and os.path.samefile(on_path, script):
+        return "conveyor"
+    try:
+        shown = os.path.relpath(script.absolute())
+    except ValueError:  # another drive
+        shown = ".."
+    if shown.startswith(".."):
+        shown = str(script.absolute())
+    elif os.sep not in shown:
+        shown = os.path.join(".", shown)
+    return shlex.quote(shown)
 
 
 def _bar(done: int, total: int, width: int = 30) -> str:
@@ -141,10 +170,12 @@ def run_demo(directory: str | None = None, jobs: int = 40, out: Any = None) -> i
     records = [r for j in enqueued if (r := runtime.store.get(j.id)) is not None]
     _summary(records, out)
     missing = total - sum(1 for r in records if r.status.is_terminal)
+    # Quoting the value alone keeps `NAME=value` an assignment for the shell.
+    env, cli = f"CONVEYOR_URL={shlex.quote(url)}", _cli()
     print(
         f"\nDone in {time.monotonic() - started:.1f}s. Inspect it yourself:\n"
-        f"  CONVEYOR_URL={url} conveyor status\n"
-        f"  CONVEYOR_URL={url} conveyor dead list",
+        f"  {env} {cli} status\n"
+        f"  {env} {cli} dead list",
         file=out,
     )
     runtime.close()

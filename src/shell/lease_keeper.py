@@ -29,6 +29,8 @@ from ..core import (
     start,
 )
 from .executor import Executor
+from .hooks import Hooks
+from .logs import log_dead_letter
 from .placeholder import undecodable_dead_letter
 from .ports import BadClaim, Claim, Clock, JobQueue
 
@@ -75,11 +77,13 @@ class LeaseKeeper:
         policy: LeasePolicy,
         *,
         clock_check: bool = True,
+        hooks: Hooks | None = None,
     ) -> None:
         """`clock_check=False` drops the skew check: for a manual clock in tests that
-        replays a fixed date against a live server."""
+        replays a fixed date against a live server. `hooks` hear of the dead letters."""
         self.queue, self.executor, self.clock, self.policy = queue, executor, clock, policy
         self.clock_check = clock_check
+        self.hooks = hooks if hooks is not None else Hooks()
 
     def decide(self, found: Claim | BadClaim, now: datetime, cutoff: datetime) -> Decision:
         """What to do with one abandoned claim, guarded by `cutoff`."""
@@ -115,5 +119,6 @@ class LeaseKeeper:
                 reclaimed += 1
             elif isinstance(decision, DeadLetter):
                 buried += 1
-                log.warning("job %s dead-lettered: %s", decision.job.id, decision.error.message)
+                log_dead_letter(log, decision.job, decision.error)
+                self.hooks.dead_lettered(decision.job, decision.error)
         return reclaimed, buried

@@ -9,7 +9,9 @@ retryable failure typed by its class; raise `Permanent` (or return
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import attrs
@@ -98,13 +100,50 @@ class Registry:
 MAX_MESSAGE = 2000
 
 
+def describe(exc: BaseException) -> str:
+    """`str(exc)`, or its repr when that is empty (`assert x > 0` has no message)."""
+    return str(exc) or repr(exc)
+
+
 def error_from_exception(exc: BaseException) -> ErrorInfo:
     """A handler's exception as an error record: typed by its class, retryable unless
     it is `Permanent`."""
-    message = str(exc)[:MAX_MESSAGE]
+    message = describe(exc)[:MAX_MESSAGE]
     if isinstance(exc, Permanent):
         return ErrorInfo(exc.type or type(exc).__name__, message, retryable=False)
     return ErrorInfo(type(exc).__name__, message, retryable=True)
+
+
+@attrs.define(slots=True)
+class Caught:
+    """The exception behind the failed outcome made inside a `catching()` block, if any."""
+
+    exception: BaseException | None = None
+
+
+# The core's `Failed` holds a description only; the exception object (for the log's
+# traceback and for error trackers) travels beside it, per thread, to the worker.
+_catching: ContextVar[Caught | None] = ContextVar("conveyor_catching", default=None)
+
+
+@contextmanager
+def catching() -> Iterator[Caught]:
+    """Collect the exception behind a failure produced inside the block: a handler's
+    raise, a returned `Failure(exc)`, or whatever a caller notes with `caught`."""
+    found = Caught()
+    token = _catching.set(found)
+    try:
+        yield found
+    finally:
+        _catching.reset(token)
+
+
+def caught(exc: BaseException) -> None:
+    """Note `exc` as the cause of the failure being produced, for an enclosing
+    `catching()` block (a no-op outside one)."""
+    found = _catching.get()
+    if found is not None:
+        found.exception = exc
 
 
 def outcome_of(returned: Any) -> Outcome:
@@ -117,17 +156,31 @@ def outcome_of(returned: Any) -> Outcome:
             if isinstance(reason, ErrorInfo):
                 return Failed(reason)
             if isinstance(reason, BaseException):
+                caught(reason)
                 return Failed(error_from_exception(reason))
             return Failed(ErrorInfo("failure", str(reason)[:MAX_MESSAGE], retryable=True))
         case _:
             return Succeeded(returned)
 
 
+def run_handler_catching(
+    handler: Callable[..., Any], *args: Any
+) -> tuple[Outcome, BaseException | None]:
+    """Call a handler: its outcome, and the exception behind a failure (None for a
+    success or a failure returned without one). Never raises for a handler's own
+    exception."""
+    with catching() as found:
+        outcome = run_handler(handler, *args)
+    return outcome, found.exception
+
+
 def run_handler(handler: Callable[..., Any], *args: Any) -> Outcome:
     """Call a handler and turn whatever happens into an `Outcome`; never raises
-    for a handler's own exception."""
+    for a handler's own exception. The exception behind a failure goes to an
+    enclosing `catching()` block."""
     try:
         returned = handler(*args)
     except Exception as exc:
+        caught(exc)
         return Failed(error_from_exception(exc))
     return outcome_of(returned)

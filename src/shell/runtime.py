@@ -40,6 +40,7 @@ from ..core.validation import parse_job_id
 from .config import Config, load_config
 from .executor import Executor
 from .handlers import contribute
+from .hooks import Hooks
 from .lease_keeper import check_clock
 from .pool import WorkerPool
 from .ports import Clock, JobQueue, JobStore, SystemClock, is_transactional
@@ -117,7 +118,16 @@ def _make_backend(config: Config) -> tuple[JobQueue, JobStore, Presence]:
         url = config.url
         if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        engine = make_engine(url, pool_size=config.pool_size)
+        try:
+            engine = make_engine(url, pool_size=config.pool_size)
+        except ModuleNotFoundError as exc:
+            if not (exc.name or "").startswith("psycopg"):
+                raise
+            # The driver is an extra: say which one, not just what failed to import.
+            raise ModuleNotFoundError(
+                "PostgreSQL needs the psycopg driver: pip install 'conveyor-jobs[postgres]'",
+                name=exc.name,
+            ) from None
         # Both tables, so a failed job survives a restart.
         create_tables(engine)
         # The one retry layer: a quarter lease, so a retried write lands while the
@@ -126,7 +136,15 @@ def _make_backend(config: Config) -> tuple[JobQueue, JobStore, Presence]:
         queue = SqlJobQueue(engine, lock_retry_s=budget)
         return queue, SqlJobStore(engine, lock_retry_s=budget), SqlPresence(engine)
     if config.provider == "redis":
-        from .adapters.redis_queue import RedisJobQueue, RedisJobStore, connect
+        try:
+            from .adapters.redis_queue import RedisJobQueue, RedisJobStore, connect
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").partition(".")[0] != "redis":
+                raise
+            raise ModuleNotFoundError(
+                "the Redis backend needs redis-py: pip install 'conveyor-jobs[redis]'",
+                name=exc.name,
+            ) from None
         from .presence import RedisPresence
 
         client = connect(config.redis_url)
@@ -175,9 +193,12 @@ class Runtime:
         clock: Clock | None = None,
         jitter: Callable[[], float] | None = None,
         tenancy: TenantScope | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.config = config
         self.tenancy = tenancy
+        #: Lifecycle callbacks (`runtime.hooks.on_failed(...)`); see `conveyor.shell.hooks`.
+        self.hooks = hooks if hooks is not None else Hooks()
         self.queue, self.store, self.registry = queue, store, registry
         self.presence = presence or MemoryPresence()
         self.clock = clock or SystemClock()
@@ -212,6 +233,7 @@ class Runtime:
         self._warn_if_unpolled(job.queue)
         self._warn_if_unknown_type(job.job_type)
         self.queue.enqueue(job)
+        self.hooks.enqueued(job)
         return job
 
     def enqueue_many(
@@ -250,6 +272,8 @@ class Runtime:
             for job_type in {j.job_type for j in jobs}:
                 self._warn_if_unknown_type(job_type)
             self.queue.enqueue_many(jobs)
+            for job in jobs:
+                self.hooks.enqueued(job)
         return jobs
 
     def enqueue_in_tx(
@@ -357,6 +381,7 @@ class Runtime:
             options["jitter"] = self.jitter
         if self.tenancy is not None:
             options["tenancy"] = self.tenancy
+        options["hooks"] = self.hooks
         return options
 
     def start(self) -> Runtime:
@@ -523,8 +548,10 @@ def build(
     jitter: Callable[[], float] | None = None,
     env: Mapping[str, str] | None = None,
     tenancy: TenantScope | None = None,
+    hooks: Hooks | None = None,
 ) -> Runtime:
-    """Build a `Runtime` from a config mapping, a TOML file, or the nearest config file."""
+    """Build a `Runtime` from a config mapping, a TOML file, or the nearest config file.
+    `hooks` may be given here or registered later on `runtime.hooks`."""
     cfg = load_config(config, env=env)
     registry = registry or Registry()
     for job_type, handler in (handlers or {}).items():
@@ -545,4 +572,5 @@ def build(
         clock=clock,
         jitter=jitter,
         tenancy=tenancy,
+        hooks=hooks,
     )

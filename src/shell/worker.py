@@ -44,7 +44,9 @@ from ..core import (
 from ..core.frozen import thaw
 from .executor import Executor
 from .heartbeat import Heartbeat
+from .hooks import Hooks
 from .lease_keeper import LeaseKeeper, check_clock
+from .logs import log_dead_letter, log_failed_attempt
 from .placeholder import undecodable_dead_letter
 from .ports import (
     BadClaim,
@@ -56,7 +58,7 @@ from .ports import (
     JobStore,
     SystemClock,
 )
-from .registry import Registry, run_handler
+from .registry import Registry, catching, caught, run_handler
 from .tenancy import Tenant, TenantScope
 
 log = logging.getLogger("conveyor.worker")
@@ -117,10 +119,13 @@ class Worker:
         executor: Executor | None = None,
         prefetch: int = 1,
         clock_check: bool = True,
+        hooks: Hooks | None = None,
     ) -> None:
         """`promote_interval_ms` is accepted for old configurations and unused: claims
         promote due jobs themselves. `clock_check=False` skips the comparison with the
-        lease server's clock (for a manual clock replaying a fixed date in tests)."""
+        lease server's clock (for a manual clock replaying a fixed date in tests).
+        `hooks` are called as jobs start, succeed, fail and are dead-lettered."""
+        self.hooks = hooks if hooks is not None else Hooks()
         self.queue, self.store, self.registry = queue, store, registry
         self.queue_name = queue_name
         self.policies = policies
@@ -138,7 +143,12 @@ class Worker:
         self.executor = executor or Executor(queue, store, clock=self.clock)
         self.clock_check = clock_check
         self.lease_keeper = LeaseKeeper(
-            queue, self.executor, self.clock, policies.lease, clock_check=clock_check
+            queue,
+            self.executor,
+            self.clock,
+            policies.lease,
+            clock_check=clock_check,
+            hooks=self.hooks,
         )
         self._stop = threading.Event()
         self._last_reclaim: datetime | None = None
@@ -146,6 +156,9 @@ class Worker:
         self._heartbeat = Heartbeat(queue, self.clock, self.heartbeat_s)
         #: Claims started under a new token in the batch being processed (old token -> new).
         self._started: dict[str, Claim] = {}
+        #: Failed attempts decided but not yet written, by job id: the error and the
+        #: exception behind it, reported once the decision is carried out.
+        self._failures: dict[uuid.UUID, tuple[ErrorInfo, BaseException | None]] = {}
         self._warned_empty = False
         self._clock_checked = False
 
@@ -302,6 +315,7 @@ class Worker:
             self._heartbeat.release(held)
             self._heartbeat.release(self._started.values())
             self._started.clear()
+            self._failures.clear()
         return decisions
 
     def _current(self, claim: Claim) -> Claim:
@@ -357,7 +371,11 @@ class Worker:
             self._dead_letter_bad(bad, claim=claim)
             return None
         job = started.unwrap()
-        outcome = self._outcome(job)
+        self.hooks.started(job)
+        with catching() as found:
+            outcome = self._outcome(job)
+        if isinstance(outcome, Failed):
+            self._failures[job.id] = (outcome.error, found.exception)
         self._counts["processed"] += 1
         return decide(job, outcome, self.clock.now(), self.policies, self.jitter())
 
@@ -371,6 +389,25 @@ class Worker:
                 self._counts[counter] += 1
         else:
             self._counts["lost_claims"] += 1
+        self._report(ok, decision)
+
+    def _report(self, written: bool, decision: Decision) -> None:
+        """Log and hand to the hooks what a carried-out decision did. Hooks hear only
+        of outcomes the store now holds."""
+        job = decision.job
+        failure = self._failures.pop(job.id, None)
+        if failure is not None:
+            error, exc = failure
+            log_failed_attempt(log, job, error, exc, decision, written=written)
+            if written:
+                self.hooks.failed(job, exc)
+        if not written:
+            return
+        if isinstance(decision, DeadLetter):
+            log_dead_letter(log, job, decision.error)
+            self.hooks.dead_lettered(job, decision.error)
+        elif isinstance(decision, Complete):
+            self.hooks.succeeded(job)
 
     def _outcome(self, job: Job) -> Outcome:
         entry = self.registry.registration(job.job_type)
@@ -382,6 +419,7 @@ class Worker:
             try:
                 tenant = self.tenancy.resolve(job.tenant_id)
             except Exception as exc:
+                caught(exc)
                 return Failed(ErrorInfo("tenant-resolver-error", str(exc)[:500], retryable=True))
             exists = tenant is not None
         verdict = tenant_verdict(job, tenant_scoped=entry.tenant_scoped, tenant_exists=exists)
@@ -398,11 +436,14 @@ class Worker:
     def _dead_letter_bad(self, bad: BadClaim, *, claim: Claim | None = None) -> None:
         """Dead-letter an undecodable payload as `decode-error`, through the executor.
         Gives None: there is no job decision left for the caller to carry out."""
-        log.error("dead-lettering undecodable job %s: %s", bad.job_id, bad.reason)
         decision = undecodable_dead_letter(bad, self.clock.now())
         if self.executor.carry_out(claim if claim is not None else bad, decision):
             self._counts["dead_lettered"] += 1
             self._counts["processed"] += 1
+            log_dead_letter(log, decision.job, decision.error)
+            self.hooks.dead_lettered(decision.job, decision.error)
+        else:
+            log.warning("could not dead-letter undecodable job %s: %s", bad.job_id, bad.reason)
 
 
 def __getattr__(name: str) -> Any:

@@ -433,11 +433,14 @@ def test_the_retry_budget_is_lock_retry_s(tmp_path: Path) -> None:
 
 def make_it_look_old(engine: Engine) -> None:
     """Take away what this version added: the per-queue due index, the claim function,
-    and the seq of parked rows (the previous version left it NULL)."""
+    the seq of parked rows (the previous version left it NULL) and the schema mark."""
     with engine.begin() as conn:
         conn.execute(text("DROP INDEX IF EXISTS conveyor_job_queue_due_by_queue"))
         if engine.dialect.name == "postgresql":
             conn.execute(text(f"DROP FUNCTION IF EXISTS {claim_function_name(SCHEMA)}"))
+            conn.execute(text("COMMENT ON TABLE conveyor_job_queue IS NULL"))
+        else:
+            conn.execute(text("PRAGMA user_version = 0"))
         conn.execute(text("UPDATE conveyor_job_queue SET seq = NULL WHERE status = 'scheduled'"))
 
 

