@@ -55,6 +55,14 @@ from .policies import (
     unhandled_for_ms,
     write_retry_delay_s,
 )
+from .retention import (
+    PruneOrder,
+    RetentionPolicy,
+    first_prune_at,
+    next_prune_at,
+    parse_duration_ms,
+    prune_order,
+)
 from .tenancy import tenant_verdict
 from .transitions import TABLE, Event, hand_back, next_status, start, transition
 from .validation import Limits, check_name, create_job, freeze_args
@@ -88,9 +96,11 @@ __all__ = [
     "Outcome",
     "Policies",
     "Priority",
+    "PruneOrder",
     "Reclaim",
     "Requeue",
     "RequeuePolicy",
+    "RetentionPolicy",
     "Retry",
     "RetryPolicy",
     "Revive",
@@ -107,6 +117,7 @@ __all__ = [
     "decide_hand_back",
     "decide_reclaim",
     "decide_revive",
+    "first_prune_at",
     "freeze",
     "freeze_args",
     "hand_back",
@@ -115,9 +126,12 @@ __all__ = [
     "is_poison_pill",
     "lease_deadline",
     "needs_renewal",
+    "next_prune_at",
     "next_status",
     "ordering_key",
+    "parse_duration_ms",
     "promotion_key",
+    "prune_order",
     "reclaim_cutoff",
     "revive",
     "should_give_up_unhandled",

@@ -113,6 +113,10 @@ class Job:
     last_error: ErrorInfo | None = None
     result: Any = None
     metadata: Metadata = attrs.field(factory=Metadata)
+    #: The trace context of the span that enqueued the job (W3C `traceparent` and
+    #: `tracestate` headers), so the worker's span joins the producer's trace; None
+    #: when the producer did not trace. Copied, like every field, into retries.
+    trace_context: FrozenMap | None = None
 
     def __repr__(self) -> str:
         return (

@@ -1,4 +1,4 @@
-"""The `conveyor` command line: worker, enqueue, status, dead, demo.
+"""The `conveyor` command line: worker, enqueue, status, dead, migrate, demo.
 
 Every command reads the same config as `conveyor.build` (`--config FILE`, or
 the nearest `conveyor.toml` / `[tool.conveyor]`, then `CONVEYOR_*` variables).
@@ -7,6 +7,7 @@ the nearest `conveyor.toml` / `[tool.conveyor]`, then `CONVEYOR_*` variables).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import math
@@ -21,7 +22,8 @@ from uuid import UUID
 from .. import __version__
 from ..core import FieldError, ValidationError
 from ..core.validation import as_delay, check_name, parse_job_id
-from .config import load_config
+from .config import Config, load_config
+from .outage import ServerUnreachable, is_outage
 from .redact import BackendError, RedactingFilter, config_secrets, redact
 from .runtime import Runtime, Status, build
 
@@ -29,6 +31,8 @@ log = logging.getLogger("conveyor.cli")
 
 #: Masks the config's URL passwords in every log line; filled once the config is read.
 _REDACTING = RedactingFilter()
+#: The config the command read, to name its server and key when that server is down.
+_LOADED: list[Config] = []
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,9 +65,16 @@ def _job_id(value: str) -> UUID:
     return parsed
 
 
-def _runtime(args: argparse.Namespace) -> Runtime:
+def _runtime(args: argparse.Namespace, startup_timeout_s: float | None = 0.0) -> Runtime:
+    """The runtime of the config. An operator's command tries the server once
+    (`startup_timeout_s` 0); a worker waits for it (None: the config's timeout)."""
     config = load_config(args.config)
+    if startup_timeout_s is not None:
+        import attrs
+
+        config = attrs.evolve(config, startup_timeout_ms=round(startup_timeout_s * 1000))
     _REDACTING.secrets.update(config_secrets(config))
+    _LOADED[:] = [config]
     return build(config)
 
 
@@ -121,8 +132,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
         None
         if args.grace is None or (math.isfinite(args.grace) and args.grace >= 0)
         else FieldError("--grace", f"must be a finite number of seconds >= 0, got {args.grace}"),
+        None
+        if args.metrics_port is None or 0 <= args.metrics_port <= 65535
+        else FieldError("--metrics-port", f"must be a port, 0 to 65535, got {args.metrics_port}"),
+        None
+        if args.startup_timeout is None
+        or (math.isfinite(args.startup_timeout) and args.startup_timeout >= 0)
+        else FieldError(
+            "--startup-timeout",
+            f"must be a finite number of seconds >= 0, got {args.startup_timeout}",
+        ),
     )
-    runtime = _runtime(args)
+    runtime = _runtime(args, args.startup_timeout)
     if args.queues:
         import attrs
 
@@ -135,6 +156,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
         runtime.config = attrs.evolve(
             runtime.config, workers=attrs.evolve(runtime.config.workers, count=args.concurrency)
         )
+    server = None
+    try:
+        if args.tracing:
+            _extra(".tracing", "opentelemetry", "tracing").instrument(runtime)
+        if args.metrics_port is not None:
+            metrics = _extra(".metrics", "prometheus_client", "metrics")
+            exporter = metrics.instrument(runtime)
+            server = metrics.serve(exporter, args.metrics_port, args.metrics_addr)
+    except BaseException:
+        runtime.close()
+        raise
     done = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -153,6 +185,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    if server is not None:
+        host, port = server.address
+        print(
+            f"conveyor worker: metrics at http://{host}:{port}/metrics", file=sys.stderr, flush=True
+        )
     runtime.start()
     try:
         while not done.wait(0.2):
@@ -160,7 +197,21 @@ def cmd_worker(args: argparse.Namespace) -> int:
     finally:
         clean = runtime.stop(args.grace)
         runtime.close()
+        if server is not None:
+            server.close()
     return 0 if clean else 3
+
+
+def _extra(module: str, package: str, extra: str) -> Any:
+    """Import an optional part of conveyor, or fail in one line naming the extra."""
+    try:
+        return importlib.import_module(module, __package__)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != package:
+            raise
+        raise ModuleNotFoundError(
+            f"{extra} needs {package}: pip install 'conveyor-jobs[{extra}]'", name=exc.name
+        ) from None
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
@@ -245,7 +296,7 @@ def cmd_dead(args: argparse.Namespace) -> int:
                 )
         elif args.dead_command == "show":
             assert job_id is not None
-            job = runtime.get(job_id)
+            job = runtime.store.get(job_id)
             if job is None:
                 print(f"conveyor: no job {job_id}", file=sys.stderr)
                 return 1
@@ -266,6 +317,24 @@ def cmd_dead(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prune(args: argparse.Namespace) -> int:
+    from ..core import parse_duration_ms
+
+    older_than = None
+    if args.older_than is not None:
+        older_than = parse_duration_ms(args.older_than)
+        if older_than is None:
+            example = "a duration such as 7d, 12h, 30m or 90s"
+            raise ValidationError.of("--older-than", f"must be {example}, got {args.older_than!r}")
+    runtime = _runtime(args)
+    try:
+        count = runtime.prune(older_than_ms=older_than, dry_run=args.dry_run)
+    finally:
+        runtime.close()
+    print(f"would prune {count} records" if args.dry_run else f"pruned {count} records")
+    return 0
+
+
 def _job_summary(job: Any) -> dict[str, Any]:
     return {
         "id": str(job.id),
@@ -283,6 +352,63 @@ def _job_summary(job: Any) -> dict[str, Any]:
         if job.last_error is None
         else {"type": job.last_error.type, "message": job.last_error.message},
     }
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from .migrate import migrate, migration_sql
+
+    config = load_config(args.config)
+    _REDACTING.secrets.update(config_secrets(config))
+    if args.sql and config.provider == "db":
+        print(migration_sql(config).rstrip("\n"))
+    else:
+        print(f"conveyor: {migrate(config)}")
+    return 0
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    from .lookup import describe
+
+    job_id = _job_id(args.job_id)
+    runtime = _runtime(args)
+    try:
+        view = runtime.get(job_id)
+    finally:
+        runtime.close()
+    if view is None:
+        print(f"conveyor: no job {job_id}", file=sys.stderr)
+        return 1
+    shown = {"show_args": args.show_args, "show_result": args.show_result}
+    if args.json:
+        print(json.dumps(view.to_dict(**shown), indent=2, default=str))
+    else:
+        print("\n".join(describe(view, **shown)))
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from .lookup import SUMMARY_HEADERS, parse_state, summary_row
+
+    state = None if args.state is None else parse_state(args.state, "--state")
+    _check(
+        None if args.queue is None else check_name("--queue", args.queue),
+        None if args.type is None else check_name("--type", args.type),
+        state if isinstance(state, FieldError) else None,
+        None if args.limit >= 0 else FieldError("--limit", f"must be >= 0, got {args.limit}"),
+    )
+    assert not isinstance(state, FieldError)
+    runtime = _runtime(args)
+    try:
+        views = runtime.list_jobs(
+            queue=args.queue, state=state, job_type=args.type, limit=args.limit
+        )
+    finally:
+        runtime.close()
+    if args.json:
+        print(json.dumps([v.to_dict() for v in views], indent=2, default=str))
+    else:
+        _print_table(SUMMARY_HEADERS, [summary_row(v) for v in views])
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -320,6 +446,26 @@ def parser() -> argparse.ArgumentParser:
     )
     w.add_argument(
         "--grace", type=float, default=None, help="seconds to let in-flight jobs finish on stop"
+    )
+    w.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=None,
+        help="seconds to wait for an unreachable server at start (overrides startup_timeout_ms)",
+    )
+    w.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics at http://ADDR:PORT/metrics (needs the metrics extra)",
+    )
+    w.add_argument(
+        "--metrics-addr", default="0.0.0.0", help="address for --metrics-port (default 0.0.0.0)"
+    )
+    w.add_argument(
+        "--tracing",
+        action="store_true",
+        help="OpenTelemetry spans for each job, to the global tracer provider (tracing extra)",
     )
     w.set_defaults(func=cmd_worker)
 
@@ -364,6 +510,51 @@ def parser() -> argparse.ArgumentParser:
     dp.add_argument("--all", action="store_true")
     d.set_defaults(func=cmd_dead)
 
+    mg = sub.add_parser(
+        "migrate", help="create or upgrade the database schema (the only command that runs DDL)"
+    )
+    mg.add_argument(
+        "--sql", action="store_true", help="print the SQL to apply by hand instead of running it"
+    )
+    mg.set_defaults(func=cmd_migrate)
+
+    pr = sub.add_parser(
+        "prune", help="delete completed and dead-letter records past their retention"
+    )
+    pr.add_argument(
+        "--older-than",
+        default=None,
+        help="prune records finished longer ago than this (7d, 12h, 30m, 90s), "
+        "instead of the configured retention.completed_ms / retention.dead_ms",
+    )
+    pr.add_argument("--dry-run", action="store_true", help="only count what would go")
+    pr.set_defaults(func=cmd_prune)
+
+    j = sub.add_parser("job", help="one job, in whatever state it is in")
+    jsub = j.add_subparsers(dest="job_command", required=True)
+    js = jsub.add_parser("show", help="state, attempts, claim and lease, error (args hidden)")
+    js.add_argument("job_id")
+    js.add_argument("--json", action="store_true", help="machine-readable output")
+    js.add_argument("--show-args", action="store_true", help="print the args (may hold secrets)")
+    js.add_argument(
+        "--show-result", action="store_true", help="print the result (may hold secrets)"
+    )
+    j.set_defaults(func=cmd_job)
+
+    jl = sub.add_parser("jobs", help="list jobs by queue, state and type")
+    jlsub = jl.add_subparsers(dest="jobs_command", required=True)
+    jll = jlsub.add_parser("list", help="queued work first, then finished jobs, newest first")
+    jll.add_argument("--queue", "-q", default=None)
+    jll.add_argument(
+        "--state",
+        default=None,
+        help="scheduled, pending, running, retrying, completed, failed (or dead)",
+    )
+    jll.add_argument("--type", default=None, help="only jobs of this job type")
+    jll.add_argument("--limit", type=int, default=50)
+    jll.add_argument("--json", action="store_true", help="machine-readable output")
+    jl.set_defaults(func=cmd_jobs)
+
     m = sub.add_parser("demo", help="a realistic mix of jobs on an embedded SQLite file")
     m.add_argument("--dir", default=None, help="where to put the SQLite file (default: a temp dir)")
     m.add_argument("--jobs", type=int, default=40, help="how many ordinary jobs to enqueue")
@@ -398,6 +589,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         # A traceback would print driver messages unredacted; --log-level DEBUG has it, masked.
         log.debug("command failed", exc_info=True)
+        if _LOADED and is_outage(exc):
+            error = ServerUnreachable.of(_LOADED[0], exc)
+            print(f"conveyor: {_printable(str(error))}", file=sys.stderr)
+            return 1
         print(f"conveyor: {type(exc).__name__}: {_printable(str(exc))}", file=sys.stderr)
         return 1
 

@@ -105,6 +105,24 @@ def _check(job: Job) -> str | None:
             return f"{field}: must be >= 0"
     if job.metadata.requeue_count < 0 or job.metadata.reclaim_count < 0:
         return "metadata: counters must be >= 0"
+    return _check_trace_context(job.trace_context)
+
+
+#: Bounds on a carried trace context: W3C `traceparent` is 55 characters and
+#: `tracestate` at most 32 entries of a few hundred; a propagator may add a few more.
+MAX_TRACE_HEADERS = 8
+MAX_TRACE_VALUE = 1024
+
+
+def _check_trace_context(context: FrozenMap | None) -> str | None:
+    # The worker hands these to a propagator as HTTP-like headers: strings only, bounded.
+    if context is None:
+        return None
+    if len(context) > MAX_TRACE_HEADERS:
+        return f"trace_context: more than {MAX_TRACE_HEADERS} headers"
+    for key, value in context.items():
+        if not isinstance(value, str) or len(key) > 64 or len(value) > MAX_TRACE_VALUE:
+            return "trace_context: headers must be short strings"
     return None
 
 

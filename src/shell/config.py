@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from ..core import FieldError, RequeuePolicy, RetryPolicy, ValidationError
+from ..core import FieldError, RequeuePolicy, RetentionPolicy, RetryPolicy, ValidationError
 from ..core.validation import check_name
 from .redact import mask_url
 
@@ -73,6 +73,11 @@ class Config:
     tenancy: TenancyConfig | None = None
     max_reclaims: int = 3
     pool_size: int = 10
+    #: How long a starting worker waits for an unreachable server before giving up.
+    startup_timeout_ms: int = 30_000
+    retention: RetentionPolicy = RetentionPolicy()
+    #: Whether starting a process migrates the SQL schema; None: only on SQLite.
+    auto_migrate: bool | None = None
 
 
 ENV = {
@@ -85,6 +90,7 @@ ENV = {
     "CONVEYOR_HANDLERS": ("handlers", list),
     "CONVEYOR_MAX_RECLAIMS": ("max_reclaims", int),
     "CONVEYOR_POOL_SIZE": ("pool_size", int),
+    "CONVEYOR_STARTUP_TIMEOUT_MS": ("startup_timeout_ms", int),
 }
 
 
@@ -137,6 +143,9 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
             "tenancy",
             "max_reclaims",
             "pool_size",
+            "startup_timeout_ms",
+            "retention",
+            "auto_migrate",
         },
     )
     provider = raw.get("provider", "db")
@@ -163,6 +172,7 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
     lease = _int(errors, "lease_ms", raw.get("lease_ms", 60_000), 1)
     max_reclaims = _int(errors, "max_reclaims", raw.get("max_reclaims", 3))
     pool_size = _int(errors, "pool_size", raw.get("pool_size", 10), 1)
+    startup_timeout = _int(errors, "startup_timeout_ms", raw.get("startup_timeout_ms", 30_000))
 
     workers = _table(errors, "workers", raw.get("workers"))
     _unknown(
@@ -224,6 +234,28 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
             errors.append(
                 FieldError(f"handlers[{i}]", f'must look like "package.module:attr", got {spec!r}')
             )
+    auto_migrate = raw.get("auto_migrate")
+    if auto_migrate is not None and not isinstance(auto_migrate, bool):
+        errors.append(FieldError("auto_migrate", "must be true or false"))
+    keep = RetentionPolicy()
+    retention_raw = _table(errors, "retention", raw.get("retention"))
+    _unknown(
+        errors,
+        "retention.",
+        retention_raw,
+        {"completed_ms", "dead_ms", "max_completed", "max_dead", "prune_interval_ms", "batch"},
+    )
+    retention_values = {
+        field: _int(errors, f"retention.{key}", retention_raw.get(key, getattr(keep, field)), low)
+        for key, field, low in (
+            ("completed_ms", "completed_ms", 0),
+            ("dead_ms", "dead_ms", 0),
+            ("max_completed", "max_completed", 0),
+            ("max_dead", "max_dead", 0),
+            ("prune_interval_ms", "interval_ms", 0),
+            ("batch", "batch", 1),
+        )
+    }
     entry_points = raw.get("entry_points", True)
     if not isinstance(entry_points, bool):
         errors.append(FieldError("entry_points", "must be true or false"))
@@ -287,6 +319,7 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
         rq_max,
         max_reclaims,
         pool_size,
+        startup_timeout,
     )
     return Config(
         provider=provider,
@@ -309,6 +342,9 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
         tenancy=tenancy,
         max_reclaims=max_reclaims,  # type: ignore[arg-type]
         pool_size=pool_size,  # type: ignore[arg-type]
+        startup_timeout_ms=startup_timeout,  # type: ignore[arg-type]
+        retention=RetentionPolicy(**retention_values),  # type: ignore[arg-type]
+        auto_migrate=auto_migrate,
     )
 
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable
 from uuid import UUID
 
+from . import outage
 from .ports import Claim, Clock, JobQueue
 
 log = logging.getLogger("conveyor.worker")
@@ -35,6 +36,7 @@ class Heartbeat:
         self._held: dict[UUID, tuple[Claim, float]] = {}
         self._lost: set[UUID] = set()
         self._thread: threading.Thread | None = None
+        self._server = outage.for_queue(queue)
 
     def hold(self, claims: Iterable[Claim]) -> None:
         """Start keeping the leases of `claims` (just taken: their leases are fresh)."""
@@ -97,10 +99,17 @@ class Heartbeat:
             time.sleep(max(self._interval / 4, 0.001))
             for claim in self._due():
                 try:
-                    if not self.renew(claim) and self._still_held(claim):
-                        log.warning("lease on job %s was lost while held", claim.job.id)
-                except Exception:
-                    log.warning("renewing the lease of job %s failed", claim.job.id, exc_info=True)
+                    renewed = self.renew(claim)
+                except Exception as exc:
+                    # An outage is told once for the process; anything else is a bug.
+                    if not self._server.failed(exc):
+                        log.warning(
+                            "renewing the lease of job %s failed", claim.job.id, exc_info=True
+                        )
+                    continue
+                self._server.ok()
+                if not renewed and self._still_held(claim):
+                    log.warning("lease on job %s was lost while held", claim.job.id)
 
     def _still_held(self, claim: Claim) -> bool:
         with self._lock:

@@ -11,14 +11,15 @@ on the way in, so every backend is held to it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import enum
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
 import attrs
 
-from ..core import Job, JobStatus
+from ..core import Job, JobStatus, PruneOrder
 
 
 @attrs.frozen(slots=True)
@@ -79,6 +80,32 @@ class QueueCounts:
     oldest_ready_at: datetime | None = None
 
 
+class Place(enum.Enum):
+    """Which structure of the queue holds a job (in this order `JobQueue.scan` reads them)."""
+
+    IN_FLIGHT = "in_flight"  # claimed: a token holds it until its lease runs out
+    READY = "ready"  # waiting for a claim
+    SCHEDULED = "scheduled"  # parked until its run_at (delayed, retrying, requeued)
+
+
+@attrs.frozen(slots=True)
+class QueuedJob:
+    """A job still in the queue, as `JobQueue.find` and `JobQueue.scan` read it.
+
+    `job` is None when the stored payload is not a job (`problem` says why; the
+    payload itself is never shown). `token` and `locked_at` (the claim, or its last
+    renewal) are set for an in-flight job only.
+    """
+
+    job_id: str
+    queue: str
+    place: Place
+    job: Job | None
+    problem: str | None = None
+    token: str | None = None
+    locked_at: datetime | None = None
+
+
 @runtime_checkable
 class JobQueue(Protocol):
     """Work still to do: ready queues, the scheduled set and the in-flight claims."""
@@ -132,6 +159,19 @@ class JobQueue(Protocol):
     def counts(self, now: datetime) -> Mapping[str, QueueCounts]:
         """Figures per queue name."""
 
+    def find(self, job_id: UUID) -> QueuedJob | None:
+        """Read-only: where `job_id` is in the queue, or None when the queue does not
+        hold it (finished, or never enqueued). Takes no write lock."""
+
+    def scan(
+        self, queue: str | None = None, place: Place | None = None, *, batch: int = 500
+    ) -> Iterator[QueuedJob]:
+        """Read-only, lazily, `batch` at a time: the queued jobs (of `queue`, in
+        `place`), in flight first (oldest claim first), then ready (per queue name,
+        in claim order), then scheduled (in promotion order). Pages are separate
+        reads, not one snapshot: a job that moves meanwhile may be missed or seen
+        twice (callers drop repeats by id)."""
+
     def server_time(self) -> datetime | None:
         """The clock of the server that holds the leases, or None when this process's
         own clock is the one (memory, SQLite). Workers refuse to start when theirs is
@@ -168,6 +208,16 @@ class JobStore(Protocol):
 
     def purge_dead(self, job_id: UUID | None = None) -> int:
         """Delete one dead letter, or all of them. Returns how many went."""
+
+    def prune(self, order: PruneOrder) -> int:
+        """Delete up to `order.limit` finished records the order lets go, oldest first,
+        each only while (checked in the same atomic write) it is still completed or
+        failed, still past its cutoff or count, and its job is not queued or in flight.
+        Safe to race: a record two pruners pick is deleted once. Returns how many went."""
+
+    def count_prunable(self, order: PruneOrder) -> int:
+        """How many records `prune` would delete if called until it returns 0
+        (`order.limit` aside). Read-only: for `conveyor prune --dry-run`."""
 
     def close(self) -> None:
         """Release connections."""

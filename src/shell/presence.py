@@ -17,6 +17,8 @@ from typing import Any, Protocol
 import attrs
 import sqlalchemy as sa
 
+from .adapters.sql_schema import SCHEMA
+
 
 @attrs.frozen(slots=True)
 class WorkerInfo:
@@ -82,14 +84,8 @@ class MemoryPresence:
             return [w for w in self._workers.values() if w.last_seen >= now - ttl]
 
 
-_metadata = sa.MetaData()
-WORKERS = sa.Table(
-    "conveyor_workers",
-    _metadata,
-    sa.Column("worker_id", sa.String(200), primary_key=True),
-    sa.Column("last_seen_us", sa.BigInteger, nullable=False),
-    sa.Column("info", sa.Text, nullable=False),
-)
+#: The heartbeat table, `conveyor_workers`: part of the SQL schema `conveyor migrate` makes.
+WORKERS = SCHEMA.workers
 
 
 def _us(when: datetime) -> int:
@@ -97,14 +93,11 @@ def _us(when: datetime) -> int:
 
 
 class SqlPresence:
-    """Heartbeats in a `conveyor_workers` table beside the job tables."""
+    """Heartbeats in a `conveyor_workers` table beside the job tables. It runs no DDL:
+    the table comes with the schema (`sql_schema.migrate`)."""
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
-        with self._reading() as conn:
-            exists = sa.inspect(conn).has_table(WORKERS.name)
-        if not exists:
-            _metadata.create_all(engine, checkfirst=True)
 
     def _reading(self) -> sa.Connection:
         """A connection for reads only: on SQLite it must not take the write lock, so

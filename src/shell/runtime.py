@@ -17,9 +17,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 import attrs
@@ -34,22 +35,32 @@ from ..core import (
     ValidationError,
     create_job,
     decide_revive,
+    prune_order,
 )
 from ..core.errors import FieldError
 from ..core.validation import parse_job_id
+from . import outage
 from .config import Config, load_config
 from .executor import Executor
 from .handlers import contribute
 from .hooks import Hooks
 from .lease_keeper import check_clock
+from .lookup import JobView, find_job, list_jobs, parse_state
 from .pool import WorkerPool
 from .ports import Clock, JobQueue, JobStore, SystemClock, is_transactional
 from .presence import MemoryPresence, Presence, WorkerInfo
+from .redact import backend_url
 from .registry import Registry
+from .retention import Pruner, prune_all
 from .tenancy import TenantResolver, TenantScope
 from .worker import Worker, WorkerStats
 
+if TYPE_CHECKING:
+    from .tracing import JobTracer
+
 log = logging.getLogger("conveyor.runtime")
+
+T = TypeVar("T")
 
 PRESENCE_INTERVAL = timedelta(seconds=5)
 PRESENCE_TTL = timedelta(seconds=20)
@@ -112,7 +123,6 @@ def _make_backend(config: Config) -> tuple[JobQueue, JobStore, Presence]:
         return MemoryJobQueue(store), store, MemoryPresence()
     if config.provider == "db":
         from .adapters.sql import SqlJobQueue, SqlJobStore, make_engine
-        from .adapters.sql_schema import create_tables
         from .presence import SqlPresence
 
         url = config.url
@@ -128,8 +138,7 @@ def _make_backend(config: Config) -> tuple[JobQueue, JobStore, Presence]:
                 "PostgreSQL needs the psycopg driver: pip install 'conveyor-jobs[postgres]'",
                 name=exc.name,
             ) from None
-        # Both tables, so a failed job survives a restart.
-        create_tables(engine)
+        # No DDL here: `build` checks the schema mark (or migrates, where configured).
         # The one retry layer: a quarter lease, so a retried write lands while the
         # claim it writes for is still live.
         budget = _retry_budget_s(config)
@@ -206,12 +215,16 @@ class Runtime:
         lease = LeasePolicy(lease_ms=config.lease_ms, max_reclaims=config.max_reclaims)
         self.policies = Policies(retry=config.retry, requeue=config.requeue, lease=lease)
         self.executor = Executor(queue, store, clock=self.clock)
+        #: Shared by this process's workers: one of them prunes per interval.
+        self.pruner = Pruner(store, config.retention)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.pools: list[WorkerPool] = []
         self._warned: set[str] = set()
         self._warned_types: set[str] = set()
         self._beat_stop = threading.Event()
         self._beat_thread: threading.Thread | None = None
+        #: Set by `conveyor.shell.tracing.instrument`: spans for enqueues and attempts.
+        self.tracer: JobTracer | None = None
 
     # ---- enqueue ----------------------------------------------------------
 
@@ -232,7 +245,8 @@ class Runtime:
         job = self._new_job(job_type, args, queue, priority, max_retries, run_at, delay, tenant_id)
         self._warn_if_unpolled(job.queue)
         self._warn_if_unknown_type(job.job_type)
-        self.queue.enqueue(job)
+        with self._sending([job]) as (job,):
+            self.queue.enqueue(job)
         self.hooks.enqueued(job)
         return job
 
@@ -271,7 +285,8 @@ class Runtime:
             self._warn_if_unpolled(jobs[0].queue)
             for job_type in {j.job_type for j in jobs}:
                 self._warn_if_unknown_type(job_type)
-            self.queue.enqueue_many(jobs)
+            with self._sending(jobs) as jobs:
+                self.queue.enqueue_many(jobs)
             for job in jobs:
                 self.hooks.enqueued(job)
         return jobs
@@ -299,8 +314,15 @@ class Runtime:
             raise TypeError(f"unexpected options: {sorted(options)}")
         self._warn_if_unpolled(job.queue)
         self._warn_if_unknown_type(job.job_type)
-        self.queue.enqueue_in_tx(conn, job)  # type: ignore[attr-defined]
+        with self._sending([job]) as (job,):
+            self.queue.enqueue_in_tx(conn, job)  # type: ignore[attr-defined]
         return job
+
+    def _sending(self, jobs: list[Job]) -> AbstractContextManager[list[Job]]:
+        """The jobs to write, in a `send` span carrying its context when tracing."""
+        if self.tracer is None:
+            return nullcontext(jobs)
+        return self.tracer.send(jobs)
 
     def _new_job(
         self,
@@ -382,6 +404,9 @@ class Runtime:
         if self.tenancy is not None:
             options["tenancy"] = self.tenancy
         options["hooks"] = self.hooks
+        if self.tracer is not None:
+            options["tracer"] = self.tracer
+        options["pruner"] = self.pruner
         return options
 
     def start(self) -> Runtime:
@@ -391,7 +416,13 @@ class Runtime:
                 log.info("workers.count = 0: this node enqueues only and processes nothing")
             return self
         # A clock off the lease server's would take live claims: refuse, in one line.
-        check_clock(self.queue, self.clock, self.policies.lease.lease_ms)
+        # This is the first round trip on Redis: wait for a server that is not up yet.
+        outage.until_reachable(
+            lambda: check_clock(self.queue, self.clock, self.policies.lease.lease_ms),
+            state=outage.for_queue(self.queue),
+            key=backend_url(self.config)[0],
+            timeout_s=self.config.startup_timeout_ms / 1000,
+        )
         for name in self.config.workers.queues:
             pool = WorkerPool(
                 self.queue,
@@ -423,8 +454,10 @@ class Runtime:
     def _beat(self) -> None:
         try:
             self.presence.beat(self._info())
-        except Exception:
-            log.warning("could not record worker heartbeat", exc_info=True)
+        except Exception as exc:
+            # An outage is told once for the process, by whichever thread meets it first.
+            if not outage.for_queue(self.queue).failed(exc):
+                log.warning("could not record worker heartbeat", exc_info=True)
 
     def _beat_loop(self) -> None:
         while not self._beat_stop.wait(PRESENCE_INTERVAL.total_seconds()):
@@ -511,19 +544,50 @@ class Runtime:
     def list_dead(self, *, tenant_id: str | None = None, limit: int = 100) -> Sequence[Job]:
         return self.store.list_dead(tenant_id=tenant_id, limit=limit)
 
-    def get(self, job_id: UUID | str) -> Job | None:
-        """The recorded job, or None. A malformed id is a `ValidationError`."""
-        return self.store.get(_job_id(job_id))
+    def get(self, job_id: UUID | str) -> JobView | None:
+        """The job in whatever state it is in (scheduled, pending, running, retrying,
+        completed, failed), or None when no queue or store holds it. A malformed id is
+        a `ValidationError`. Reads only; see `conveyor.shell.lookup`."""
+        return find_job(self.queue, self.store, _job_id(job_id), self._lease())
+
+    def list_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        state: JobStatus | str | None = None,
+        job_type: str | None = None,
+        limit: int = 100,
+    ) -> list[JobView]:
+        """Up to `limit` jobs matching every filter given: queued work (running, pending,
+        parked) first, then finished jobs, newest first. `state` may be a `JobStatus`
+        or its name (`dead` for `failed`); a bad one is a `ValidationError`."""
+        if isinstance(state, str):
+            parsed = parse_state(state)
+            if isinstance(parsed, FieldError):
+                raise ValidationError((parsed,))
+            state = parsed
+        return list_jobs(
+            self.queue,
+            self.store,
+            lease=self._lease(),
+            queue_name=queue,
+            state=state,
+            job_type=job_type,
+            limit=limit,
+        )
+
+    def _lease(self) -> timedelta:
+        return timedelta(milliseconds=self.policies.lease.lease_ms)
 
     def retry_dead(self, job_id: UUID | str) -> Job:
         """Give a dead letter a fresh start: queued and recorded as pending in one atomic
         step, only while it is still a dead letter (two operators, or an operator and a
         worker, cannot both act on it)."""
-        job = self.get(job_id)
+        job = self.store.get(_job_id(job_id))
         decision = None if job is None else decide_revive(job, self.clock.now())
         if decision is not None and self.executor.carry_out(None, decision):
             return decision.job
-        now = self.get(job_id)
+        now = self.store.get(_job_id(job_id))
         if decision is not None and now is not None and now.status is JobStatus.FAILED:
             raise RuntimeError(f"could not revive {job_id}: the store failed (see the log)")
         raise ValidationError.of("job_id", f"{job_id} is not a dead letter")
@@ -531,12 +595,49 @@ class Runtime:
     def purge_dead(self, job_id: UUID | str | None = None) -> int:
         return self.store.purge_dead(None if job_id is None else _job_id(job_id))
 
+    def prune(self, *, older_than_ms: int | None = None, dry_run: bool = False) -> int:
+        """Delete every finished record past the configured retention (batch by batch,
+        each one cheap), or with `dry_run` only count them. `older_than_ms` replaces
+        both configured ages. Returns how many records went (or would go)."""
+        if older_than_ms is not None and older_than_ms < 0:
+            raise ValidationError.of("older_than", f"must be >= 0, got {older_than_ms}")
+        policy = self.config.retention
+        order = prune_order(policy, self.clock.now(), older_than_ms=older_than_ms)
+        return self.store.count_prunable(order) if dry_run else prune_all(self.store, order)
+
     def close(self) -> None:
         for part in (self.queue, self.store):
             try:
                 part.close()
             except Exception:
                 log.debug("close failed", exc_info=True)
+
+
+def _reachable(cfg: Config, timeout_s: float, make: Callable[[], T]) -> T:
+    """`make()`, whose errors `guarded` rewrites without the password, tried again
+    while the server is unreachable for up to `timeout_s`."""
+    from .redact import guarded, mask_url
+
+    field, url = backend_url(cfg)
+    raw: list[BaseException] = []
+
+    def attempt() -> T:
+        raw.clear()
+        try:
+            return make()
+        except Exception as exc:
+            raw.append(exc)  # to classify; only the rewritten error is ever shown
+            raise
+
+    prefix = f"{field}: could not use {mask_url(url)}: "
+    return outage.until_reachable(
+        lambda: guarded(field, url, attempt),
+        state=outage.for_server(*outage.backend_label(cfg)),
+        key=field,
+        timeout_s=timeout_s,
+        is_down=lambda _: bool(raw) and outage.is_outage(raw[-1]),
+        detail=lambda exc: str(exc).removeprefix(prefix),
+    )
 
 
 def build(
@@ -549,18 +650,38 @@ def build(
     env: Mapping[str, str] | None = None,
     tenancy: TenantScope | None = None,
     hooks: Hooks | None = None,
+    startup_timeout_s: float | None = None,
 ) -> Runtime:
     """Build a `Runtime` from a config mapping, a TOML file, or the nearest config file.
-    `hooks` may be given here or registered later on `runtime.hooks`."""
+    `hooks` may be given here or registered later on `runtime.hooks`.
+
+    An unreachable server is waited for, with capped backoff, for `startup_timeout_s`
+    (default: the config's `startup_timeout_ms`; 0 tries once), then
+    `ServerUnreachable` says so in one line.
+
+    It runs no DDL unless `auto_migrate` says so (by default only on SQLite): on a SQL
+    database whose schema is missing or from another version it raises
+    `SchemaNotCurrent`, whose one line says to run `conveyor migrate`."""
     cfg = load_config(config, env=env)
     registry = registry or Registry()
     for job_type, handler in (handlers or {}).items():
         registry.register(job_type, handler)
     contribute(registry, cfg.handlers, entry_points=cfg.entry_points)
-    from .redact import backend_url, guarded, tenancy_url
+    from .redact import guarded, tenancy_url
 
+    waited = cfg.startup_timeout_ms / 1000 if startup_timeout_s is None else startup_timeout_s
+    deadline = time.monotonic() + waited
     # Drivers quote the URL (or, when its password is malformed, pieces of the password).
-    queue, store, presence = guarded(*backend_url(cfg), lambda: _make_backend(cfg))
+    queue, store, presence = _reachable(cfg, waited, lambda: _make_backend(cfg))
+    from .migrate import SchemaNotCurrent, prepare_schema
+
+    # Raised outside `guarded`, which would wrap the line in a connection error's words.
+    left = max(0.0, deadline - time.monotonic())
+    problem = _reachable(cfg, left, lambda: prepare_schema(cfg, queue))
+    if problem is not None:
+        queue.close()
+        store.close()
+        raise SchemaNotCurrent(problem)
     if tenancy is None:
         tenancy = guarded(*tenancy_url(cfg), lambda: _make_tenancy(cfg))
     return Runtime(

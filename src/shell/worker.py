@@ -21,7 +21,7 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from returns.pipeline import is_successful
@@ -42,10 +42,11 @@ from ..core import (
     tenant_verdict,
 )
 from ..core.frozen import thaw
+from . import outage
 from .executor import Executor
 from .heartbeat import Heartbeat
 from .hooks import Hooks
-from .lease_keeper import LeaseKeeper, check_clock
+from .lease_keeper import ClockSkewError, LeaseKeeper, check_clock
 from .logs import log_dead_letter, log_failed_attempt
 from .placeholder import undecodable_dead_letter
 from .ports import (
@@ -59,7 +60,11 @@ from .ports import (
     SystemClock,
 )
 from .registry import Registry, catching, caught, run_handler
+from .retention import Pruner
 from .tenancy import Tenant, TenantScope
+
+if TYPE_CHECKING:
+    from .tracing import JobTracer
 
 log = logging.getLogger("conveyor.worker")
 
@@ -120,12 +125,18 @@ class Worker:
         prefetch: int = 1,
         clock_check: bool = True,
         hooks: Hooks | None = None,
+        pruner: Pruner | None = None,
+        tracer: JobTracer | None = None,
     ) -> None:
         """`promote_interval_ms` is accepted for old configurations and unused: claims
         promote due jobs themselves. `clock_check=False` skips the comparison with the
         lease server's clock (for a manual clock replaying a fixed date in tests).
-        `hooks` are called as jobs start, succeed, fail and are dead-lettered."""
+        `hooks` are called as jobs start, succeed, fail and are dead-lettered.
+        `pruner` deletes finished records past their retention on its own interval.
+        `tracer` (see `conveyor.shell.tracing`) runs each attempt in a `process` span."""
+        self.tracer = tracer
         self.hooks = hooks if hooks is not None else Hooks()
+        self.pruner = pruner
         self.queue, self.store, self.registry = queue, store, registry
         self.queue_name = queue_name
         self.policies = policies
@@ -196,17 +207,31 @@ class Worker:
     def run(self) -> None:
         """Process jobs until `stop()` is called."""
         self.warn_if_empty()
-        if not self._clock_checked:
-            self.check_clock()
-            self._clock_checked = True
         wait = getattr(self.queue, "wait_for_work", None)
         last_work = time.monotonic()
+        # While the server is away: one WARNING and one INFO for the process, and a
+        # capped backoff here instead of a traceback per poll.
+        server, away, bugs = outage.for_queue(self.queue), outage.Backoff(), outage.Throttle()
         while not self._stop.is_set():
             try:
+                if not self._clock_checked:
+                    self.check_clock()  # a skewed clock raises: refuse to work
+                    self._clock_checked = True
                 worked = self.run_once()
-            except Exception:
-                log.exception("worker %s: round failed; carrying on", self.worker_id)
+            except ClockSkewError:
+                raise
+            except Exception as exc:
+                if server.failed(exc):
+                    self._stop.wait(away.next())
+                    continue
+                if bugs.first(exc):
+                    log.exception("worker %s: round failed; carrying on", self.worker_id)
+                else:
+                    log.debug("worker %s: round failed again: %r", self.worker_id, exc)
                 worked = 0
+            else:
+                server.ok()
+                away.reset()
             if worked or self._stop.is_set():
                 last_work = time.monotonic()
                 continue
@@ -218,8 +243,9 @@ class Worker:
                 try:
                     if wait(self.queue_name, timeout) or time.monotonic() - began > timeout / 2:
                         continue  # woken, or waited out the interval on the signal
-                except Exception:
-                    log.warning("waiting for work failed", exc_info=True)
+                except Exception as exc:
+                    if not server.failed(exc):
+                        log.warning("waiting for work failed", exc_info=True)
             # No wake-up signal here: poll fast for a moment after work, then ease off.
             recent = time.monotonic() - last_work < FAST_POLL_WINDOW_S
             self._stop.wait(min(FAST_POLL_S, timeout) if recent else timeout)
@@ -265,10 +291,13 @@ class Worker:
         return len(claims)
 
     def maintain(self, now: datetime) -> None:
-        """Reclaim abandoned claims, on the reclaim interval."""
+        """Reclaim abandoned claims, on the reclaim interval; prune finished records, on
+        the pruner's."""
         if self._last_reclaim is None or now - self._last_reclaim >= self.reclaim_interval:
             self._last_reclaim = now
             self.reclaim_abandoned(now)
+        if self.pruner is not None:
+            self.pruner.maybe_prune(now)
 
     def reclaim_abandoned(self, now: datetime) -> int:
         """Return claims whose lease expired to ready; dead-letter poison pills."""
@@ -373,7 +402,10 @@ class Worker:
         job = started.unwrap()
         self.hooks.started(job)
         with catching() as found:
-            outcome = self._outcome(job)
+            if self.tracer is None:
+                outcome = self._outcome(job)
+            else:
+                outcome = self.tracer.process(job, self._outcome)
         if isinstance(outcome, Failed):
             self._failures[job.id] = (outcome.error, found.exception)
         self._counts["processed"] += 1

@@ -8,7 +8,16 @@ from typing import Any
 import attrs
 from hypothesis import strategies as st
 
-from ..core import ErrorInfo, Job, JobStatus, Metadata, Priority, create_job, freeze
+from ..core import (
+    ErrorInfo,
+    FrozenMap,
+    Job,
+    JobStatus,
+    Metadata,
+    Priority,
+    create_job,
+    freeze,
+)
 
 names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,20}", fullmatch=True)
 json_scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20)
@@ -18,6 +27,9 @@ json_values = st.recursive(
         st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
     ),
     max_leaves=12,
+)
+trace_headers = st.dictionaries(
+    st.sampled_from(["traceparent", "tracestate", "baggage"]), st.text(max_size=60), max_size=3
 )
 times = st.datetimes(
     min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
@@ -57,4 +69,5 @@ def jobs(draw: Any) -> Job:
         last_error=error,
         result=freeze(draw(json_values)),
         metadata=meta,
+        trace_context=draw(st.none() | st.builds(FrozenMap, trace_headers)),
     )

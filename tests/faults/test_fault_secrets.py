@@ -205,9 +205,15 @@ def url_for(provider: str, password: str) -> str:
 
 
 def backend_config(provider: str, url: str) -> dict[str, Any]:
+    # No start-up wait: the server never comes, and the error is what is checked.
     if provider == "redis":
-        return {"provider": "redis", "redis": {"url": url}, "entry_points": False}
-    return {"provider": "db", "url": url, "entry_points": False}
+        return {
+            "provider": "redis",
+            "redis": {"url": url},
+            "entry_points": False,
+            "startup_timeout_ms": 0,
+        }
+    return {"provider": "db", "url": url, "entry_points": False, "startup_timeout_ms": 0}
 
 
 @pytest.mark.parametrize("password", PASSWORDS.values(), ids=PASSWORDS.keys())
@@ -235,7 +241,9 @@ def test_an_unreachable_backend_fails_without_showing_its_password(
         runtime = build(backend_config(provider, url))
     except Exception as exc:
         error = exc
-        assert str(exc).startswith("redis.url: " if provider == "redis" else "url: "), str(exc)
+        # One line naming the setting to fix; an outage says which server it waited for.
+        key = "redis.url" if provider == "redis" else "url"
+        assert "\n" not in str(exc) and key in str(exc), str(exc)
     else:
         # Redis connects on the first command, whose error holds the address only.
         runtime.queue.retry_budget_s = runtime.store.retry_budget_s = 0

@@ -44,6 +44,7 @@ from conveyor.shell.worker import Worker
 from conveyor.testing.clock import ManualClock
 from helpers import T0, make_job
 from returns.result import Failure
+from sweep_operations import OPERATION_CASES
 from sweep_trust import TRUST_CASES
 
 LATER = T0 + timedelta(seconds=10)
@@ -429,6 +430,7 @@ CASES: dict[str, Callable[[Backend], None]] = {
         bulk_enqueue_keeps_list_order_and_upserts,
         batches_carry_any_text_unchanged,
         *TRUST_CASES,
+        *OPERATION_CASES,
     )
 }
 

@@ -34,6 +34,14 @@ def _doc(**changes: object) -> str:
     return json.dumps(doc)
 
 
+def test_a_document_written_without_a_trace_context_decodes_to_none() -> None:
+    doc = json.loads(encode(make_job()))
+    del doc["trace_context"]
+    decoded = decode(json.dumps(doc))
+    assert isinstance(decoded, Success)
+    assert decoded.unwrap().trace_context is None
+
+
 @pytest.mark.parametrize(
     ("payload", "reason"),
     [
@@ -50,6 +58,10 @@ def _doc(**changes: object) -> str:
         (_doc(created_at="2026-01-01T00:00:00"), "created_at"),
         (_doc(job_type="a;drop table"), "job_type"),
         (_doc(args=[1]), "args"),
+        (_doc(trace_context={"traceparent": 1}), "trace_context"),
+        (_doc(trace_context={f"h{i}": "x" for i in range(9)}), "trace_context"),
+        (_doc(trace_context={"traceparent": "x" * 2000}), "trace_context"),
+        (_doc(trace_context=["00-abc"]), "trace_context"),
         ('{"v": 1, "x": NaN}', "not JSON"),
         ("[" * 50_000, "not JSON"),
     ],

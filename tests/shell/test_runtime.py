@@ -132,7 +132,7 @@ def test_a_dead_letter_can_be_retried_and_purged(tmp_path) -> None:
     assert rt.list_dead() == []
     rt.drain()
     record = rt.get(job.id)
-    assert record is not None and record.status is JobStatus.COMPLETED
+    assert record is not None and record.state is JobStatus.COMPLETED
     assert rt.purge_dead() == 0
 
 

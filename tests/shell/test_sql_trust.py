@@ -421,8 +421,10 @@ def test_the_retry_budget_is_lock_retry_s(tmp_path: Path) -> None:
         began = time.monotonic()
         with pytest.raises(Exception, match="locked"):
             queue.enqueue(make_job())
-        assert 0.2 < time.monotonic() - began < 3
-        assert queue.lock_retries > 0
+        # Retried (more than once) and gave up within the budget, not after 30 s. The
+        # last wait that would overrun the budget is skipped, so it may end a little early.
+        assert time.monotonic() - began < 3
+        assert queue.lock_retries > 1
     finally:
         blocker.close()
         engine.dispose()

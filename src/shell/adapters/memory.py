@@ -10,17 +10,18 @@ but it honours leases within its own process like the other backends.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import attrs
 
-from ...core import PRIORITY_ORDER, Job, JobStatus, Priority, promotion_key
-from ..ports import BadClaim, Claim, QueueCounts, prefetch_token
+from ...core import PRIORITY_ORDER, Job, JobStatus, Priority, PruneOrder, promotion_key
+from ..ports import BadClaim, Claim, Place, QueueCounts, QueuedJob, prefetch_token
 
 #: At most this many due jobs are promoted by one claim.
 PROMOTE_PER_CLAIM = 100
@@ -57,6 +58,12 @@ class MemoryJobQueue:
         #: Parked jobs with the sequence number of their enqueue (the promotion tie-break).
         self._scheduled: dict[UUID, tuple[int, Job]] = {}
         self._in_flight: dict[UUID, _InFlight] = {}
+        if store is not None:
+            store._queue = self  # so its prune spares the records of jobs still here
+
+    def holds(self, job_id: UUID) -> bool:
+        """True while `job_id` is ready, parked or in flight (caller holds the lock)."""
+        return job_id in self._ready_ids or job_id in self._scheduled or job_id in self._in_flight
 
     def _lanes(self, queue: str) -> dict[Priority, deque[tuple[int, Job]]]:
         lanes = self._ready.get(queue)
@@ -285,8 +292,69 @@ class MemoryJobQueue:
                 )
             return out
 
+    def find(self, job_id: UUID) -> QueuedJob | None:
+        with self._lock:
+            return self._find(job_id)
+
+    def _find(self, job_id: UUID) -> QueuedJob | None:
+        """Where `job_id` is (caller holds the lock)."""
+        held = self._in_flight.get(job_id)
+        if held is not None:
+            job = held.job
+            return QueuedJob(str(job_id), job.queue, Place.IN_FLIGHT, job, None, *_claimed(held))
+        parked = self._scheduled.get(job_id)
+        if parked is not None:
+            return QueuedJob(str(job_id), parked[1].queue, Place.SCHEDULED, parked[1])
+        queue = self._ready_ids.get(job_id)
+        for lane in self._ready.get(queue or "", {}).values():
+            for _, job in lane:
+                if job.id == job_id:
+                    return QueuedJob(str(job_id), job.queue, Place.READY, job)
+        return None
+
+    def scan(
+        self, queue: str | None = None, place: Place | None = None, *, batch: int = 500
+    ) -> Iterator[QueuedJob]:
+        """One snapshot under the lock (`batch` is moot in memory), then yielded."""
+        with self._lock:
+            found: list[QueuedJob] = []
+            for where in [place] if place is not None else list(Place):
+                found += self._snapshot(queue, where)
+        yield from found
+
+    def _snapshot(self, queue: str | None, place: Place) -> list[QueuedJob]:
+        """`place`'s jobs (of `queue`) in the order `scan` promises (caller holds the lock)."""
+        if place is Place.IN_FLIGHT:
+            held = sorted(self._in_flight.values(), key=lambda e: e.locked_at)
+            return [
+                QueuedJob(str(e.job.id), e.job.queue, place, e.job, None, *_claimed(e))
+                for e in held
+                if queue is None or e.job.queue == queue
+            ]
+        if place is Place.READY:
+            names = sorted(self._ready) if queue is None else [queue]
+            return [
+                QueuedJob(str(job.id), name, place, job)
+                for name in names
+                for priority in PRIORITY_ORDER
+                for _, job in self._ready.get(name, {}).get(priority, ())
+            ]
+        parked = sorted(
+            (
+                (promotion_key(_us(job.run_at), seq), job)
+                for seq, job in self._scheduled.values()
+                if queue is None or job.queue == queue
+            ),
+            key=lambda entry: entry[0],
+        )
+        return [QueuedJob(str(job.id), job.queue, place, job) for _, job in parked]
+
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _claimed(entry: _InFlight) -> tuple[str, datetime]:
+    return entry.token, entry.locked_at
 
 
 class MemoryJobStore:
@@ -296,6 +364,8 @@ class MemoryJobStore:
         self._lock = threading.Lock()
         self._jobs: dict[UUID, tuple[int, Job]] = {}
         self._seq = 0
+        #: The queue built with this store, if any (it sets this).
+        self._queue: MemoryJobQueue | None = None
 
     def record(self, job: Job) -> None:
         with self._lock:
@@ -342,6 +412,47 @@ class MemoryJobStore:
             for i in doomed:
                 del self._jobs[i]
             return len(doomed)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        # The queue's lock first, as in `MemoryJobQueue.finish`: one order, no deadlock.
+        queue = self._queue
+        with queue._lock if queue is not None else contextlib.nullcontext(), self._lock:
+            yield
+
+    def _prunable(self, order: PruneOrder) -> list[UUID]:
+        """The ids `order` lets go, oldest recorded first (caller holds the locks)."""
+        rows = sorted(self._jobs.values(), key=lambda e: e[0])
+        rules = (
+            (JobStatus.COMPLETED, order.completed_before, order.keep_completed),
+            (JobStatus.FAILED, order.dead_before, order.keep_dead),
+        )
+        out: list[UUID] = []
+        for status, before, keep in rules:
+            jobs = [job for _, job in rows if job.status is status]
+            excess = 0 if keep is None else max(0, len(jobs) - keep)
+            for n, job in enumerate(jobs):
+                finished = job.finished_at
+                old = before is not None and finished is not None and finished < before
+                busy = self._queue is not None and self._queue.holds(job.id)
+                if (n < excess or old) and not busy:
+                    out.append(job.id)
+        return out
+
+    def prune(self, order: PruneOrder) -> int:
+        if order.is_empty or order.limit <= 0:
+            return 0
+        with self._locked():
+            doomed = self._prunable(order)[: order.limit]
+            for i in doomed:
+                del self._jobs[i]
+            return len(doomed)
+
+    def count_prunable(self, order: PruneOrder) -> int:
+        if order.is_empty:
+            return 0
+        with self._locked():
+            return len(self._prunable(order))
 
     def close(self) -> None:
         """Nothing to release."""

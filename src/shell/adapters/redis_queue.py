@@ -38,7 +38,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 from uuid import UUID
@@ -50,9 +50,10 @@ from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.retry import Retry
 from returns.result import Failure, Success
 
-from ...core import Job, JobStatus, Priority, ValidationError
+from ...core import PRIORITY_ORDER, Job, JobStatus, Priority, PruneOrder, ValidationError
 from ..codec import decode, encode
-from ..ports import BadClaim, Claim, QueueCounts, prefetch_token
+from ..lookup import queued_entry
+from ..ports import BadClaim, Claim, Place, QueueCounts, QueuedJob, prefetch_token
 
 log = logging.getLogger("conveyor.redis")
 
@@ -170,7 +171,8 @@ def _retrying(budget_s: float, call: Callable[[], _T]) -> _T:
             left = deadline - time.monotonic()
             if left <= 0 or not _retryable(exc):
                 raise
-            log.warning("redis unavailable (%s); retrying for up to %.1f s more", exc, left)
+            # DEBUG: an outage that outlasts the budget is told once by the worker loop.
+            log.debug("redis unavailable (%s); retrying for up to %.1f s more", exc, left)
             time.sleep(min(pause, left))
             pause = min(pause * 2, _MAX_BACKOFF_S)
 
@@ -494,6 +496,74 @@ class RedisJobQueue:
             )
         return dict(sorted(out.items()))
 
+    def find(self, job_id: UUID) -> QueuedJob | None:
+        """The job's hash, read in one HMGET: where it is, and its claim if held."""
+        key = self.keys.job(str(job_id))
+        fields = _retrying(self.retry_budget_s, lambda: self._client.hmget(key, _LOOKUP_FIELDS))
+        return _queued(str(job_id), cast(list[bytes | None], fields))
+
+    def scan(
+        self, queue: str | None = None, place: Place | None = None, *, batch: int = 500
+    ) -> Iterator[QueuedJob]:
+        """Ids from the in-flight zset, the ready lists and the scheduled zset, `batch`
+        at a time, each page's hashes read in one pipelined round trip. An id whose
+        hash has moved elsewhere since its structure was read is left out."""
+        for where in [place] if place is not None else list(Place):
+            for ids in self._id_pages(queue, where, max(1, batch)):
+                yield from self._hashes(ids, where)
+
+    def _id_pages(self, queue: str | None, place: Place, batch: int) -> Iterator[list[str]]:
+        if place is not Place.READY:
+            key = (
+                self.keys.inflight(queue)
+                if place is Place.IN_FLIGHT
+                else self.keys.scheduled(queue)
+            )
+            yield from self._pages(key, batch, sorted_set=True)
+            return
+        if queue is not None:
+            names = [queue]
+        else:
+            names = sorted(
+                _text(n) for n in self._read(lambda: self._client.smembers(self.keys.queues()))
+            )
+        for name in names:
+            for priority in PRIORITY_ORDER:
+                yield from self._pages(self.keys.ready(name, priority), batch, sorted_set=False)
+
+    def _pages(self, key: str, batch: int, *, sorted_set: bool) -> Iterator[list[str]]:
+        """The ids in list or zset `key`, `batch` per read."""
+        start = 0
+        while True:
+            page = self._range(key, start, start + batch - 1, sorted_set)
+            # A scheduled member is `<run_us>:<seq>:<id>` (or a bare id, from before).
+            yield [_text(member).rsplit(":", 1)[-1] for member in page]
+            if len(page) < batch:
+                return
+            start += batch
+
+    def _range(self, key: str, first: int, last: int, sorted_set: bool) -> list[bytes]:
+        read = self._client.zrange if sorted_set else self._client.lrange
+        return cast(list[bytes], self._read(lambda: read(key, first, last)))
+
+    def _hashes(self, ids: list[str], place: Place) -> list[QueuedJob]:
+        if not ids:
+            return []
+
+        def read() -> list[Any]:
+            with self._client.pipeline(transaction=False) as pipe:
+                for job_id in ids:
+                    pipe.hmget(self.keys.job(job_id), _LOOKUP_FIELDS)
+                return list(pipe.execute())
+
+        found = (
+            _queued(job_id, fields) for job_id, fields in zip(ids, self._read(read), strict=True)
+        )
+        return [entry for entry in found if entry is not None and entry.place is place]
+
+    def _read(self, call: Callable[[], _T]) -> _T:
+        return _retrying(self.retry_budget_s, call)
+
     def wait_for_work(self, queue: str, timeout_s: float) -> bool:
         """Block until work may be ready on `queue` (True) or `timeout_s` passes (False).
 
@@ -514,6 +584,31 @@ class RedisJobQueue:
         """Close the client if this queue made it from a URL."""
         if self._owned:
             self._client.close()
+
+
+#: The job hash's fields a lookup reads (see the key table in docs/redis.md).
+_LOOKUP_FIELDS = ("body", "status", "queue", "token", "locked_at")
+_PLACES = {b"ready": Place.READY, b"scheduled": Place.SCHEDULED, b"processing": Place.IN_FLIGHT}
+
+
+def _queued(job_id: str, fields: Sequence[bytes | None]) -> QueuedJob | None:
+    """A `QueuedJob` from a job hash's lookup fields; None when there is no such job."""
+    body, status, queue, token, locked_ms = fields
+    place = _PLACES.get(status or b"")
+    if body is None or place is None:
+        return None
+    held = place is Place.IN_FLIGHT
+    locked_at = None
+    if held and locked_ms is not None:
+        locked_at = _EPOCH + int(float(_text(locked_ms))) * _MS
+    return queued_entry(
+        job_id,
+        _text(queue or b""),
+        place,
+        body,
+        _text(token or b"") if held else None,
+        locked_at,
+    )
 
 
 def _finish_args(claim: Claim, record: Job) -> list[object]:
@@ -573,6 +668,7 @@ class RedisJobStore:
         self._record = script("store_record")
         self._list = script("store_list")
         self._purge = script("store_purge")
+        self._prune = script("store_prune")
 
     def _run(self, script: _Script, *args: object) -> Any:
         argv = [self.keys.base, *args]
@@ -625,6 +721,42 @@ class RedisJobStore:
         total = 0
         while purged := int(self._run(self._purge, "", _PURGE_BATCH)):
             total += purged
+        return total
+
+    @staticmethod
+    def _prune_rules(order: PruneOrder) -> list[tuple[JobStatus, str, str]]:
+        rules = [
+            (JobStatus.COMPLETED, order.completed_before, order.keep_completed),
+            (JobStatus.FAILED, order.dead_before, order.keep_dead),
+        ]
+        return [
+            (status, "" if before is None else str(_us(before)), "" if keep is None else str(keep))
+            for status, before, keep in rules
+            if before is not None or keep is not None
+        ]
+
+    def prune(self, order: PruneOrder) -> int:
+        """Delete up to `order.limit` records the order lets go, oldest recorded first,
+        one script per status (each atomic; see `redis_store_prune.lua`)."""
+        left = order.limit
+        for status, cutoff, keep in self._prune_rules(order):
+            if left <= 0:
+                break
+            gone, _ = self._run(self._prune, status.value, cutoff, keep, left, "", 0)
+            left -= int(gone)
+        return order.limit - max(left, 0)
+
+    def count_prunable(self, order: PruneOrder) -> int:
+        """How many records `prune` would delete, read in pages of `_PURGE_BATCH`."""
+        total = 0
+        for status, cutoff, keep in self._prune_rules(order):
+            offset, done = 0, 0
+            while not done:
+                found, done = self._run(
+                    self._prune, status.value, cutoff, keep, _PURGE_BATCH, "1", offset
+                )
+                total += int(found)
+                offset += _PURGE_BATCH
         return total
 
     def close(self) -> None:

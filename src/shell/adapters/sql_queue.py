@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 import attrs
 from returns.result import Success
@@ -40,7 +41,17 @@ from sqlalchemy.exc import DBAPIError
 
 from ...core import Job, JobStatus, ValidationError
 from ..codec import decode, encode
-from ..ports import PREFETCH_MARK, BadClaim, Claim, QueueCounts, is_prefetched, prefetch_token
+from ..lookup import queued_entry
+from ..ports import (
+    PREFETCH_MARK,
+    BadClaim,
+    Claim,
+    Place,
+    QueueCounts,
+    QueuedJob,
+    is_prefetched,
+    prefetch_token,
+)
 from .sql_engine import Database, from_micros, to_micros
 from .sql_schema import (
     JOB_COUNTER,
@@ -515,6 +526,44 @@ class SqlJobQueue:
             for name, ready, scheduled, in_flight, oldest in rows
         }
 
+    # --- lookup (read-only, without the write lock) ---------------------------------------
+
+    def _lookup_columns(self) -> list[ColumnElement[Any]]:
+        t = self._t
+        return [t.c.id, t.c.queue, t.c.status, t.c.locked_by, t.c.locked_at, t.c.payload]
+
+    def find(self, job_id: UUID) -> QueuedJob | None:
+        """The job's row, read where it is (ready, scheduled or processing), or None."""
+        stmt = select(*self._lookup_columns()).where(self._t.c.id == str(job_id))
+        row = self._db.run(lambda conn: conn.execute(stmt).first(), write=False)
+        return None if row is None else _queued(row)
+
+    def scan(
+        self, queue: str | None = None, place: Place | None = None, *, batch: int = 500
+    ) -> Iterator[QueuedJob]:
+        """Rows by place, each place in its own order, `batch` rows per read."""
+        t = self._t
+        order = {
+            Place.IN_FLIGHT: (t.c.locked_at, t.c.id),
+            Place.READY: (t.c.queue, t.c.priority, t.c.seq, t.c.id),
+            Place.SCHEDULED: (t.c.run_at, t.c.seq, t.c.id),
+        }
+        for where in [place] if place is not None else list(Place):
+            filters = [t.c.status == _STATUS_OF[where]]
+            if queue is not None:
+                filters.append(t.c.queue == queue)
+            base = select(*self._lookup_columns()).where(*filters).order_by(*order[where])
+            offset = 0
+            while True:
+                rows = self._page(base.limit(batch).offset(offset))
+                yield from map(_queued, rows)
+                if len(rows) < batch:
+                    break
+                offset += batch
+
+    def _page(self, stmt: Any) -> Sequence[Row[Any]]:
+        return self._db.run(lambda conn: conn.execute(stmt).all(), write=False)
+
     def server_time(self) -> datetime | None:
         """PostgreSQL's clock (`clock_timestamp()`), in UTC; None on SQLite, whose clock
         is this host's."""
@@ -540,6 +589,23 @@ class SqlJobQueue:
         listening for wake-ups on this queue's behalf."""
         wakeups_for(self._db.engine).leave(self)
         self._db.engine.dispose()
+
+
+_STATUS_OF = {Place.IN_FLIGHT: PROCESSING, Place.READY: READY, Place.SCHEDULED: SCHEDULED}
+_PLACE_OF = {status: place for place, status in _STATUS_OF.items()}
+
+
+def _queued(row: Row[Any]) -> QueuedJob:
+    place = _PLACE_OF[str(row.status)]
+    held = place is Place.IN_FLIGHT
+    return queued_entry(
+        str(row.id),
+        str(row.queue),
+        place,
+        str(row.payload),
+        str(row.locked_by or "") if held else None,
+        from_micros(int(row.locked_at)) if held and row.locked_at is not None else None,
+    )
 
 
 def _held_by(claim: Claim | BadClaim) -> tuple[str, str]:

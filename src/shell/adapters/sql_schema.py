@@ -14,8 +14,14 @@ without a shared hot row. SQLite has no sequences; there a one-row-per-name
 counter table is bumped in the same transaction as the placement, which is safe
 because SQLite admits one writer at a time.
 
-`create_tables(engine)` is idempotent. `ddl_text("postgresql")` prints the same
-schema as SQL for people who ship their own migrations.
+A third, `<prefix>_workers`, holds the heartbeats `conveyor status` shows.
+
+Schema changes happen on purpose, never as a side effect of starting a process:
+`migrate(engine)` creates or upgrades the tables and records this version's
+schema mark; every other process reads the mark once (`schema_problem`) and
+refuses to start on a missing or different schema, so an application role with
+DML rights only can run workers. `ddl_text("postgresql")` prints the same schema,
+mark included, as SQL for people who ship their own migrations.
 """
 
 from __future__ import annotations
@@ -66,10 +72,11 @@ class Schema:
     counters: Table
     job_seq: Sequence
     store_seq: Sequence
+    workers: Table
 
     def tables_for(self, dialect: Dialect) -> list[Table]:
         """The tables this dialect needs: the counter table only where sequences are missing."""
-        tables = [self.job_queue, self.job_store]
+        tables = [self.job_queue, self.job_store, self.workers]
         if not dialect.supports_sequences:
             tables.append(self.counters)
         return tables
@@ -139,13 +146,23 @@ def make_schema(prefix: str = DEFAULT_PREFIX) -> Schema:
     )
     Index(f"{prefix}_job_store_dead", job_store.c.status, job_store.c.recorded_seq)
     Index(f"{prefix}_job_store_recorded", job_store.c.recorded_seq)
+    # Pruning by age deletes the oldest finished records of one status first.
+    Index(f"{prefix}_job_store_finished", job_store.c.status, job_store.c.finished_at)
     counters = Table(
         f"{prefix}_counters",
         md,
         Column("name", String(32), primary_key=True),
         Column("value", BigInteger, nullable=False),
     )
-    return Schema(md, job_queue, job_store, counters, job_seq, store_seq)
+    # Worker heartbeats (`presence.SqlPresence`): who polls which queue.
+    workers = Table(
+        f"{prefix}_workers",
+        md,
+        Column("worker_id", String(200), primary_key=True),
+        Column("last_seen_us", BigInteger, nullable=False),
+        Column("info", Text, nullable=False),
+    )
+    return Schema(md, job_queue, job_store, counters, job_seq, store_seq, workers)
 
 
 #: The default schema (`conveyor_job_queue`, `conveyor_job_store`, ...).
@@ -242,7 +259,7 @@ def claim_ddl(schema: Schema = SCHEMA) -> list[str]:
 def schema_mark(dialect: str, schema: Schema = SCHEMA) -> str:
     """A fingerprint of the DDL this version wants: recorded with the tables when they are
     created or upgraded, so a process that finds it current runs no DDL at all."""
-    digest = hashlib.sha256(ddl_text(dialect, schema).encode()).hexdigest()
+    digest = hashlib.sha256(_ddl_body(_dialect(dialect), schema).encode()).hexdigest()
     return f"conveyor schema {digest[:16]}"
 
 
@@ -251,44 +268,96 @@ def _sqlite_mark(mark: str) -> int:
     return int(hashlib.sha256(mark.encode()).hexdigest()[:7], 16)
 
 
+def _label(found: str | int) -> str:
+    """How a mark is shown to a person: the fingerprint's digits."""
+    if isinstance(found, int):
+        return f"{found:07x}"
+    return found.removeprefix("conveyor schema ")
+
+
+def schema_version(dialect: str, schema: Schema = SCHEMA) -> str:
+    """This version's schema mark as messages show it (the digits of its fingerprint)."""
+    mark = schema_mark(dialect, schema)
+    return _label(mark if dialect == "postgresql" else _sqlite_mark(mark))
+
+
+def _read_mark(conn: Connection, schema: Schema) -> tuple[bool, str | int | None]:
+    """(whether the queue table exists, the mark it carries), in one catalog read that
+    takes no lock. On SQLite the table's existence is read only when no mark is found."""
+    if conn.dialect.name == "postgresql":
+        row = conn.execute(
+            text(
+                "SELECT to_regclass(:t) IS NOT NULL, obj_description(to_regclass(:t), 'pg_class')"
+            ),
+            {"t": schema.job_queue.fullname},
+        ).one()
+        comment = row[1] if isinstance(row[1], str) else None
+        # A comment someone else wrote on the table is no mark.
+        return bool(row[0]), comment if comment and comment.startswith("conveyor schema ") else None
+    version = conn.exec_driver_sql("PRAGMA user_version").scalar()
+    if version:
+        return True, int(version)
+    exists = conn.execute(
+        text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :t"),
+        {"t": schema.job_queue.name},
+    ).first()
+    return exists is not None, None
+
+
+def _wanted(conn: Connection, schema: Schema) -> str | int:
+    mark = schema_mark(conn.dialect.name, schema)
+    return mark if conn.dialect.name == "postgresql" else _sqlite_mark(mark)
+
+
 def schema_is_current(conn: Connection, schema: Schema = SCHEMA) -> bool:
     """True when the tables carry this version's schema mark (one catalog read, no lock)."""
-    name = conn.dialect.name
-    mark = schema_mark(name, schema)
-    if name == "postgresql":
-        found = conn.execute(
-            text("SELECT obj_description(to_regclass(:t), 'pg_class')"),
-            {"t": schema.job_queue.fullname},
-        ).scalar()
-        return found == mark
-    return conn.exec_driver_sql("PRAGMA user_version").scalar() == _sqlite_mark(mark)
+    return _read_mark(conn, schema)[1] == _wanted(conn, schema)
 
 
-def create_tables(engine: Engine, schema: Schema = SCHEMA) -> None:
-    """Create whatever of the schema is missing. Safe to call again and from many processes
-    started one after another; existing tables keep their columns and rows, and get the
-    indexes and functions this version added.
-
-    When the tables already carry this version's schema mark it runs no DDL: DDL takes
-    table locks that would queue behind (and deadlock with) running workers.
-    """
+def _reader(engine: Engine) -> Connection:
     from .sql_engine import SQLITE_BEGIN_OPTION  # sql_engine imports this module
 
-    with engine.connect() as conn:
-        # A read: on SQLite it must not take the write lock (BEGIN IMMEDIATE).
-        reader = conn.execution_options(**{SQLITE_BEGIN_OPTION: "DEFERRED"})
-        if schema_is_current(reader, schema):
-            return
+    # A read: on SQLite it must not take the write lock (BEGIN IMMEDIATE).
+    return engine.connect().execution_options(**{SQLITE_BEGIN_OPTION: "DEFERRED"})
+
+
+def schema_problem(engine: Engine, schema: Schema = SCHEMA) -> str | None:
+    """None when the database carries this version's schema; else one line saying what is
+    found and what to run. One catalog read, no lock and no DDL: any role may call it."""
+    with _reader(engine) as conn:
+        exists, found = _read_mark(conn, schema)
+        wanted = _wanted(conn, schema)
+    if found == wanted:
+        return None
+    fix = 'run "conveyor migrate" (or apply the SQL of "conveyor migrate --sql")'
+    if not exists:
+        return f"the database schema is missing: {fix}"
+    at = "an unmarked earlier version" if found is None else f"version {_label(found)}"
+    return f"the database schema is at {at}, this Conveyor needs version {_label(wanted)}: {fix}"
+
+
+def migrate(engine: Engine, schema: Schema = SCHEMA) -> bool:
+    """Create whatever of the schema is missing and record this version's schema mark;
+    True when it ran DDL, False when the schema was already current.
+
+    Safe to call again and from many processes started one after another; existing
+    tables keep their columns and rows, and get the indexes and functions this version
+    added. It needs the right to create tables (the owner's role); the processes that
+    then enqueue and work need only DML rights. When the tables already carry the mark
+    it runs no DDL: DDL takes table locks that would queue behind running workers.
+    """
+    with _reader(engine) as conn:
+        if schema_is_current(conn, schema):
+            return False
     tables = schema.tables_for(engine.dialect)
     schema.metadata.create_all(engine, tables=tables, checkfirst=True)
     postgres = engine.dialect.name == "postgresql"
-    mark = schema_mark(engine.dialect.name, schema)
     with engine.begin() as conn:
         if postgres:
             # One creator at a time: DROP/CREATE TRIGGER racing in two processes would fail.
             conn.execute(text("SELECT pg_advisory_xact_lock(4242001)"))
             if schema_is_current(conn, schema):
-                return  # another process upgraded it while this one waited
+                return False  # another process upgraded it while this one waited
         # create_all skips the indexes of a table that already exists (one made by an
         # earlier version): add the ones it lacks.
         for table in tables:
@@ -297,40 +366,81 @@ def create_tables(engine: Engine, schema: Schema = SCHEMA) -> None:
         if postgres:
             for statement in (*notify_ddl(schema), *claim_ddl(schema)):
                 conn.exec_driver_sql(statement)
-            quoted = mark.replace("'", "''")
-            conn.exec_driver_sql(f"COMMENT ON TABLE {schema.job_queue.fullname} IS '{quoted}'")
-        else:
-            conn.exec_driver_sql(f"PRAGMA user_version = {_sqlite_mark(mark)}")
+        conn.exec_driver_sql(_mark_statement(engine.dialect, schema))
+    return True
+
+
+def create_tables(engine: Engine, schema: Schema = SCHEMA) -> None:
+    """`migrate(engine, schema)`, under the name earlier versions gave it."""
+    migrate(engine, schema)
+
+
+def _mark_statement(dialect: Dialect, schema: Schema) -> str:
+    mark = schema_mark(dialect.name, schema)
+    if dialect.name == "postgresql":
+        quoted = mark.replace("'", "''")
+        return f"COMMENT ON TABLE {schema.job_queue.fullname} IS '{quoted}'"
+    return f"PRAGMA user_version = {_sqlite_mark(mark)}"
 
 
 _DIALECTS = {"postgresql": postgresql.dialect, "sqlite": sqlite.dialect}
 
 
-def ddl_text(dialect: str | Dialect, schema: Schema = SCHEMA) -> str:
-    """The schema's CREATE statements for `dialect` (`"postgresql"`, `"sqlite"` or a
-    `Dialect`), one per paragraph, each ending in `;`: paste them into a migration."""
+def _dialect(dialect: str | Dialect) -> Dialect:
     if isinstance(dialect, Dialect):
-        target = dialect
-    else:
-        factory = _DIALECTS.get(dialect)
-        if factory is None:
-            known = ", ".join(sorted(_DIALECTS))
-            raise ValidationError.of("dialect", f"unknown dialect {dialect!r}; use one of {known}")
-        target = factory()
+        return dialect
+    factory = _DIALECTS.get(dialect)
+    if factory is None:
+        known = ", ".join(sorted(_DIALECTS))
+        raise ValidationError.of("dialect", f"unknown dialect {dialect!r}; use one of {known}")
+    made: Dialect = factory()
+    return made
+
+
+def _ddl_statements(target: Dialect, schema: Schema, if_not_exists: bool) -> list[str]:
     statements: list[str] = []
     if target.supports_sequences:
         for seq in (schema.job_seq, schema.store_seq):
-            statements.append(str(CreateSequence(seq).compile(dialect=target)))
+            create = CreateSequence(seq, if_not_exists=if_not_exists)
+            statements.append(str(create.compile(dialect=target)))
     for table in schema.tables_for(target):
-        statements.append(str(CreateTable(table).compile(dialect=target)).strip())
+        create_table = CreateTable(table, if_not_exists=if_not_exists)
+        statements.append(str(create_table.compile(dialect=target)).strip())
         for index in sorted(table.indexes, key=lambda i: str(i.name)):
-            statements.append(str(CreateIndex(index).compile(dialect=target)))
+            create_index = CreateIndex(index, if_not_exists=if_not_exists)
+            statements.append(str(create_index.compile(dialect=target)))
     if target.name == "postgresql":
         statements.extend(notify_ddl(schema))
         statements.extend(claim_ddl(schema))
+    return statements
+
+
+def _join(statements: list[str]) -> str:
     # Compiled DDL has tab indents and trailing blanks; tidy it for a migration file.
     tidy = (
         "\n".join(line.rstrip().replace("\t", "    ") for line in s.splitlines())
         for s in statements
     )
     return "".join(f"{s};\n\n" for s in tidy)
+
+
+def _ddl_body(target: Dialect, schema: Schema) -> str:
+    """The schema without its mark: what the mark fingerprints."""
+    return _join(_ddl_statements(target, schema, if_not_exists=False))
+
+
+def ddl_text(
+    dialect: str | Dialect, schema: Schema = SCHEMA, *, if_not_exists: bool = False
+) -> str:
+    """The schema's statements for `dialect` (`"postgresql"`, `"sqlite"` or a `Dialect`),
+    one per paragraph, each ending in `;`: paste them into a migration. The last one
+    records the schema mark, without which processes refuse to start on the tables.
+
+    With `if_not_exists` every CREATE skips what exists (functions and the trigger are
+    replaced anyway), so the text also upgrades a schema an earlier version made:
+    `conveyor migrate --sql` prints it so.
+    """
+    target = _dialect(dialect)
+    statements = _ddl_statements(target, schema, if_not_exists)
+    statements.append(_mark_statement(target, schema))
+    return _join(statements)

@@ -10,13 +10,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from returns.result import Success
-from sqlalchemy import Connection, Engine, delete, func, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    FromClause,
+    delete,
+    exists,
+    false,
+    func,
+    or_,
+    select,
+)
 
-from ...core import Job, JobStatus
+from ...core import Job, JobStatus, PruneOrder
 from ..codec import decode, encode
 from .sql_engine import Database, to_micros
 from .sql_schema import SCHEMA, STORE_COUNTER, Schema
@@ -65,6 +77,7 @@ class SqlJobStore:
     ) -> None:
         self._db = Database(engine, schema, lock_retry_s)
         self._t = schema.job_store
+        self._q = schema.job_queue
 
     def record(self, job: Job) -> None:
         """Upsert the job's latest record; it becomes the newest in the listings."""
@@ -119,9 +132,102 @@ class SqlJobStore:
             stmt = stmt.where(self._t.c.id == str(job_id))
         return self._db.run(lambda conn: int(conn.execute(stmt).rowcount))
 
+    def prune(self, order: PruneOrder) -> int:
+        """Delete up to `order.limit` records the order lets go, in one transaction of
+        a few index-driven DELETEs; each re-checks its guards (still terminal, still
+        past the cutoff or count, its job not in the queue table) in the statement."""
+        if order.is_empty or order.limit <= 0:
+            return 0
+        return self._db.run(lambda conn: self._prune(conn, order))
+
+    def _prune(self, conn: Connection, order: PruneOrder) -> int:
+        left = order.limit
+        for status, before, keep in _rules(order):
+            # (column, bound): a record with column < bound goes, oldest first along the
+            # (status, column) index.
+            rules: list[tuple[str, int]] = []
+            if before is not None:
+                rules.append(("finished_at", to_micros(before, "before")))
+            threshold = self._keep_threshold(conn, status, keep)
+            if threshold is not None:
+                rules.append(("recorded_seq", threshold))
+            for column, bound in rules:
+                if left <= 0:
+                    break
+                inner = self._t.alias("doomed")
+                pick = (
+                    select(inner.c.id)
+                    .where(
+                        inner.c.status == status.value,
+                        inner.c[column] < bound,
+                        self._idle(inner),
+                    )
+                    .order_by(inner.c[column])
+                    .limit(left)
+                )
+                # The guards again, on the row being deleted: a record revived or re-queued
+                # since the pick stays.
+                t = self._t
+                stmt = delete(t).where(
+                    t.c.id.in_(pick.scalar_subquery()),
+                    t.c.status == status.value,
+                    t.c[column] < bound,
+                    self._idle(t),
+                )
+                left -= int(conn.execute(stmt).rowcount)
+        return order.limit - left
+
+    def _idle(self, t: FromClause) -> ColumnElement[bool]:
+        """The record's job is neither queued nor in flight (a probe of the queue's key)."""
+        return ~exists().where(self._q.c.id == t.c.id)
+
+    def _keep_threshold(self, conn: Connection, status: JobStatus, keep: int | None) -> int | None:
+        """The `recorded_seq` of the `keep`-th newest record of `status`: records below
+        it are beyond the count. None when there are no more than `keep`."""
+        if keep is None:
+            return None
+        t = self._t
+        stmt = (
+            select(t.c.recorded_seq)
+            .where(t.c.status == status.value)
+            .order_by(t.c.recorded_seq.desc())
+            .offset(keep - 1)
+            .limit(1)
+        )
+        found = conn.execute(stmt).scalar_one_or_none()
+        return None if found is None else int(found)
+
+    def count_prunable(self, order: PruneOrder) -> int:
+        """How many records `prune` would delete, all batches together (read-only)."""
+        if order.is_empty:
+            return 0
+        return self._db.run(lambda conn: self._count_prunable(conn, order), write=False)
+
+    def _count_prunable(self, conn: Connection, order: PruneOrder) -> int:
+        t = self._t
+        total = 0
+        for status, before, keep in _rules(order):
+            threshold = self._keep_threshold(conn, status, keep)
+            old = false() if before is None else t.c.finished_at < to_micros(before, "before")
+            beyond = false() if threshold is None else t.c.recorded_seq < threshold
+            if before is None and threshold is None:
+                continue
+            stmt = select(func.count()).where(
+                t.c.status == status.value, or_(old, beyond), self._idle(t)
+            )
+            total += int(conn.execute(stmt).scalar_one())
+        return total
+
     def close(self) -> None:
         """Close pooled connections (the engine reconnects if used again)."""
         self._db.engine.dispose()
+
+
+def _rules(order: PruneOrder) -> list[tuple[JobStatus, datetime | None, int | None]]:
+    return [
+        (JobStatus.COMPLETED, order.completed_before, order.keep_completed),
+        (JobStatus.FAILED, order.dead_before, order.keep_dead),
+    ]
 
 
 def _decoded_record(job_id: str, payload: str) -> Job | None:

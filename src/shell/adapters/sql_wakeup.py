@@ -33,6 +33,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
+from .. import outage
 from .sql_schema import NOTIFY_CHANNEL
 
 __all__ = ["SQLITE_WATCH_S", "Wakeups", "wakeups_for"]
@@ -173,14 +174,16 @@ class Wakeups:
                             return
                     for note in listener.notifies(timeout=_CHECK_S):
                         self._announce([str(note.payload)])
-            except Exception:
-                # Waiters fall back to their timeouts (polling) until the listener is back;
-                # one warning per outage, not one per attempt.
-                _log.log(
-                    logging.DEBUG if failing else logging.WARNING,
-                    "the PostgreSQL wake-up listener lost its connection; reconnecting",
-                    exc_info=not failing,
-                )
+            except Exception as exc:
+                # Waiters fall back to their timeouts (polling) until the listener is back.
+                # A server outage is told once for the process (with the workers' own
+                # failures); anything else once per run of failures, with its traceback.
+                if not outage.for_engine(engine).failed(exc):
+                    _log.log(
+                        logging.DEBUG if failing else logging.WARNING,
+                        "the PostgreSQL wake-up listener failed; reconnecting",
+                        exc_info=not failing,
+                    )
                 failing = True
             finally:
                 if raw is not None:

@@ -1,0 +1,188 @@
+"""Prometheus metrics for jobs, built on the lifecycle hooks.
+
+    from conveyor.shell.metrics import instrument, serve
+
+    runtime = conveyor.build(config, handlers=...)
+    metrics = instrument(runtime)  # counters on runtime.hooks, depth read on scrape
+    serve(metrics, port=9100)  # or expose prometheus_client's default registry yourself
+
+`conveyor worker --metrics-port 9100` does both. The counters and the histogram
+count what this process saw (its enqueues, the attempts its workers finished);
+the depth gauges read the queue's shared figures on each scrape, so every
+process reports the same depth. This module needs the `metrics` extra
+(`prometheus_client`); `import conveyor` never loads it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from ..core import ErrorInfo, Job, JobStatus
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+log = logging.getLogger("conveyor.metrics")
+
+#: Job durations run from milliseconds to an hour: the client's default buckets stop at 10 s.
+DURATION_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+    600.0, 1800.0, 3600.0,
+)  # fmt: skip
+
+
+class _Depth(Collector):
+    """Queue depth, in flight and oldest ready age, read from the queue at each scrape."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily(
+                "conveyor_queue_depth",
+                "Jobs waiting in a queue: ready (due, unclaimed) or scheduled (parked until due).",
+                labels=["queue", "state"],
+            ),
+            GaugeMetricFamily(
+                "conveyor_jobs_in_flight",
+                "Jobs of a queue claimed by a worker and not yet finished.",
+                labels=["queue"],
+            ),
+            GaugeMetricFamily(
+                "conveyor_queue_oldest_ready_age_seconds",
+                "How long the oldest ready job of a queue has been due (0 when none is).",
+                labels=["queue"],
+            ),
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        # Names only: registering must not query the backend.
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        runtime = self._runtime
+        now: datetime = runtime.clock.now()
+        try:
+            counts = runtime.queue.counts(now)
+        except Exception:
+            # A scrape during an outage shows no depth rather than a wrong one.
+            log.warning("could not read queue counts for metrics", exc_info=True)
+            return
+        depth, in_flight, oldest = self._families()
+        # Configured queues show zeros when empty, so an alert on them has a series.
+        for name in sorted(set(counts) | set(runtime.config.workers.queues)):
+            c = counts.get(name)
+            ready = c.ready if c else 0
+            depth.add_metric([name, "ready"], ready)
+            depth.add_metric([name, "scheduled"], c.scheduled if c else 0)
+            in_flight.add_metric([name], c.in_flight if c else 0)
+            due = c.oldest_ready_at if c else None
+            age = (now - due).total_seconds() if due is not None and ready else 0.0
+            oldest.add_metric([name], max(0.0, age))
+        yield from (depth, in_flight, oldest)
+
+
+class JobMetrics:
+    """The counters, histogram and depth gauges of one runtime, in one registry."""
+
+    def __init__(self, runtime: Runtime, registry: CollectorRegistry = REGISTRY) -> None:
+        self.registry = registry
+        self._clock = runtime.clock
+        self.enqueued = Counter(
+            "conveyor_jobs_enqueued",
+            "Jobs this process enqueued (not those enqueued in a caller's transaction).",
+            ["queue", "job_type"],
+            registry=registry,
+        )
+        self.finished = Counter(
+            "conveyor_jobs_finished",
+            "Outcomes written by this process: succeeded, retried (a failed attempt that "
+            "will run again) or dead_lettered (any reason).",
+            ["queue", "job_type", "outcome"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "conveyor_job_duration_seconds",
+            "How long each attempt this process finished took, from its start to its outcome.",
+            ["queue", "job_type"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self._depth = _Depth(runtime)
+        registry.register(self._depth)
+        hooks = runtime.hooks
+        hooks.on_enqueued(self._on_enqueued)
+        hooks.on_succeeded(self._on_succeeded)
+        hooks.on_failed(self._on_failed)
+        hooks.on_dead_lettered(self._on_dead_lettered)
+
+    def _on_enqueued(self, job: Job) -> None:
+        self.enqueued.labels(job.queue, job.job_type).inc()
+
+    def _on_succeeded(self, job: Job) -> None:
+        self.finished.labels(job.queue, job.job_type, "succeeded").inc()
+        self._observe(job)
+
+    def _on_failed(self, job: Job, _exc: BaseException | None) -> None:
+        # A failed attempt that ends in a dead letter is counted by the dead-letter hook.
+        if job.status is not JobStatus.FAILED:
+            self.finished.labels(job.queue, job.job_type, "retried").inc()
+        self._observe(job)
+
+    def _on_dead_lettered(self, job: Job, _error: ErrorInfo) -> None:
+        self.finished.labels(job.queue, job.job_type, "dead_lettered").inc()
+
+    def _observe(self, job: Job) -> None:
+        # From the record, so nothing is kept per job: a retry has no finished_at yet,
+        # and its outcome was written a moment ago.
+        if job.started_at is None:
+            return
+        end = job.finished_at or self._clock.now()
+        seconds = max(0.0, (end - job.started_at).total_seconds())
+        self.duration.labels(job.queue, job.job_type).observe(seconds)
+
+    def close(self) -> None:
+        """Remove these metrics from the registry (the hooks stay, counting unseen)."""
+        for collector in (self.enqueued, self.finished, self.duration, self._depth):
+            self.registry.unregister(collector)
+
+
+def instrument(runtime: Runtime, registry: CollectorRegistry = REGISTRY) -> JobMetrics:
+    """Count `runtime`'s enqueues and outcomes and report its queues' depth in
+    `registry` (prometheus_client's default one unless given). Once per registry."""
+    return JobMetrics(runtime, registry)
+
+
+class MetricsServer:
+    """A running `/metrics` endpoint; `close()` stops it."""
+
+    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
+        self._server, self._thread = server, thread
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The host and port it listens on (the real port when 0 was asked for)."""
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+def serve(metrics: JobMetrics, port: int, addr: str = "0.0.0.0") -> MetricsServer:
+    """Serve `metrics.registry` at `http://addr:port/metrics` from a daemon thread."""
+    server, thread = start_http_server(port, addr=addr, registry=metrics.registry)
+    return MetricsServer(server, thread)

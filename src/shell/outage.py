@@ -1,0 +1,276 @@
+"""Server outages: told once when the server goes, once when it is back.
+
+A worker polls many times a second, and every thread that touches the server
+(the claim loop, the heartbeat, the wake-up listener, the presence beat) fails
+on every call while PostgreSQL or Redis is down. Logging each failure with its
+traceback buried the one fact that mattered under thousands of lines. So the
+threads of one process that talk to one server share a `ConnectionState`: the
+first failure that means "unreachable" logs one WARNING line (backend, where,
+error, no traceback), later ones log at DEBUG, and the first success after it
+logs one INFO line with how long the server was away. While it is away each
+worker backs off (`Backoff`, capped) instead of spinning.
+
+At start-up the same idea waits for the server (`until_reachable`) for a bounded
+time, then fails with one line that says what to fix (`ServerUnreachable`).
+
+Only errors that mean the server cannot be reached count (`is_outage`); a wrong
+password or a missing database is not an outage, and any other exception is a
+bug that keeps its traceback (`Throttle` limits how often one repeats).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .redact import BackendError, backend_url, config_secrets, mask_url, one_line, redact
+
+if TYPE_CHECKING:
+    from .config import Config
+
+T = TypeVar("T")
+
+log = logging.getLogger("conveyor.outage")
+
+#: SQLSTATE classes of a connection that failed or a server going away or coming up:
+#: 08 connection exception, 57P admin/crash shutdown and "cannot connect now".
+_OUTAGE_SQLSTATES = ("08", "57P")
+#: Connection failures that waiting will not fix.
+_NOT_OUTAGES = ("authentication failed", "does not exist", "no password supplied")
+
+
+def is_outage(exc: BaseException) -> bool:
+    """True when `exc` means the server could not be reached (down, restarting,
+    connection dropped or refused), as opposed to bad credentials or a bug.
+
+    Only looks at driver modules already imported: an exception of a driver that
+    was never loaded cannot be at hand.
+    """
+    redis = sys.modules.get("redis.exceptions")
+    if redis is not None:
+        # Wrong credentials arrive as a ConnectionError too; waiting will not fix them.
+        if isinstance(exc, (redis.AuthenticationError, redis.AuthorizationError)):
+            return False
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+            return True
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    if sa_exc is not None and isinstance(exc, sa_exc.DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError)):
+            return _driver_outage(exc.orig)
+        return False
+    return _driver_outage(exc) or isinstance(exc, (ConnectionError, TimeoutError, socket.gaierror))
+
+
+def _driver_outage(exc: BaseException | None) -> bool:
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return False
+    if any(phrase in str(exc) for phrase in _NOT_OUTAGES):
+        return False
+    state = getattr(exc, "sqlstate", None)
+    return state is None or str(state).startswith(_OUTAGE_SQLSTATES)
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: message` on one line, URL passwords masked."""
+    return one_line(redact(f"{type(exc).__name__}: {exc}"))
+
+
+class ConnectionState:
+    """Whether one server is reachable, as this process last saw it (thread-safe)."""
+
+    def __init__(self, backend: str, where: str) -> None:
+        self.backend, self.where = backend, where
+        self._lock = threading.Lock()
+        self._down_since: float | None = None
+
+    @property
+    def down(self) -> bool:
+        """True between a failure that meant "unreachable" and the next success."""
+        return self._down_since is not None
+
+    def failed(self, exc: BaseException, *, detail: str | None = None) -> bool:
+        """Note a failure. An outage is logged once (WARNING, one line) and True is
+        returned; any other error is left to the caller (False). `detail` replaces
+        the exception's text (when it must not be quoted)."""
+        if not is_outage(exc):
+            return False
+        with self._lock:
+            first = self._down_since is None
+            if first:
+                self._down_since = time.monotonic()
+        text = detail or describe(exc)
+        if first:
+            log.warning(
+                "%s at %s is unreachable (%s); retrying quietly until it is back",
+                self.backend,
+                self.where,
+                text,
+            )
+        else:
+            log.debug("%s at %s is still unreachable (%s)", self.backend, self.where, text)
+        return True
+
+    def ok(self) -> None:
+        """Note a success: logs once (INFO) that the server is back after an outage."""
+        if self._down_since is None:
+            return
+        with self._lock:
+            since, self._down_since = self._down_since, None
+        if since is not None:
+            away = time.monotonic() - since
+            log.info("%s at %s is back after %.1f s", self.backend, self.where, away)
+
+
+_STATES: dict[tuple[str, str], ConnectionState] = {}
+_STATES_LOCK = threading.Lock()
+
+
+def for_server(backend: str, where: str) -> ConnectionState:
+    """This process's state of the server `backend` at `where` (one per server)."""
+    with _STATES_LOCK:
+        state = _STATES.get((backend, where))
+        if state is None:
+            state = _STATES[(backend, where)] = ConnectionState(backend, where)
+        return state
+
+
+_DIALECTS = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}
+
+
+def for_engine(engine: Any) -> ConnectionState:
+    """The state of a SQLAlchemy engine's database server."""
+    name = str(engine.dialect.name)
+    return for_server(_DIALECTS.get(name, name), engine.url.render_as_string(hide_password=True))
+
+
+def for_queue(queue: object) -> ConnectionState:
+    """The state of the server behind a queue (SQL engine, Redis client, or none)."""
+    engine = getattr(queue, "engine", None)
+    if engine is not None and hasattr(engine, "dialect"):
+        return for_engine(engine)
+    client = getattr(queue, "_client", None)
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        kw = pool.connection_kwargs
+        where = kw.get("path") or f"{kw.get('host')}:{kw.get('port')}/{kw.get('db', 0)}"
+        return for_server("Redis", f"redis://{where}")
+    return for_server(type(queue).__name__, "this process")
+
+
+def backend_label(config: Config) -> tuple[str, str]:
+    """The backend's name and its masked URL, from the config."""
+    _, url = backend_url(config)
+    if config.provider == "redis":
+        return "Redis", str(mask_url(url))
+    scheme = (url or "").split(":", 1)[0].split("+", 1)[0]
+    return _DIALECTS.get(scheme, scheme or config.provider), str(mask_url(url))
+
+
+class ServerUnreachable(BackendError):
+    """The queue's server could not be reached (within the start-up timeout, if one
+    was given). The message is one line, names the config key, and holds no password."""
+
+    def __init__(
+        self, backend: str, where: str, key: str, detail: str, waited_s: float = 0.0
+    ) -> None:
+        waited = (
+            f"; gave up after waiting {waited_s:g} s (startup_timeout_ms, or "
+            "--startup-timeout, sets how long)"
+            if waited_s > 0
+            else ""
+        )
+        super().__init__(
+            f"{backend} at {where} is unreachable ({detail}){waited}: start the server, "
+            f"or fix `{key}` if it points at the wrong place"
+        )
+
+    @classmethod
+    def of(cls, config: Config, exc: BaseException) -> ServerUnreachable:
+        """The error for `exc`, an outage met while using `config`'s backend."""
+        backend, where = backend_label(config)
+        detail = one_line(redact(describe(exc), config_secrets(config)))
+        return cls(backend, where, backend_url(config)[0], detail)
+
+
+class Backoff:
+    """Capped exponential pauses: `first`, twice that, ... up to `cap` seconds."""
+
+    def __init__(self, first: float = 0.1, cap: float = 5.0) -> None:
+        self.first, self.cap = first, cap
+        self._next = first
+
+    def next(self) -> float:
+        """The pause to take now; the following one is twice as long (capped)."""
+        pause = self._next
+        self._next = min(self._next * 2, self.cap)
+        return pause
+
+    def reset(self) -> None:
+        self._next = self.first
+
+
+def until_reachable(
+    call: Callable[[], T],
+    *,
+    state: ConnectionState,
+    key: str,
+    timeout_s: float,
+    is_down: Callable[[BaseException], bool] = is_outage,
+    detail: Callable[[BaseException], str] = describe,
+) -> T:
+    """`call()`, tried again with capped backoff while it fails because the server is
+    unreachable, for up to `timeout_s`; then `ServerUnreachable` naming `key`.
+    `is_down` and `detail` classify and describe a failure (for a `call` whose
+    errors were already rewritten to keep a password out)."""
+    deadline = time.monotonic() + timeout_s
+    backoff = Backoff()
+    while True:
+        try:
+            result = call()
+        except Exception as exc:
+            if not is_down(exc):
+                raise
+            text = detail(exc)
+            left = deadline - time.monotonic()
+            if left > 0:
+                state.failed(_Outage(), detail=text)
+                time.sleep(min(backoff.next(), left))
+                continue
+            error = ServerUnreachable(state.backend, state.where, key, text, timeout_s)
+        else:
+            state.ok()
+            return result
+        # Raised here, not in the handler, so the driver's message is not chained to it.
+        raise error
+
+
+class _Outage(ConnectionError):
+    """Stands for a failure already classified as an outage."""
+
+
+class Throttle:
+    """Lets each distinct error through once per `interval_s` (per instance)."""
+
+    def __init__(self, interval_s: float = 60.0) -> None:
+        self.interval_s = interval_s
+        self._last: dict[tuple[str, str], float] = {}
+
+    def first(self, exc: BaseException) -> bool:
+        """True when `exc` (by type and message) was not let through in the interval."""
+        key = (type(exc).__name__, str(exc))
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval_s:
+            return False
+        if len(self._last) > 100:
+            self._last.clear()  # a bounded memory of errors; at worst one repeats early
+        self._last[key] = now
+        return True

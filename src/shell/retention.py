@@ -1,0 +1,82 @@
+"""Pruning finished records, leader-free.
+
+Every worker owns (or shares, within a process) a `Pruner` and calls `maybe_prune`
+from its maintenance step. On its jittered interval it deletes one bounded batch of
+records the `RetentionPolicy` lets go; while batches come back full it prunes again
+about once a second until the backlog is gone. Many workers thus share the work
+without electing anyone, and because each deletion re-checks its guards inside the
+store's atomic write, two pruners racing for one record delete it once.
+
+`prune_all` is what `conveyor prune` runs: batches until none is left.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from datetime import datetime
+
+from ..core import PruneOrder, RetentionPolicy, first_prune_at, next_prune_at, prune_order
+from .ports import Jitter, JobStore
+
+log = logging.getLogger("conveyor.retention")
+
+
+class Pruner:
+    """Deletes finished records past their retention, one batch per interval."""
+
+    def __init__(
+        self, store: JobStore, policy: RetentionPolicy, *, jitter: Jitter = random.random
+    ) -> None:
+        self.store = store
+        self.policy = policy
+        self.jitter = jitter
+        self._next: datetime | None = None
+        # Workers of one process share a pruner: one of them prunes, the others go on.
+        self._busy = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        """False when workers never prune (interval 0, or a policy that keeps all)."""
+        return self.policy.interval_ms > 0 and not self.policy.keeps_everything
+
+    def maybe_prune(self, now: datetime) -> int:
+        """Prune one batch if this pruner's interval has come round; never raises (a
+        failure is logged and tried again next interval). Returns how many went."""
+        if not self.enabled or not self._busy.acquire(blocking=False):
+            return 0
+        try:
+            if self._next is None:
+                self._next = first_prune_at(now, self.policy.interval_ms, self.jitter())
+            if now < self._next:
+                return 0
+            try:
+                gone = self.prune_once(now)
+            except Exception:
+                log.warning("pruning finished records failed; trying again later", exc_info=True)
+                gone = 0
+            backlog = self.policy.batch > 0 and gone >= self.policy.batch
+            self._next = next_prune_at(now, self.policy.interval_ms, self.jitter(), backlog=backlog)
+            if gone:
+                log.debug("pruned %d finished records", gone)
+            return gone
+        finally:
+            self._busy.release()
+
+    def prune_once(self, now: datetime) -> int:
+        """One batch under the policy at `now`. Returns how many records went."""
+        order = prune_order(self.policy, now)
+        return 0 if order.is_empty else self.store.prune(order)
+
+
+def prune_all(store: JobStore, order: PruneOrder) -> int:
+    """Prune batch after batch until one comes back short. Returns how many went."""
+    if order.is_empty or order.limit <= 0:
+        return 0
+    total = 0
+    while True:
+        gone = store.prune(order)
+        total += gone
+        if gone < order.limit:
+            return total

@@ -1,0 +1,121 @@
+"""OpenTelemetry spans for jobs, following the messaging semantic conventions.
+
+    from conveyor.shell.tracing import instrument
+
+    runtime = conveyor.build(config, handlers=...)
+    instrument(runtime)  # before enqueueing or starting workers
+
+Each enqueue is a `send <queue>` span (kind PRODUCER). Its context is injected
+into the job (`Job.trace_context`: the W3C `traceparent` / `tracestate`
+headers, through the global propagator) and stored with it, so it survives
+retries, reclaims and restarts. Each attempt a worker runs is a
+`process <queue>` span (kind CONSUMER) whose parent is that send span, with a
+link to it as well: the handler's own spans nest under it, and a trace shows
+the enqueue, every attempt and what each attempt did. A job enqueued without
+tracing is processed in a new trace.
+
+Spans go to the tracer provider you configure (the global one by default); with
+none configured the OpenTelemetry API records nothing. This module needs the
+`tracing` extra (`opentelemetry-api`); `import conveyor` never loads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+from .. import __version__
+from ..core import Failed, FrozenMap, Job, Outcome
+from .registry import catching, caught
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+#: `messaging.system`: the semantic conventions name known brokers; a job queue
+#: library names itself.
+SYSTEM = "conveyor"
+
+
+class JobTracer:
+    """Makes the `send` and `process` spans; the runtime and its workers call it."""
+
+    def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
+        self._tracer = trace.get_tracer("conveyor", __version__, tracer_provider=tracer_provider)
+
+    @contextmanager
+    def send(self, jobs: Sequence[Job]) -> Iterator[list[Job]]:
+        """A `send <queue>` span around writing `jobs` (all for one queue); gives the
+        jobs to write, each carrying the span's context. A batch is one span."""
+        queue = jobs[0].queue if jobs else ""
+        attributes: dict[str, Any] = {
+            "messaging.system": SYSTEM,
+            "messaging.destination.name": queue,
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "send",
+        }
+        if len(jobs) == 1:
+            attributes["messaging.message.id"] = str(jobs[0].id)
+            attributes["conveyor.job.type"] = jobs[0].job_type
+        else:
+            attributes["messaging.batch.message_count"] = len(jobs)
+        with self._tracer.start_as_current_span(
+            f"send {queue}", kind=SpanKind.PRODUCER, attributes=attributes
+        ):
+            headers: dict[str, str] = {}
+            propagate.inject(headers)
+            # An unsampled or no-op span injects nothing: then the job carries nothing.
+            carried = FrozenMap(headers) if headers else None
+            yield [attrs.evolve(job, trace_context=carried) for job in jobs]
+
+    def process(self, job: Job, run: Callable[[Job], Outcome]) -> Outcome:
+        """Run one attempt (`run(job)`, the handler) inside a `process <queue>` span
+        that continues the job's carried trace; a failed attempt marks it an error."""
+        parent = None
+        links: list[Link] = []
+        if job.trace_context:
+            parent = propagate.extract(dict(job.trace_context))
+            sent = trace.get_current_span(parent).get_span_context()
+            if sent.is_valid:
+                links.append(Link(sent))
+        attributes: dict[str, Any] = {
+            "messaging.system": SYSTEM,
+            "messaging.destination.name": job.queue,
+            "messaging.operation.type": "process",
+            "messaging.operation.name": "process",
+            "messaging.message.id": str(job.id),
+            "conveyor.job.type": job.job_type,
+            "conveyor.job.attempt": job.attempt,
+        }
+        with self._tracer.start_as_current_span(
+            f"process {job.queue}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            links=links,
+            attributes=attributes,
+        ) as span:
+            with catching() as found:
+                outcome = run(job)
+            if found.exception is not None:
+                # Pass it on to the worker's own `catching()`, for the failure log and hooks.
+                caught(found.exception)
+            if isinstance(outcome, Failed):
+                span.set_attribute("error.type", outcome.error.type)
+                if found.exception is not None:
+                    span.record_exception(found.exception)
+                span.set_status(
+                    Status(StatusCode.ERROR, f"{outcome.error.type}: {outcome.error.message}")
+                )
+            return outcome
+
+
+def instrument(runtime: Runtime, tracer_provider: trace.TracerProvider | None = None) -> JobTracer:
+    """Trace `runtime`'s enqueues and the workers it starts from now on (call it
+    before `start()`); `tracer_provider` defaults to the global one."""
+    tracer = JobTracer(tracer_provider)
+    runtime.tracer = tracer
+    return tracer

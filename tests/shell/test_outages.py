@@ -1,0 +1,246 @@
+"""Server outages: one line when the server goes, one when it is back, never a flood.
+
+Each test starts a PostgreSQL or Redis server of its own, so stopping it harms no
+other test. A worker rides out an outage with one WARNING and one INFO and then
+works again; a worker started while the server is down waits for it; one whose
+server never comes up, and any command run while it is down, says so in one line
+with the fix.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import conveyor
+import pytest
+from conveyor.testing.redis_server import RedisServer, _free_port
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
+from fault_pg import PgCluster
+
+pytestmark = pytest.mark.timeout(120)
+
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
+#: A short lease keeps the adapters' own retry budget (a quarter lease) well under the
+#: outage, so the outage reaches the worker loop instead of being absorbed below it.
+LEASE_MS = 2000
+OUTAGE_S = 3.0
+
+
+class Server:
+    """A server of this test's own that it may stop and start: `url`, `down()`, `up()`."""
+
+    def __init__(self, url: str, down: Callable[[], None], up: Callable[[], None]) -> None:
+        self.url, self.down, self.up = url, down, up
+
+
+@pytest.fixture(params=["redis", "postgresql"])
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    if request.param == "redis":
+        redis = RedisServer().start()
+        yield Server(redis.url, redis.kill, redis.start)
+        redis.cleanup()
+    else:
+        cluster = PgCluster().start()
+        yield Server(cluster.url, cluster.crash, cluster.start)
+        cluster.cleanup()
+
+
+def config(url: str, **extra: Any) -> dict[str, Any]:
+    backend: dict[str, Any] = (
+        {"provider": "redis", "redis": {"url": url}}
+        if url.startswith("redis")
+        else {"provider": "db", "url": url, "pool_size": 4, "auto_migrate": True}
+    )
+    return {
+        **backend,
+        "entry_points": False,
+        "lease_ms": LEASE_MS,
+        "workers": {"count": 2, "poll_interval_ms": 50},
+        # Pruning runs once a minute, at a random moment, and reports its own failures.
+        "retention": {"prune_interval_ms": 0},
+        **extra,
+    }
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def conveyor_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name.startswith("conveyor")]
+
+
+def test_a_worker_rides_out_a_server_outage_with_one_warning_and_one_info(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    done: list[int] = []
+    runtime = conveyor.build(config(server.url), handlers={"note": lambda a: done.append(a["n"])})
+    with caplog.at_level(logging.INFO, logger="conveyor"), runtime:
+        runtime.enqueue("note", {"n": 1})
+        wait_for(lambda: done == [1], 10, "the first job")
+        caplog.clear()
+
+        server.down()
+        time.sleep(OUTAGE_S)
+        server.up()
+
+        def second_job_ran() -> bool:
+            try:
+                if 2 not in done and not getattr(second_job_ran, "sent", False):
+                    runtime.enqueue("note", {"n": 2})
+                    second_job_ran.sent = True  # type: ignore[attr-defined]
+            except Exception:
+                return False  # the server is still coming back
+            return 2 in done
+
+        wait_for(second_job_ran, 20, "a job enqueued after the restart")
+        time.sleep(0.5)  # anything the workers still had to say
+        records = conveyor_records(caplog)
+        assert all(t.is_alive() for pool in runtime.pools for t in pool._threads)
+
+    lines = "\n".join(f"{r.levelname} {r.name}: {r.getMessage()}" for r in records)
+    assert not [r for r in records if r.exc_info or r.exc_text], f"a traceback was logged:\n{lines}"
+    warnings = [r for r in records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, lines
+    assert "unreachable" in warnings[0].getMessage()
+    assert ("Redis" if server.url.startswith("redis") else "PostgreSQL") in lines
+    back = [r for r in records if r.levelno == logging.INFO and "is back" in r.getMessage()]
+    assert len(back) == 1, lines
+    assert len(records) <= 4, lines
+
+
+def test_a_worker_started_during_an_outage_waits_for_the_server(server: Server) -> None:
+    server.down()
+    done: list[int] = []
+    started: list[Any] = []
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            runtime = conveyor.build(
+                config(server.url, startup_timeout_ms=30_000),
+                handlers={"note": lambda a: done.append(a["n"])},
+            )
+            started.append(runtime.start())
+        except BaseException as exc:
+            failed.append(exc)
+
+    starter = threading.Thread(target=start)
+    starter.start()
+    time.sleep(2.0)
+    assert not failed, f"the worker gave up while the server was down: {failed[0]!r}"
+    assert starter.is_alive(), "the worker started without a server"
+    server.up()
+    starter.join(30)
+    assert not failed and started, failed
+    runtime = started[0]
+    try:
+        runtime.enqueue("note", {"n": 1})
+        wait_for(lambda: done == [1], 15, "the job")
+    finally:
+        runtime.stop(5)
+        runtime.close()
+
+
+def unreachable_url(kind: str, tmp_path: Path) -> str:
+    if kind == "redis":
+        return f"redis://:s3cret@127.0.0.1:{_free_port()}/0"
+    return f"postgresql+psycopg://postgres:s3cret@/postgres?host={tmp_path / 'no-server'}"
+
+
+def write_config(tmp_path: Path, url: str) -> Path:
+    backend = (
+        f'provider = "redis"\n[redis]\nurl = "{url}"\n'
+        if url.startswith("redis")
+        else f'provider = "db"\nurl = "{url}"\n'
+    )
+    path = tmp_path / "conveyor.toml"
+    path.write_text(f"lease_ms = {LEASE_MS}\nentry_points = false\n{backend}")
+    return path
+
+
+def run_cli(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    began = time.monotonic()
+    result = subprocess.run(
+        [*CONVEYOR, "--config", str(tmp_path / "conveyor.toml"), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    return result, time.monotonic() - began
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgresql"])
+def test_conveyor_worker_gives_up_after_the_startup_timeout_in_one_line(
+    kind: str, tmp_path: Path
+) -> None:
+    write_config(tmp_path, unreachable_url(kind, tmp_path))
+    result, took = run_cli(tmp_path, "worker", "--startup-timeout", "1.5")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "s3cret" not in result.stderr
+    assert took >= 1.5, "it waited for the server first"
+    assert lines[-1].startswith("conveyor: "), result.stderr
+    assert "startup" in lines[-1] and ("url" in lines[-1]), lines[-1]
+    assert len(lines) <= 4, result.stderr
+
+
+@pytest.mark.parametrize("command", [["status"], ["enqueue", "note"]])
+@pytest.mark.parametrize("kind", ["redis", "postgresql"])
+def test_a_command_against_a_down_server_fails_in_one_line_with_the_fix(
+    kind: str, command: list[str], tmp_path: Path
+) -> None:
+    write_config(tmp_path, unreachable_url(kind, tmp_path))
+    result, _ = run_cli(tmp_path, *command)
+    assert result.returncode == 1, result.stderr
+    assert "s3cret" not in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    # At most one line before the error: the Redis client's settings check, made at
+    # build, says it could not read them.
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) <= 2, result.stderr
+    assert lines[-1].startswith("conveyor: ") and "unreachable" in lines[-1], lines[-1]
+    assert "url" in lines[-1], "it names the config key to check"
+
+
+def test_an_unexpected_error_in_the_worker_loop_is_logged_once_with_its_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = conveyor.build(
+        {
+            "provider": "db",
+            "url": f"sqlite:///{tmp_path / 'jobs.db'}",
+            "entry_points": False,
+            "workers": {"count": 1, "poll_interval_ms": 10},
+        },
+        handlers={"note": lambda a: None},
+    )
+
+    def broken(*_: object, **__: object) -> None:
+        raise KeyError("a bug, not an outage")
+
+    with caplog.at_level(logging.INFO, logger="conveyor"), runtime:
+        monkeypatch.setattr(runtime.queue, "dequeue", broken)
+        time.sleep(1.0)
+        assert all(t.is_alive() for pool in runtime.pools for t in pool._threads)
+    errors = [r for r in conveyor_records(caplog) if r.levelno >= logging.WARNING]
+    assert len(errors) == 1, [r.getMessage() for r in errors]
+    assert errors[0].exc_info is not None, "a bug keeps its traceback"
