@@ -4,6 +4,7 @@
     python3 dev.py demo    # the demo on the embedded SQLite default
     python3 dev.py test    # lint, import contract, types, then the whole test suite
     python3 dev.py bench   # the benchmarks (see docs/performance.md)
+    python3 dev.py docs    # the documentation site, API reference included, into site/
 
 Creates `.venv` and installs into it what the task needs the first time, and again
 whenever pyproject.toml changes; otherwise it reuses what is there. The demo needs
@@ -73,12 +74,18 @@ def demo(args: list[str]) -> None:
     run(BIN / "conveyor", "demo", *args)
 
 
+def docs(args: list[str]) -> None:
+    """Build the documentation site, with the API reference from docstrings, into site/."""
+    ensure_env()
+    run(BIN / "python", "-m", "mkdocs", "build", "--strict", "-d", ROOT / "site", *args)
+
+
 def bench(args: list[str]) -> None:
     ensure_env("dev,bench")
     run(BIN / "python", "-m", "benchmarks.run", *args)
 
 
-TASKS = {"test": test, "demo": demo, "bench": bench}
+TASKS = {"test": test, "demo": demo, "docs": docs, "bench": bench}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in TASKS:

@@ -87,10 +87,13 @@ class QueueStatus:
 
 @attrs.frozen(slots=True)
 class Status:
+    """What `Runtime.status` reports: a row per queue, and the live workers."""
+
     queues: tuple[QueueStatus, ...]
     workers: tuple[WorkerInfo, ...]
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, as `conveyor status --json` prints it."""
         return {
             "queues": [
                 {**attrs.asdict(q), "pollers": list(q.pollers), "flagged": q.flagged}
@@ -518,6 +521,9 @@ class Runtime:
     # ---- status and dead letters -----------------------------------------
 
     def status(self, *, tenant_id: str | None = None) -> Status:
+        """Per queue: ready, scheduled, in flight, dead letters (of `tenant_id` only,
+        when given), the oldest ready job's age, and the live workers polling it; queues
+        that receive work but no configured pool polls are flagged. Reads only."""
         now = self.clock.now()
         counts = self.queue.counts(now)
         dead = self.store.count_dead(tenant_id=tenant_id)
@@ -542,6 +548,8 @@ class Runtime:
         return Status(tuple(rows), live)
 
     def list_dead(self, *, tenant_id: str | None = None, limit: int = 100) -> Sequence[Job]:
+        """Up to `limit` dead letters (jobs in state `failed`), of `tenant_id` only when
+        given; each carries its `last_error`, the reason it was given up on."""
         return self.store.list_dead(tenant_id=tenant_id, limit=limit)
 
     def get(self, job_id: UUID | str) -> JobView | None:
@@ -593,6 +601,8 @@ class Runtime:
         raise ValidationError.of("job_id", f"{job_id} is not a dead letter")
 
     def purge_dead(self, job_id: UUID | str | None = None) -> int:
+        """Delete one dead letter, or every dead letter when `job_id` is None; returns
+        how many were deleted. To delete by age instead, see `prune`."""
         return self.store.purge_dead(None if job_id is None else _job_id(job_id))
 
     def prune(self, *, older_than_ms: int | None = None, dry_run: bool = False) -> int:
@@ -606,6 +616,8 @@ class Runtime:
         return self.store.count_prunable(order) if dry_run else prune_all(self.store, order)
 
     def close(self) -> None:
+        """Release the backend's connections. Call `stop` first when pools are running;
+        `with runtime:` does both."""
         for part in (self.queue, self.store):
             try:
                 part.close()
