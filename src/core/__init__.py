@@ -31,13 +31,27 @@ from .decisions import (
     decide_hand_back,
     decide_reclaim,
     decide_revive,
+    ended,
     hand_back_job,
     revive,
     undecodable,
 )
 from .errors import FieldError, InvalidTransition, ValidationError
 from .frozen import FrozenMap, freeze, thaw
-from .job import PRIORITY_ORDER, ErrorInfo, Job, JobStatus, Metadata, Priority
+from .job import (
+    MAX_ATTEMPTS_KEPT,
+    MAX_TRACEBACK_CHARS,
+    MAX_WORKER_CHARS,
+    PRIORITY_ORDER,
+    Attempt,
+    AttemptOutcome,
+    ErrorInfo,
+    Job,
+    JobStatus,
+    Metadata,
+    Priority,
+    cap_traceback,
+)
 from .ordering import claim_order, ordering_key, promotion_key
 from .policies import (
     LeasePolicy,
@@ -71,11 +85,16 @@ __all__ = [
     "DECODE_ERROR",
     "INVALID_RESULT",
     "LEASE_EXPIRED",
+    "MAX_ATTEMPTS_KEPT",
+    "MAX_TRACEBACK_CHARS",
+    "MAX_WORKER_CHARS",
     "MISSING_TENANT",
     "NO_HANDLER",
     "PRIORITY_ORDER",
     "TABLE",
     "TENANT_NOT_FOUND",
+    "Attempt",
+    "AttemptOutcome",
     "Complete",
     "DeadLetter",
     "Decision",
@@ -109,6 +128,7 @@ __all__ = [
     "ValidationError",
     "WriteRetryPolicy",
     "backoff_ms",
+    "cap_traceback",
     "check_name",
     "claim_order",
     "create_job",
@@ -117,6 +137,7 @@ __all__ = [
     "decide_hand_back",
     "decide_reclaim",
     "decide_revive",
+    "ended",
     "first_prune_at",
     "freeze",
     "freeze_args",

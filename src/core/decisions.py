@@ -18,7 +18,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from .frozen import freeze
-from .job import ErrorInfo, Job, JobStatus, Metadata
+from .job import MAX_ATTEMPTS_KEPT, Attempt, AttemptOutcome, ErrorInfo, Job, JobStatus, Metadata
 from .policies import (
     LeasePolicy,
     Policies,
@@ -152,12 +152,38 @@ def _handled(job: Job) -> Job:
     return attrs.evolve(job, metadata=attrs.evolve(job.metadata, first_missing_at=None))
 
 
+def ended(
+    job: Job,
+    now: datetime,
+    outcome: AttemptOutcome,
+    error: ErrorInfo | None = None,
+    *,
+    abandoned: bool = False,
+) -> tuple[Attempt, ...]:
+    """`job.attempts` with its running attempt appended, ended at `now` with `outcome`
+    (the newest `MAX_ATTEMPTS_KEPT` kept). An `abandoned` attempt (its lease ran out)
+    has no known start or worker: nobody wrote them down before the worker vanished."""
+    attempt = Attempt(
+        number=job.attempt,
+        started_at=None if abandoned else job.started_at,
+        finished_at=now,
+        outcome=outcome,
+        worker=None if abandoned else job.worker,
+        error=error,
+    )
+    return (*job.attempts, attempt)[-MAX_ATTEMPTS_KEPT:]
+
+
 def dead_letter(
     job: Job, error: ErrorInfo, now: datetime, *, abandoned_before: datetime | None = None
 ) -> DeadLetter:
     """Give up on a running job with `error` as its reason (guarded by
-    `abandoned_before` when the lease keeper gives up on an abandoned claim)."""
-    moved = _moved(job, Event.DEAD_LETTER, now, last_error=error)
+    `abandoned_before` when the lease keeper gives up on an abandoned claim), its
+    attempt recorded as dead-lettered."""
+    history = ended(
+        job, now, AttemptOutcome.DEAD_LETTERED, error, abandoned=abandoned_before is not None
+    )
+    moved = _moved(job, Event.DEAD_LETTER, now, last_error=error, attempts=history)
     return DeadLetter(moved, error, abandoned_before)
 
 
@@ -168,7 +194,8 @@ def decide(
     policies: Policies,
     jitter_sample: float,
 ) -> Decision:
-    """What to do with a running `job` after `outcome`, at `now`.
+    """What to do with a running `job` after `outcome`, at `now`. The record in the
+    decision has the attempt appended to `job.attempts`, with how it ended.
 
     * success -> `Complete` with the result;
     * retryable failure with retries left -> `Retry` after the backoff;
@@ -184,7 +211,9 @@ def decide(
             except ValueError as exc:
                 error = ErrorInfo(INVALID_RESULT, f"handler result is not JSON: {exc}", False)
                 return dead_letter(_handled(job), error, now)
-            return Complete(_moved(_handled(job), Event.COMPLETE, now, result=frozen))
+            history = ended(job, now, AttemptOutcome.COMPLETED)
+            done = _moved(_handled(job), Event.COMPLETE, now, result=frozen, attempts=history)
+            return Complete(done)
         case Failed(error=error):
             job = _handled(job)
             if not error.retryable or job.retry_count >= job.max_retries:
@@ -198,6 +227,7 @@ def decide(
                 retry_count=job.retry_count + 1,
                 last_error=error,
                 run_at=run_at,
+                attempts=ended(job, now, AttemptOutcome.RETRIED, error),
             )
             return Retry(retrying, run_at)
         case NoHandler():
@@ -214,7 +244,9 @@ def decide(
                 return dead_letter(seen, error, now)
             run_at = now + timedelta(milliseconds=policies.requeue.requeue_delay_ms)
             meta = attrs.evolve(seen.metadata, requeue_count=seen.metadata.requeue_count + 1)
-            parked = attrs.evolve(_moved(seen, Event.REQUEUE, now), metadata=meta, run_at=run_at)
+            history = ended(seen, now, AttemptOutcome.REQUEUED)
+            moved = _moved(seen, Event.REQUEUE, now, attempts=history)
+            parked = attrs.evolve(moved, metadata=meta, run_at=run_at)
             return Requeue(parked, run_at)
         case TenantNotFound():
             error = ErrorInfo(TENANT_NOT_FOUND, f"tenant {job.tenant_id!r} does not exist", False)
@@ -243,7 +275,9 @@ def decide_reclaim(
     expired while its job waited in a prefetched batch (`job` as claimed) is not: its
     job never ran, so it goes back unchanged but for `prefetch_reclaims`, and the
     worker starts it explicitly the next time, so a job that kills its worker is
-    still counted.
+    still counted. A started claim's attempt is appended to the record, as
+    reclaimed or dead-lettered, with its start and worker unknown; a prefetched
+    claim's job had no attempt, so none is appended.
     """
     if not started:
         meta = attrs.evolve(job.metadata, prefetch_reclaims=job.metadata.prefetch_reclaims + 1)
@@ -260,7 +294,9 @@ def decide_reclaim(
         )
         counted = attrs.evolve(job, metadata=meta)
         return dead_letter(counted, error, now, abandoned_before=abandoned_before)
-    return Reclaim(_moved(job, Event.RECLAIM, now, metadata=meta), abandoned_before)
+    history = ended(job, now, AttemptOutcome.RECLAIMED, abandoned=True)
+    reclaimed = _moved(job, Event.RECLAIM, now, metadata=meta, attempts=history)
+    return Reclaim(reclaimed, abandoned_before)
 
 
 def hand_back_job(job: Job, now: datetime, **changes: Any) -> Job:
@@ -287,7 +323,8 @@ def undecodable(job_id: str, reason: str) -> ErrorInfo:
 
 
 def revive(job: Job, now: datetime) -> Job:
-    """A dead letter given a fresh start by an operator: pending, retries reset."""
+    """A dead letter given a fresh start by an operator: pending, retries reset. Its
+    attempts are kept: the history shows what went wrong before the revive."""
     revived = transition(job, Event.REVIVE, now).unwrap()
     return attrs.evolve(
         revived,

@@ -62,13 +62,72 @@ class JobStatus(enum.Enum):
         return self in (JobStatus.SCHEDULED, JobStatus.RETRYING)
 
 
+#: The most characters of a traceback an `ErrorInfo` keeps: its end, where the
+#: raising frame is, behind a line saying how much of the start was cut.
+MAX_TRACEBACK_CHARS = 4000
+
+#: The longest worker id a job record keeps (`transitions.start` cuts a longer one).
+MAX_WORKER_CHARS = 200
+
+#: How many attempts a job record keeps (the newest): enough for a full retry
+#: budget at the default, bounded so a job requeued for hours stays small.
+MAX_ATTEMPTS_KEPT = 10
+
+
+def cap_traceback(text: str | None) -> str | None:
+    """`text` if it fits in `MAX_TRACEBACK_CHARS`, else its last whole lines behind a
+    marker line saying how much of the start was cut (the whole result fits)."""
+    if text is None or len(text) <= MAX_TRACEBACK_CHARS:
+        return text
+    marker = "[... the first {} of " + str(len(text)) + " characters cut ...]\n"
+    # Sized for the widest count, so the marker and the tail always fit together.
+    tail = text[len(text) - (MAX_TRACEBACK_CHARS - len(marker.format(len(text)))) :]
+    newline = tail.find("\n")
+    if 0 <= newline < len(tail) - 1:
+        tail = tail[newline + 1 :]  # start on a whole line
+    return marker.format(len(text) - len(tail)) + tail
+
+
 @attrs.frozen(slots=True)
 class ErrorInfo:
-    """Why an attempt failed. `type` is a short machine-readable tag."""
+    """Why an attempt failed. `type` is a short machine-readable tag.
+
+    `traceback` is the formatted exception behind a handler's failure, when there
+    was one (the shell fills it in; errors the core assigns have none), capped to
+    its last `MAX_TRACEBACK_CHARS` characters by `cap_traceback`.
+    """
 
     type: str
     message: str
     retryable: bool = True
+    traceback: str | None = attrs.field(default=None, converter=cap_traceback)
+
+
+class AttemptOutcome(enum.Enum):
+    """How one attempt ended."""
+
+    COMPLETED = "completed"  # the handler succeeded
+    RETRIED = "retried"  # it failed; a retry was scheduled
+    DEAD_LETTERED = "dead_lettered"  # it failed for good (or the job was a poison pill)
+    REQUEUED = "requeued"  # no handler on that worker: parked for another node
+    RECLAIMED = "reclaimed"  # its lease ran out; the lease keeper put the job back
+
+
+@attrs.frozen(slots=True)
+class Attempt:
+    """One finished attempt, as the job's history keeps it.
+
+    `number` is the job's `attempt` count when it ran. `started_at` and `worker`
+    are None when no process recorded them: a reclaimed attempt's worker vanished
+    without writing anything, and the lease keeper only knows when it gave up.
+    """
+
+    number: int
+    started_at: datetime | None
+    finished_at: datetime
+    outcome: AttemptOutcome
+    worker: str | None = None
+    error: ErrorInfo | None = None
 
 
 @attrs.frozen(slots=True)
@@ -117,6 +176,11 @@ class Job:
     #: `tracestate` headers), so the worker's span joins the producer's trace; None
     #: when the producer did not trace. Copied, like every field, into retries.
     trace_context: FrozenMap | None = None
+    #: The worker running the current attempt, or that ran the latest one (set by
+    #: `transitions.start`); None when none did, or it is not known.
+    worker: str | None = None
+    #: The newest `MAX_ATTEMPTS_KEPT` finished attempts, oldest first (see `Attempt`).
+    attempts: tuple[Attempt, ...] = ()
 
     def __repr__(self) -> str:
         return (

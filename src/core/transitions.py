@@ -29,7 +29,7 @@ import attrs
 from returns.result import Failure, Result, Success
 
 from .errors import InvalidTransition
-from .job import Job, JobStatus
+from .job import MAX_WORKER_CHARS, Job, JobStatus
 
 
 class Event(enum.Enum):
@@ -103,6 +103,9 @@ def hand_back(job: Job, now: datetime, **changes: Any) -> Result[Job, InvalidTra
     return _ready(job, now).bind(lambda ready: transition(ready, Event.HAND_BACK, now, **changes))
 
 
-def start(job: Job, now: datetime) -> Result[Job, InvalidTransition]:
-    """A claimed job begins an attempt (a promoted parked job is made pending first)."""
-    return _ready(job, now).bind(lambda ready: transition(ready, Event.START, now))
+def start(job: Job, now: datetime, worker: str | None = None) -> Result[Job, InvalidTransition]:
+    """A claimed job begins an attempt (a promoted parked job is made pending first),
+    run by `worker` (None when the caller is not the worker running it; an id longer
+    than `MAX_WORKER_CHARS` is cut)."""
+    kept = None if worker is None else worker[:MAX_WORKER_CHARS]
+    return _ready(job, now).bind(lambda ready: transition(ready, Event.START, now, worker=kept))

@@ -300,7 +300,12 @@ def cmd_dead(args: argparse.Namespace) -> int:
             if job is None:
                 print(f"conveyor: no job {job_id}", file=sys.stderr)
                 return 1
+            from .lookup import attempt_dict
+
             summary = _job_summary(job)
+            # The failing attempt's traceback, and what the attempts before it did.
+            summary["traceback"] = job.last_error.traceback if job.last_error else None
+            summary["attempts"] = [attempt_dict(attempt) for attempt in job.attempts]
             if args.show_args:
                 from ..core import thaw
 
@@ -382,7 +387,7 @@ def cmd_job(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(view.to_dict(**shown), indent=2, default=str))
     else:
-        print("\n".join(describe(view, **shown)))
+        print("\n".join(describe(view, **shown, show_traceback=args.traceback)))
     return 0
 
 
@@ -538,6 +543,9 @@ def parser() -> argparse.ArgumentParser:
     js.add_argument("--show-args", action="store_true", help="print the args (may hold secrets)")
     js.add_argument(
         "--show-result", action="store_true", help="print the result (may hold secrets)"
+    )
+    js.add_argument(
+        "--traceback", action="store_true", help="print each attempt's traceback (--json has them)"
     )
     j.set_defaults(func=cmd_job)
 

@@ -18,10 +18,20 @@ import cattrs
 from cattrs.v import format_exception
 from returns.result import Failure, Result, Success
 
-from ..core import FrozenMap, Job, freeze, thaw
+from ..core import (
+    MAX_ATTEMPTS_KEPT,
+    MAX_WORKER_CHARS,
+    FrozenMap,
+    Job,
+    freeze,
+    thaw,
+)
 from ..core.frozen import NotJson
 from ..core.validation import Limits, check_name
 
+#: Fields added with defaults (`worker`, `attempts`, an error's `traceback`) keep the
+#: version: a document without them decodes to the defaults, and a worker of the
+#: previous release still reads a newer document (ignoring them) during an upgrade.
 FORMAT_VERSION = 1
 
 
@@ -105,7 +115,22 @@ def _check(job: Job) -> str | None:
             return f"{field}: must be >= 0"
     if job.metadata.requeue_count < 0 or job.metadata.reclaim_count < 0:
         return "metadata: counters must be >= 0"
-    return _check_trace_context(job.trace_context)
+    return _check_attempts(job) or _check_trace_context(job.trace_context)
+
+
+def _check_attempts(job: Job) -> str | None:
+    # The core never writes more than these bounds; a document that does was not
+    # written by it. (A traceback needs no check: `ErrorInfo` cuts it to its end.)
+    if len(job.attempts) > MAX_ATTEMPTS_KEPT:
+        return f"attempts: more than {MAX_ATTEMPTS_KEPT}"
+    workers = [job.worker]
+    for attempt in job.attempts:
+        if attempt.number < 0:
+            return "attempts: number must be >= 0"
+        workers.append(attempt.worker)
+    if any(worker is not None and len(worker) > MAX_WORKER_CHARS for worker in workers):
+        return f"worker: longer than {MAX_WORKER_CHARS} characters"
+    return None
 
 
 #: Bounds on a carried trace context: W3C `traceparent` is 55 characters and

@@ -25,7 +25,7 @@ from uuid import UUID
 import attrs
 from returns.result import Failure, Success
 
-from ..core import FieldError, Job, JobStatus, thaw
+from ..core import MAX_ATTEMPTS_KEPT, Attempt, ErrorInfo, FieldError, Job, JobStatus, thaw
 from .codec import decode
 from .ports import JobQueue, JobStore, Place, QueuedJob, is_prefetched
 
@@ -80,7 +80,8 @@ class JobView:
     until `next_run_at`), `pending` (ready), `running` (claimed: `token`,
     `claimed_at`, `lease_expires_at`), `completed` (`job.result`) and `failed`
     (the dead letter: `job.last_error`). `job` is None only for a queued payload
-    that does not decode; `problem` then says why.
+    that does not decode; `problem` then says why. `attempts` are the job's
+    finished attempts, oldest first (a running attempt is not among them yet).
     """
 
     job_id: str
@@ -104,12 +105,19 @@ class JobView:
         return self.token is not None and is_prefetched(self.token)
 
     @property
+    def attempts(self) -> tuple[Attempt, ...]:
+        """The newest finished attempts (see `conveyor.core.MAX_ATTEMPTS_KEPT`), oldest
+        first: when each started and ended, on which worker, how, and its error."""
+        return () if self.job is None else self.job.attempts
+
+    @property
     def next_run_at(self) -> datetime | None:
         """When a parked job (`scheduled`, `retrying`) comes due; None otherwise."""
         return self.job.run_at if self.job is not None and self.state.is_parked else None
 
     def to_dict(self, *, show_args: bool = False, show_result: bool = False) -> dict[str, Any]:
-        """A JSON-ready mapping. Args and result (they often hold secrets) only when asked."""
+        """A JSON-ready mapping, tracebacks in full. Args and result (they often hold
+        secrets) only when asked."""
         job = self.job
         out: dict[str, Any] = {"id": self.job_id, "state": self.state.value, "dead": self.dead}
         out["queue"] = self.queue
@@ -126,13 +134,8 @@ class JobView:
                 "next_run_at": _iso(self.next_run_at),
                 "started_at": _iso(job.started_at),
                 "finished_at": _iso(job.finished_at),
-                "last_error": None
-                if job.last_error is None
-                else {
-                    "type": job.last_error.type,
-                    "message": job.last_error.message,
-                    "retryable": job.last_error.retryable,
-                },
+                "last_error": _error_dict(job.last_error),
+                "attempts": [attempt_dict(attempt) for attempt in job.attempts],
             }
             if show_args:
                 out["args"] = thaw(job.args)
@@ -154,6 +157,45 @@ class JobView:
 
 def _iso(when: datetime | None) -> str | None:
     return None if when is None else when.isoformat()
+
+
+def _error_dict(error: ErrorInfo | None) -> dict[str, Any] | None:
+    if error is None:
+        return None
+    return {
+        "type": error.type,
+        "message": error.message,
+        "retryable": error.retryable,
+        "traceback": error.traceback,
+    }
+
+
+def attempt_dict(attempt: Attempt) -> dict[str, Any]:
+    """One attempt as a JSON-ready mapping, its traceback in full."""
+    return {
+        "number": attempt.number,
+        "outcome": attempt.outcome.value,
+        "started_at": _iso(attempt.started_at),
+        "finished_at": _iso(attempt.finished_at),
+        "worker": attempt.worker,
+        "error": _error_dict(attempt.error),
+    }
+
+
+def attempt_line(attempt: Attempt) -> str:
+    """One attempt on one line: number, outcome, when it ended, how long it took, the
+    worker and the error's type and first line."""
+    parts = [f"#{attempt.number} {attempt.outcome.value} at {attempt.finished_at.isoformat()}"]
+    if attempt.started_at is not None:
+        took = (attempt.finished_at - attempt.started_at).total_seconds()
+        parts.append(f"took {took:.3f} s")
+    parts.append(f"worker {attempt.worker or 'unknown'}")
+    line = ", ".join(parts)
+    error = attempt.error
+    if error is not None:
+        first = error.message.splitlines()[0][:200] if error.message else ""
+        line += f": {error.type}: {first}"
+    return line
 
 
 def view_of_entry(entry: QueuedJob, lease: timedelta) -> JobView:
@@ -257,8 +299,15 @@ def _queued_views(
         yield view_of_entry(entry, lease)
 
 
-def describe(view: JobView, *, show_args: bool = False, show_result: bool = False) -> list[str]:
-    """`conveyor job show`'s lines: one `field: value` each, for the state at hand."""
+def describe(
+    view: JobView,
+    *,
+    show_args: bool = False,
+    show_result: bool = False,
+    show_traceback: bool = False,
+) -> list[str]:
+    """`conveyor job show`'s lines: one `field: value` each, for the state at hand,
+    then one line per attempt (each followed by its traceback when asked)."""
     data = view.to_dict(show_args=show_args, show_result=show_result)
     state = view.state.value + (" (dead letter)" if view.dead else "")
     lines = [f"id: {view.job_id}", f"state: {state}", f"queue: {view.queue}"]
@@ -289,12 +338,30 @@ def describe(view: JobView, *, show_args: bool = False, show_result: bool = Fals
     if job.last_error is not None:
         error = job.last_error
         lines.append(f"last error: {error.type}: {error.message}")
+    lines += _attempt_lines(job.attempts, show_traceback)
     if show_args:
         lines.append(f"args: {json.dumps(data['args'], default=str)}")
     if show_result:
         lines.append(f"result: {json.dumps(data['result'], default=str)}")
     elif job.result is not None:
         lines.append("result: hidden (--show-result shows it)")
+    return lines
+
+
+def _attempt_lines(attempts: tuple[Attempt, ...], show_traceback: bool) -> list[str]:
+    if not attempts:
+        return ["attempts: none finished"]
+    kept = f"the newest {MAX_ATTEMPTS_KEPT}, " if len(attempts) >= MAX_ATTEMPTS_KEPT else ""
+    lines = [f"attempts ({kept}oldest first):"]
+    traced = False
+    for attempt in attempts:
+        lines.append(f"  {attempt_line(attempt)}")
+        trace = None if attempt.error is None else attempt.error.traceback
+        traced = traced or trace is not None
+        if show_traceback and trace is not None:
+            lines += [f"    {line}" for line in trace.rstrip("\n").splitlines()]
+    if traced and not show_traceback:
+        lines.append("tracebacks: hidden (--traceback shows them)")
     return lines
 
 

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from traceback import format_exception
 from typing import Any
 
 import attrs
@@ -107,11 +108,12 @@ def describe(exc: BaseException) -> str:
 
 def error_from_exception(exc: BaseException) -> ErrorInfo:
     """A handler's exception as an error record: typed by its class, retryable unless
-    it is `Permanent`."""
+    it is `Permanent`, with its formatted traceback (the core keeps its end)."""
     message = describe(exc)[:MAX_MESSAGE]
+    trace = "".join(format_exception(exc))
     if isinstance(exc, Permanent):
-        return ErrorInfo(exc.type or type(exc).__name__, message, retryable=False)
-    return ErrorInfo(type(exc).__name__, message, retryable=True)
+        return ErrorInfo(exc.type or type(exc).__name__, message, False, trace)
+    return ErrorInfo(type(exc).__name__, message, True, trace)
 
 
 @attrs.define(slots=True)

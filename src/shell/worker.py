@@ -392,7 +392,7 @@ class Worker:
         if isinstance(claim, BadClaim):
             self._dead_letter_bad(claim)
             return None
-        started = start(claim.job, now)
+        started = start(claim.job, now, self.worker_id)
         if not is_successful(started):
             bad = BadClaim(
                 str(claim.job.id), claim.token, claim.queue, "", str(started.failure()), now

@@ -9,6 +9,9 @@ import attrs
 from hypothesis import strategies as st
 
 from ..core import (
+    MAX_ATTEMPTS_KEPT,
+    Attempt,
+    AttemptOutcome,
     ErrorInfo,
     FrozenMap,
     Job,
@@ -35,6 +38,23 @@ times = st.datetimes(
     min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
 )
 
+errors = st.builds(
+    ErrorInfo,
+    st.text(max_size=10),
+    st.text(max_size=30),
+    st.booleans(),
+    st.none() | st.text(max_size=60),
+)
+attempts = st.builds(
+    Attempt,
+    number=st.integers(0, 10_000),
+    started_at=st.none() | times,
+    finished_at=times,
+    outcome=st.sampled_from(list(AttemptOutcome)),
+    worker=st.none() | names,
+    error=st.none() | errors,
+)
+
 
 @st.composite
 def jobs(draw: Any) -> Job:
@@ -51,9 +71,7 @@ def jobs(draw: Any) -> Job:
         delay=draw(st.timedeltas(timedelta(0), timedelta(days=3))),
         tenant_id=draw(st.none() | names),
     ).unwrap()
-    error = draw(
-        st.none() | st.builds(ErrorInfo, st.text(max_size=10), st.text(max_size=30), st.booleans())
-    )
+    error = draw(st.none() | errors)
     meta = Metadata(
         first_missing_at=draw(st.none() | times),
         requeue_count=draw(st.integers(0, 100)),
@@ -70,4 +88,6 @@ def jobs(draw: Any) -> Job:
         result=freeze(draw(json_values)),
         metadata=meta,
         trace_context=draw(st.none() | st.builds(FrozenMap, trace_headers)),
+        worker=draw(st.none() | names),
+        attempts=tuple(draw(st.lists(attempts, max_size=MAX_ATTEMPTS_KEPT))),
     )

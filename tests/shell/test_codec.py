@@ -6,6 +6,7 @@ import json
 import pickle
 
 import pytest
+from conveyor.core import MAX_ATTEMPTS_KEPT, MAX_TRACEBACK_CHARS, MAX_WORKER_CHARS, ErrorInfo
 from conveyor.shell.codec import FORMAT_VERSION, decode, encode
 from conveyor.testing.strategies import jobs
 from helpers import make_job
@@ -42,6 +43,34 @@ def test_a_document_written_without_a_trace_context_decodes_to_none() -> None:
     assert decoded.unwrap().trace_context is None
 
 
+def test_a_document_written_before_attempts_were_kept_decodes_to_the_defaults() -> None:
+    doc = json.loads(encode(make_job()))
+    del doc["worker"], doc["attempts"]
+    doc["last_error"] = {"type": "ValueError", "message": "boom", "retryable": True}
+    decoded = decode(json.dumps(doc)).unwrap()
+    assert decoded.worker is None
+    assert decoded.attempts == ()
+    assert decoded.last_error == ErrorInfo("ValueError", "boom", True, traceback=None)
+
+
+def test_an_oversized_traceback_in_a_document_is_cut_to_its_end() -> None:
+    error = {"type": "E", "message": "m", "retryable": True, "traceback": "x" * 50_000 + "END"}
+    decoded = decode(_doc(last_error=error)).unwrap()
+    assert decoded.last_error is not None and decoded.last_error.traceback is not None
+    assert len(decoded.last_error.traceback) <= MAX_TRACEBACK_CHARS
+    assert decoded.last_error.traceback.endswith("END")
+
+
+_ATTEMPT = {
+    "number": 1,
+    "started_at": "2026-01-01T00:00:00+00:00",
+    "finished_at": "2026-01-01T00:00:01+00:00",
+    "outcome": "retried",
+    "worker": "host:1:abc",
+    "error": None,
+}
+
+
 @pytest.mark.parametrize(
     ("payload", "reason"),
     [
@@ -62,6 +91,15 @@ def test_a_document_written_without_a_trace_context_decodes_to_none() -> None:
         (_doc(trace_context={f"h{i}": "x" for i in range(9)}), "trace_context"),
         (_doc(trace_context={"traceparent": "x" * 2000}), "trace_context"),
         (_doc(trace_context=["00-abc"]), "trace_context"),
+        (_doc(attempts=[_ATTEMPT] * (MAX_ATTEMPTS_KEPT + 1)), "attempts"),
+        (_doc(attempts=[_ATTEMPT | {"outcome": "exploded"}]), "attempts"),
+        (_doc(attempts=[_ATTEMPT | {"number": -1}]), "attempts"),
+        (_doc(attempts=[_ATTEMPT | {"finished_at": "yesterday"}]), "attempts"),
+        (_doc(attempts=[_ATTEMPT | {"started_at": "2026-01-01T00:00:00"}]), "attempts"),
+        (_doc(attempts=[_ATTEMPT | {"worker": "w" * (MAX_WORKER_CHARS + 1)}]), "worker"),
+        (_doc(attempts={"0": _ATTEMPT}), "attempts"),
+        (_doc(worker=7), "worker"),
+        (_doc(last_error={"type": "E", "message": "m", "traceback": 1}), "traceback"),
         ('{"v": 1, "x": NaN}', "not JSON"),
         ("[" * 50_000, "not JSON"),
     ],

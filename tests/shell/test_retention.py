@@ -190,16 +190,17 @@ def test_the_worker_prunes_on_its_interval(backend: Backend) -> None:
     assert backend.store.get(later.id) is None
 
 
-def test_a_pruner_drains_a_backlog_a_batch_a_second() -> None:
+def test_a_pruner_drains_a_backlog_a_batch_every_50_ms() -> None:
     b = make_backend("memory")
     for _ in range(5):
         _record(b, JobStatus.COMPLETED, NOW - 8 * DAY)
     pruner = Pruner(b.store, RetentionPolicy(batch=2), jitter=lambda: 0.0)
+    ms = timedelta(milliseconds=1)
     assert pruner.maybe_prune(NOW) == 2
-    assert pruner.maybe_prune(NOW + timedelta(milliseconds=899)) == 0
-    assert pruner.maybe_prune(NOW + timedelta(seconds=1)) == 2
-    assert pruner.maybe_prune(NOW + timedelta(seconds=2)) == 1
-    assert pruner.maybe_prune(NOW + timedelta(seconds=3)) == 0, "no backlog: a full interval"
+    assert pruner.maybe_prune(NOW + 44 * ms) == 0
+    assert pruner.maybe_prune(NOW + 50 * ms) == 2
+    assert pruner.maybe_prune(NOW + 100 * ms) == 1
+    assert pruner.maybe_prune(NOW + 200 * ms) == 0, "no backlog: a full interval"
 
 
 def test_a_pruner_with_interval_zero_never_prunes() -> None:
@@ -338,4 +339,4 @@ def test_the_next_prune_is_jittered_around_the_interval() -> None:
 
     assert next_prune_at(NOW, 60_000, 0.0, backlog=False) == NOW + timedelta(seconds=54)
     assert next_prune_at(NOW, 60_000, 0.5, backlog=False) == NOW + timedelta(seconds=60)
-    assert next_prune_at(NOW, 60_000, 0.5, backlog=True) == NOW + timedelta(seconds=1)
+    assert next_prune_at(NOW, 60_000, 0.5, backlog=True) == NOW + timedelta(milliseconds=50)
