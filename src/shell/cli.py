@@ -588,6 +588,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         return code
+    except BrokenPipeError:
+        # The reader went away (`conveyor jobs list | head`): nothing to report. Point
+        # stdout at /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except ValidationError as exc:
         print(f"conveyor: invalid input: {_printable(str(exc))}", file=sys.stderr)
         return 2

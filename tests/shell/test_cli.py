@@ -11,6 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import conveyor
 import pytest
 
 CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
@@ -217,3 +218,26 @@ def test_a_misspelt_job_type_warns_and_strict_refuses_it(project) -> None:
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and "job_type" in lines[0] and "'ship'" in lines[0]
     assert run(project, "enqueue", "--strict", "ship", "{}").returncode == 0
+
+
+def test_a_reader_that_stops_early_gets_no_error(project, monkeypatch) -> None:
+    """`conveyor jobs list | head -1`: the closed pipe is not reported as a failure."""
+    monkeypatch.syspath_prepend(str(project))
+    monkeypatch.setenv("DEMO_OUT", str(project / "out.jsonl"))
+    rt = conveyor.build(str(project / "conveyor.toml"))
+    try:
+        rt.enqueue_many("ship", [{"n": i} for i in range(3000)])
+    finally:
+        rt.close()
+    proc = subprocess.Popen(
+        [*CONVEYOR, "jobs", "list", "--limit", "3000"],
+        cwd=project,
+        env=_env(project),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline()
+    proc.stdout.close()  # like head -1
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and err == "", err
