@@ -156,6 +156,11 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
     url = raw.get("url", DEFAULT_URL)
     if not isinstance(url, str) or not url:
         errors.append(FieldError("url", "must be a database URL such as sqlite:///conveyor.db"))
+    elif "://" not in url and provider == "db":
+        # A bare path is the usual slip: say what it should have been.
+        errors.append(
+            FieldError("url", f"{url!r} is not a database URL; a SQLite file is sqlite:///{url}")
+        )
     redis = _table(errors, "redis", raw.get("redis"))
     _unknown(errors, "redis.", redis, {"url", "host", "port", "db", "prefix"})
     redis_url = redis.get("url")

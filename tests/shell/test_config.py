@@ -108,3 +108,10 @@ def test_a_bad_max_reclaims_or_pool_size_in_the_environment_names_the_key(name: 
     with pytest.raises(ValidationError) as info:
         load_config({}, env={name: "many"})
     assert info.value.fields == ({"CONVEYOR_MAX_RECLAIMS": "max_reclaims"}.get(name, "pool_size"),)
+
+
+def test_a_bare_file_path_as_url_says_how_to_write_it() -> None:
+    with pytest.raises(ValidationError) as info:
+        load_config({"provider": "db", "url": "jobs.db"})
+    assert info.value.fields == ("url",)
+    assert "sqlite:///jobs.db" in str(info.value)
