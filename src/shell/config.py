@@ -3,17 +3,27 @@
 From a dict, a TOML file (`conveyor.toml`, or `[tool.conveyor]` in
 pyproject.toml) and environment overrides (`CONVEYOR_*`). Every problem names
 the key and the reason, all at once.
+
+The file's shape is a set of private attrs classes (`_File`, `_Workers`, ...)
+whose field names are the TOML keys. One cattrs converter structures a raw
+mapping into them; its hooks for the constrained types (`_NonNegative`,
+`_QueueName`, ...) raise `_Bad` with today's wording, and the path of every
+failure comes from cattrs' detailed validation, so a problem anywhere reads
+`dotted.key: reason`.
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NewType, TypeVar
 
 import attrs
+import cattrs
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+from cattrs.gen import make_dict_structure_fn
 
 from ..core import FieldError, RequeuePolicy, RetentionPolicy, RetryPolicy, ValidationError
 from ..core.validation import check_name
@@ -94,262 +104,318 @@ ENV = {
 }
 
 
-def _int(errors: list[FieldError], key: str, value: Any, minimum: int = 0) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        errors.append(FieldError(key, f"must be an integer, got {value!r}"))
-        return None
-    if value < minimum:
-        errors.append(FieldError(key, f"must be >= {minimum}, got {value}"))
-        return None
+class _Bad(ValueError):
+    """A value a structure hook rejects; `reason` is the message after the key."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+# The constrained types of the file. Each has one structure hook below; a field's
+# type says which check it gets, so the classes read as the file's schema.
+_NonNegative = NewType("_NonNegative", int)
+_Positive = NewType("_Positive", int)
+_Flag = NewType("_Flag", bool)
+_Provider = NewType("_Provider", str)
+_Strategy = NewType("_Strategy", str)
+_Resolver = NewType("_Resolver", str)
+_Name = NewType("_Name", str)
+_DatabaseUrl = NewType("_DatabaseUrl", str)
+_RedisUrl = NewType("_RedisUrl", str)
+_HandlerSpec = NewType("_HandlerSpec", str)
+_Queues = NewType("_Queues", tuple[str, ...])
+_Handlers = NewType("_Handlers", tuple[str, ...])
+
+_KEEP = RetentionPolicy()
+
+
+@attrs.frozen
+class _Retry:
+    initial_delay_ms: _NonNegative = _NonNegative(1000)
+    max_delay_ms: _NonNegative = _NonNegative(60_000)
+    jitter: _Flag = _Flag(True)
+
+
+@attrs.frozen
+class _Workers:
+    count: _NonNegative = _NonNegative(1)
+    queues: _Queues = _Queues(("default",))
+    poll_interval_ms: _Positive = _Positive(1000)
+    promote_interval_ms: _Positive = _Positive(5000)
+    grace_ms: _NonNegative = _NonNegative(30_000)
+    prefetch: _Positive = _Positive(1)
+    retry: _Retry | None = None
+
+
+@attrs.frozen
+class _Redis:
+    url: _RedisUrl | None = None
+    host: str = "127.0.0.1"
+    port: _Positive = _Positive(6379)
+    db: _NonNegative = _NonNegative(0)
+    prefix: str = "conveyor"
+
+
+@attrs.frozen
+class _Requeue:
+    requeue_delay_ms: _NonNegative = _NonNegative(1000)
+    max_requeue_age_ms: _NonNegative = _NonNegative(300_000)
+    max_requeues: _NonNegative = _NonNegative(10_000)
+
+
+@attrs.frozen
+class _Retention:
+    completed_ms: _NonNegative = _NonNegative(_KEEP.completed_ms)
+    dead_ms: _NonNegative = _NonNegative(_KEEP.dead_ms)
+    max_completed: _NonNegative = _NonNegative(_KEEP.max_completed)
+    max_dead: _NonNegative = _NonNegative(_KEEP.max_dead)
+    prune_interval_ms: _NonNegative = _NonNegative(_KEEP.interval_ms)
+    batch: _Positive = _Positive(_KEEP.batch)
+
+
+@attrs.frozen
+class _Tenancy:
+    strategy: _Strategy = _Strategy("shared")
+    resolver: _Resolver = _Resolver("table")
+    table: _Name = _Name("tenants")
+    id_column: _Name = _Name("id")
+    schema_column: str | None = "schema_name"
+    url: str | None = None
+
+
+@attrs.frozen
+class _File:
+    provider: _Provider = _Provider("db")
+    url: _DatabaseUrl = _DatabaseUrl(DEFAULT_URL)
+    redis: _Redis = _Redis()
+    lease_ms: _Positive = _Positive(60_000)
+    workers: _Workers = _Workers()
+    retry: _Retry | None = None
+    requeue: _Requeue = _Requeue()
+    handlers: _Handlers = _Handlers(())
+    entry_points: _Flag = _Flag(True)
+    tenancy: _Tenancy | None = None
+    max_reclaims: _NonNegative = _NonNegative(3)
+    pool_size: _Positive = _Positive(10)
+    startup_timeout_ms: _NonNegative = _NonNegative(30_000)
+    retention: _Retention = _Retention()
+    auto_migrate: _Flag | None = None
+
+
+def _integer(minimum: int) -> Callable[[Any, Any], int]:
+    def structure(value: Any, _: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Bad(f"must be an integer, got {value!r}")
+        if value < minimum:
+            raise _Bad(f"must be >= {minimum}, got {value}")
+        return value
+
+    return structure
+
+
+def _flag(value: Any, _: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Bad("must be true or false")
     return value
 
 
-def _table(errors: list[FieldError], key: str, value: Any) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        errors.append(FieldError(key, f"must be a table, got {type(value).__name__}"))
-        return {}
+def _string(value: Any, _: Any) -> str:
+    if not isinstance(value, str):
+        raise _Bad(f"must be a string, got {type(value).__name__}")
     return value
 
 
-def _unknown(
-    errors: list[FieldError], prefix: str, table: Mapping[str, Any], known: set[str]
-) -> None:
-    for key in table:
-        if key not in known:
-            errors.append(
-                FieldError(f"{prefix}{key}", f"unknown key; expected one of {sorted(known)}")
-            )
+def _one_of(choices: tuple[str, ...]) -> Callable[[Any, Any], str]:
+    def structure(value: Any, _: Any) -> str:
+        if value not in choices:
+            raise _Bad(f"must be one of {', '.join(choices)}, got {value!r}")
+        return str(value)
+
+    return structure
+
+
+def _name(value: Any, _: Any) -> str:
+    problem = check_name("", value)
+    if problem is not None:
+        raise _Bad(problem.reason)
+    return str(value)
+
+
+def _resolver(value: Any, _: Any) -> str:
+    if not isinstance(value, str) or (value != "table" and value.count(":") != 1):
+        raise _Bad('must be "table" or "package.module:attr"')
+    return value
+
+
+def _database_url(value: Any, _: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise _Bad("must be a database URL such as sqlite:///conveyor.db")
+    return value
+
+
+def _redis_url(value: Any, _: Any) -> str:
+    if not isinstance(value, str) or not value.startswith(("redis://", "rediss://", "unix://")):
+        raise _Bad("must start with redis://, rediss:// or unix://")
+    return value
+
+
+def _handler_spec(value: Any, _: Any) -> str:
+    if not isinstance(value, str) or value.count(":") != 1 or not all(value.split(":")):
+        raise _Bad(f'must look like "package.module:attr", got {value!r}')
+    return value
+
+
+def _list_of(item: Any, reason: str, *, empty: bool) -> Callable[[Any, Any], tuple[str, ...]]:
+    """A TOML array of `item`s: the array's own shape is checked here, each element
+    by `item`'s hook, so a bad element is named by its index."""
+
+    def structure(value: Any, _: Any) -> tuple[str, ...]:
+        if (
+            isinstance(value, str)
+            or not isinstance(value, list | tuple)
+            or (not value and not empty)
+        ):
+            raise _Bad(reason)
+        items: tuple[str, ...] = _converter.structure(value, tuple[item, ...])
+        return items
+
+    return structure
+
+
+_T = TypeVar("_T")
+
+
+def _table_of(cls: type[_T]) -> Callable[[Any, Any], _T]:
+    """A TOML table as `cls`: a missing (None) table takes the defaults, and anything
+    but a table is one problem rather than a cattrs error about `.items()`."""
+    fields = make_dict_structure_fn(cls, _converter, _cattrs_forbid_extra_keys=True)
+
+    def structure(value: Any, _: Any) -> _T:
+        if value is None:
+            value = {}
+        if not isinstance(value, Mapping):
+            raise _Bad(f"must be a table, got {type(value).__name__}")
+        return fields(value, cls)
+
+    return structure
+
+
+_converter = cattrs.Converter(detailed_validation=True, forbid_extra_keys=True)
+for _type, _hook in (
+    (_NonNegative, _integer(0)),
+    (_Positive, _integer(1)),
+    (_Flag, _flag),
+    (str, _string),
+    (_Provider, _one_of(PROVIDERS)),
+    (_Strategy, _one_of(STRATEGIES)),
+    (_Resolver, _resolver),
+    (_Name, _name),
+    (_DatabaseUrl, _database_url),
+    (_RedisUrl, _redis_url),
+    (_HandlerSpec, _handler_spec),
+    (_Queues, _list_of(_Name, "must be a non-empty list of queue names", empty=False)),
+    (
+        _Handlers,
+        _list_of(_HandlerSpec, 'must be a list of "package.module:attr" strings', empty=True),
+    ),
+):
+    _converter.register_structure_hook(_type, _hook)
+for _cls in (_Retry, _Workers, _Redis, _Requeue, _Retention, _Tenancy, _File):
+    _converter.register_structure_hook(_cls, _table_of(_cls))
+
+
+def _problems(exc: BaseException, path: str) -> Iterator[FieldError]:
+    """Each leaf of cattrs' exception tree as `FieldError(dotted.key, reason)`."""
+    if isinstance(exc, ClassValidationError):
+        with_notes, without = exc.group_exceptions()
+        for inner, note in with_notes:
+            yield from _problems(inner, f"{path}.{note.name}" if path else note.name)
+        for inner in without:
+            yield from _problems(inner, path)
+    elif isinstance(exc, IterableValidationError):
+        with_index, rest = exc.group_exceptions()
+        for inner, index_note in with_index:
+            yield from _problems(inner, f"{path}[{index_note.index}]")
+        for inner in rest:
+            yield from _problems(inner, path)
+    elif isinstance(exc, ForbiddenExtraKeysError):
+        known = sorted(field.name for field in attrs.fields(exc.cl))
+        prefix = f"{path}." if path else ""
+        for key in sorted(exc.extra_fields):
+            yield FieldError(f"{prefix}{key}", f"unknown key; expected one of {known}")
+    elif isinstance(exc, _Bad):
+        yield FieldError(path, exc.reason)
+    else:
+        raise exc
+
+
+def _across(raw: Mapping[str, Any]) -> Iterator[FieldError]:
+    """Rules that tie one key to another. A hook sees one value, not its neighbours,
+    and checking the raw mapping lets these join the per-key problems in one report
+    even when some other key is wrong."""
+    provider, url = raw.get("provider", "db"), raw.get("url", DEFAULT_URL)
+    if isinstance(url, str) and url and "://" not in url and provider == "db":
+        # A bare path is the usual slip: say what it should have been.
+        yield FieldError("url", f"{url!r} is not a database URL; a SQLite file is sqlite:///{url}")
+    tenancy = raw.get("tenancy")
+    if isinstance(tenancy, Mapping) and tenancy.get("url") is None and provider != "db":
+        yield FieldError(
+            "tenancy.url", "is required unless provider is 'db' (then the job database is used)"
+        )
 
 
 def parse_config(raw: Mapping[str, Any]) -> Config:
     """Validate a config mapping; raise `ValidationError` naming every bad key."""
     errors: list[FieldError] = []
-    _unknown(
-        errors,
-        "",
-        raw,
-        {
-            "provider",
-            "url",
-            "redis",
-            "lease_ms",
-            "workers",
-            "retry",
-            "requeue",
-            "handlers",
-            "entry_points",
-            "tenancy",
-            "max_reclaims",
-            "pool_size",
-            "startup_timeout_ms",
-            "retention",
-            "auto_migrate",
-        },
-    )
-    provider = raw.get("provider", "db")
-    if provider not in PROVIDERS:
-        errors.append(
-            FieldError("provider", f"must be one of {', '.join(PROVIDERS)}, got {provider!r}")
-        )
-    url = raw.get("url", DEFAULT_URL)
-    if not isinstance(url, str) or not url:
-        errors.append(FieldError("url", "must be a database URL such as sqlite:///conveyor.db"))
-    elif "://" not in url and provider == "db":
-        # A bare path is the usual slip: say what it should have been.
-        errors.append(
-            FieldError("url", f"{url!r} is not a database URL; a SQLite file is sqlite:///{url}")
-        )
-    redis = _table(errors, "redis", raw.get("redis"))
-    _unknown(errors, "redis.", redis, {"url", "host", "port", "db", "prefix"})
-    redis_url = redis.get("url")
-    if redis_url is None:
-        host, port, db = redis.get("host", "127.0.0.1"), redis.get("port", 6379), redis.get("db", 0)
-        _int(errors, "redis.port", port, 1)
-        _int(errors, "redis.db", db)
-        redis_url = f"redis://{host}:{port}/{db}"
-    elif not isinstance(redis_url, str) or not redis_url.startswith(
-        ("redis://", "rediss://", "unix://")
-    ):
-        errors.append(FieldError("redis.url", "must start with redis://, rediss:// or unix://"))
-    prefix = redis.get("prefix", "conveyor")
-    lease = _int(errors, "lease_ms", raw.get("lease_ms", 60_000), 1)
-    max_reclaims = _int(errors, "max_reclaims", raw.get("max_reclaims", 3))
-    pool_size = _int(errors, "pool_size", raw.get("pool_size", 10), 1)
-    startup_timeout = _int(errors, "startup_timeout_ms", raw.get("startup_timeout_ms", 30_000))
-
-    workers = _table(errors, "workers", raw.get("workers"))
-    _unknown(
-        errors,
-        "workers.",
-        workers,
-        {
-            "count",
-            "queues",
-            "poll_interval_ms",
-            "promote_interval_ms",
-            "grace_ms",
-            "retry",
-            "prefetch",
-        },
-    )
-    count = _int(errors, "workers.count", workers.get("count", 1))
-    queues = workers.get("queues", ["default"])
-    if isinstance(queues, str) or not isinstance(queues, list | tuple) or not queues:
-        errors.append(FieldError("workers.queues", "must be a non-empty list of queue names"))
-        queues = ["default"]
-    for i, name in enumerate(queues):
-        problem = check_name(f"workers.queues[{i}]", name)
-        if problem is not None:
-            errors.append(problem)
-    poll = _int(errors, "workers.poll_interval_ms", workers.get("poll_interval_ms", 1000), 1)
-    promote = _int(
-        errors, "workers.promote_interval_ms", workers.get("promote_interval_ms", 5000), 1
-    )
-    grace = _int(errors, "workers.grace_ms", workers.get("grace_ms", 30_000))
-    prefetch = _int(errors, "workers.prefetch", workers.get("prefetch", 1), 1)
-
-    retry_raw = _table(errors, "workers.retry", workers.get("retry", raw.get("retry")))
-    _unknown(errors, "workers.retry.", retry_raw, {"initial_delay_ms", "max_delay_ms", "jitter"})
-    initial = _int(
-        errors, "workers.retry.initial_delay_ms", retry_raw.get("initial_delay_ms", 1000)
-    )
-    max_delay = _int(errors, "workers.retry.max_delay_ms", retry_raw.get("max_delay_ms", 60_000))
-    jitter = retry_raw.get("jitter", True)
-    if not isinstance(jitter, bool):
-        errors.append(FieldError("workers.retry.jitter", "must be true or false"))
-
-    requeue_raw = _table(errors, "requeue", raw.get("requeue"))
-    _unknown(
-        errors, "requeue.", requeue_raw, {"requeue_delay_ms", "max_requeue_age_ms", "max_requeues"}
-    )
-    rq_delay = _int(errors, "requeue.requeue_delay_ms", requeue_raw.get("requeue_delay_ms", 1000))
-    rq_age = _int(
-        errors, "requeue.max_requeue_age_ms", requeue_raw.get("max_requeue_age_ms", 300_000)
-    )
-    rq_max = _int(errors, "requeue.max_requeues", requeue_raw.get("max_requeues", 10_000))
-
-    handlers = raw.get("handlers", [])
-    if isinstance(handlers, str) or not isinstance(handlers, list | tuple):
-        errors.append(FieldError("handlers", 'must be a list of "package.module:attr" strings'))
-        handlers = []
-    for i, spec in enumerate(handlers):
-        if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
-            errors.append(
-                FieldError(f"handlers[{i}]", f'must look like "package.module:attr", got {spec!r}')
-            )
-    auto_migrate = raw.get("auto_migrate")
-    if auto_migrate is not None and not isinstance(auto_migrate, bool):
-        errors.append(FieldError("auto_migrate", "must be true or false"))
-    keep = RetentionPolicy()
-    retention_raw = _table(errors, "retention", raw.get("retention"))
-    _unknown(
-        errors,
-        "retention.",
-        retention_raw,
-        {"completed_ms", "dead_ms", "max_completed", "max_dead", "prune_interval_ms", "batch"},
-    )
-    retention_values = {
-        field: _int(errors, f"retention.{key}", retention_raw.get(key, getattr(keep, field)), low)
-        for key, field, low in (
-            ("completed_ms", "completed_ms", 0),
-            ("dead_ms", "dead_ms", 0),
-            ("max_completed", "max_completed", 0),
-            ("max_dead", "max_dead", 0),
-            ("prune_interval_ms", "interval_ms", 0),
-            ("batch", "batch", 1),
-        )
-    }
-    entry_points = raw.get("entry_points", True)
-    if not isinstance(entry_points, bool):
-        errors.append(FieldError("entry_points", "must be true or false"))
-
-    tenancy = None
-    if raw.get("tenancy") is not None:
-        t = _table(errors, "tenancy", raw.get("tenancy"))
-        _unknown(
-            errors,
-            "tenancy.",
-            t,
-            {"strategy", "resolver", "table", "id_column", "schema_column", "url"},
-        )
-        strategy = t.get("strategy", "shared")
-        if strategy not in STRATEGIES:
-            errors.append(
-                FieldError(
-                    "tenancy.strategy", f"must be one of {', '.join(STRATEGIES)}, got {strategy!r}"
-                )
-            )
-        resolver = t.get("resolver", "table")
-        if not isinstance(resolver, str) or (resolver != "table" and resolver.count(":") != 1):
-            errors.append(
-                FieldError("tenancy.resolver", 'must be "table" or "package.module:attr"')
-            )
-        for key in ("table", "id_column"):
-            if (
-                problem := check_name(
-                    f"tenancy.{key}", t.get(key, "tenants" if key == "table" else "id")
-                )
-            ) is not None:
-                errors.append(problem)
-        tenancy = TenancyConfig(
-            strategy=str(strategy),
-            resolver=str(resolver),
-            table=str(t.get("table", "tenants")),
-            id_column=str(t.get("id_column", "id")),
-            schema_column=t.get("schema_column", "schema_name"),
-            url=t.get("url"),
-        )
-        if tenancy.url is None and provider != "db":
-            errors.append(
-                FieldError(
-                    "tenancy.url",
-                    "is required unless provider is 'db' (then the job database is used)",
-                )
-            )
-
-    if errors:
+    file: _File | None = None
+    try:
+        file = _converter.structure(raw, _File)
+    except (ClassValidationError, _Bad) as exc:
+        errors.extend(_problems(exc, ""))
+    errors.extend(_across(raw))
+    if errors or file is None:
         raise ValidationError(errors)
-    assert None not in (
-        lease,
-        count,
-        poll,
-        promote,
-        grace,
-        initial,
-        max_delay,
-        rq_delay,
-        rq_age,
-        rq_max,
-        max_reclaims,
-        pool_size,
-        startup_timeout,
-    )
+    redis = file.redis
+    retry = file.workers.retry or file.retry or _Retry()
+    workers = file.workers
+    keep = file.retention
+    tenancy = file.tenancy
     return Config(
-        provider=provider,
-        url=url,
-        redis_url=str(redis_url),
-        redis_prefix=str(prefix),
-        lease_ms=lease,  # type: ignore[arg-type]
+        provider=file.provider,
+        url=file.url,
+        redis_url=redis.url or f"redis://{redis.host}:{redis.port}/{redis.db}",
+        redis_prefix=redis.prefix,
+        lease_ms=file.lease_ms,
         workers=WorkersConfig(
-            count=count,  # type: ignore[arg-type]
-            queues=tuple(queues),
-            poll_interval_ms=poll,  # type: ignore[arg-type]
-            promote_interval_ms=promote,  # type: ignore[arg-type]
-            grace_ms=grace,  # type: ignore[arg-type]
-            prefetch=prefetch,  # type: ignore[arg-type]
+            count=workers.count,
+            queues=workers.queues,
+            poll_interval_ms=workers.poll_interval_ms,
+            promote_interval_ms=workers.promote_interval_ms,
+            grace_ms=workers.grace_ms,
+            prefetch=workers.prefetch,
         ),
-        retry=RetryPolicy(initial, max_delay, jitter),  # type: ignore[arg-type]
-        requeue=RequeuePolicy(rq_delay, rq_age, rq_max),  # type: ignore[arg-type]
-        handlers=tuple(handlers),
-        entry_points=entry_points,
-        tenancy=tenancy,
-        max_reclaims=max_reclaims,  # type: ignore[arg-type]
-        pool_size=pool_size,  # type: ignore[arg-type]
-        startup_timeout_ms=startup_timeout,  # type: ignore[arg-type]
-        retention=RetentionPolicy(**retention_values),  # type: ignore[arg-type]
-        auto_migrate=auto_migrate,
+        retry=RetryPolicy(retry.initial_delay_ms, retry.max_delay_ms, retry.jitter),
+        requeue=RequeuePolicy(
+            file.requeue.requeue_delay_ms,
+            file.requeue.max_requeue_age_ms,
+            file.requeue.max_requeues,
+        ),
+        handlers=file.handlers,
+        entry_points=file.entry_points,
+        tenancy=None if tenancy is None else TenancyConfig(**attrs.asdict(tenancy)),
+        max_reclaims=file.max_reclaims,
+        pool_size=file.pool_size,
+        startup_timeout_ms=file.startup_timeout_ms,
+        retention=RetentionPolicy(
+            completed_ms=keep.completed_ms,
+            dead_ms=keep.dead_ms,
+            max_completed=keep.max_completed,
+            max_dead=keep.max_dead,
+            interval_ms=keep.prune_interval_ms,
+            batch=keep.batch,
+        ),
+        auto_migrate=file.auto_migrate,
     )
 
 

@@ -27,7 +27,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from ..core import ErrorInfo, Job, JobStatus
+from ..core import PRIORITY_ORDER, ErrorInfo, Job, JobStatus
+from .ports import PriorityCounts, QueueCounts
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -41,8 +42,33 @@ DURATION_BUCKETS = (
 )  # fmt: skip
 
 
+#: The label a figure carries when the backend does not split it by priority.
+UNSPLIT = ""
+
+_STATES = ("ready", "scheduled", "in_flight")
+
+
+def _by_priority(counts: QueueCounts, state: str) -> list[tuple[str, int]]:
+    """(priority label, figure) pairs for one state of one queue, adding up to its total.
+
+    Each priority gets a series when the backend split this state; whatever it did not
+    split (Redis' scheduled and in-flight sets, an adapter that leaves `by_priority`
+    empty) goes to one series whose priority is empty.
+    """
+    total: int = getattr(counts, state)
+    split: list[int | None] = [getattr(c, state) for c in counts.by_priority.values()]
+    if None in split or (total and not split):
+        return [(UNSPLIT, total)]
+    zero = PriorityCounts(0, 0, 0)
+    pairs = [
+        (p.value, int(getattr(counts.by_priority.get(p, zero), state))) for p in PRIORITY_ORDER
+    ]
+    rest = total - sum(n for _, n in pairs)
+    return [*pairs, (UNSPLIT, rest)] if rest else pairs
+
+
 class _Depth(Collector):
-    """Queue depth, in flight and oldest ready age, read from the queue at each scrape."""
+    """Queue depth by priority, in flight and oldest ready age, read at each scrape."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
@@ -51,13 +77,15 @@ class _Depth(Collector):
         return (
             GaugeMetricFamily(
                 "conveyor_queue_depth",
-                "Jobs waiting in a queue: ready (due, unclaimed) or scheduled (parked until due).",
-                labels=["queue", "state"],
+                "Jobs waiting in a queue, per priority: ready (due, unclaimed) or scheduled "
+                '(parked until due); priority="" where the backend does not split a figure.',
+                labels=["queue", "priority", "state"],
             ),
             GaugeMetricFamily(
                 "conveyor_jobs_in_flight",
-                "Jobs of a queue claimed by a worker and not yet finished.",
-                labels=["queue"],
+                "Jobs of a queue claimed by a worker and not yet finished, per priority; "
+                'priority="" where the backend does not split them.',
+                labels=["queue", "priority"],
             ),
             GaugeMetricFamily(
                 "conveyor_queue_oldest_ready_age_seconds",
@@ -82,13 +110,15 @@ class _Depth(Collector):
         depth, in_flight, oldest = self._families()
         # Configured queues show zeros when empty, so an alert on them has a series.
         for name in sorted(set(counts) | set(runtime.config.workers.queues)):
-            c = counts.get(name)
-            ready = c.ready if c else 0
-            depth.add_metric([name, "ready"], ready)
-            depth.add_metric([name, "scheduled"], c.scheduled if c else 0)
-            in_flight.add_metric([name], c.in_flight if c else 0)
-            due = c.oldest_ready_at if c else None
-            age = (now - due).total_seconds() if due is not None and ready else 0.0
+            c = counts.get(name) or QueueCounts()
+            for state in _STATES:
+                for priority, n in _by_priority(c, state):
+                    if state == "in_flight":
+                        in_flight.add_metric([name, priority], n)
+                    else:
+                        depth.add_metric([name, priority, state], n)
+            due = c.oldest_ready_at
+            age = (now - due).total_seconds() if due is not None and c.ready else 0.0
             oldest.add_metric([name], max(0.0, age))
         yield from (depth, in_flight, oldest)
 

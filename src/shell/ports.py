@@ -14,12 +14,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
 import attrs
 
-from ..core import Job, JobStatus, PruneOrder
+from ..core import PRIORITY_ORDER, Job, JobStatus, Priority, PruneOrder
 
 
 @attrs.frozen(slots=True)
@@ -71,13 +72,39 @@ class BadClaim:
 
 
 @attrs.frozen(slots=True)
+class PriorityCounts:
+    """The jobs of one priority in one queue. `scheduled` or `in_flight` is None where
+    the backend cannot split that figure by priority within the same bounded read
+    (Redis keeps its scheduled and in-flight sets per queue only)."""
+
+    ready: int = 0
+    scheduled: int | None = 0
+    in_flight: int | None = 0
+
+
+def _priority_map(
+    value: Mapping[Priority, PriorityCounts],
+) -> Mapping[Priority, PriorityCounts]:
+    # Read-only, in claim order (critical first), whatever order the backend read it in.
+    return MappingProxyType({p: value[p] for p in PRIORITY_ORDER if p in value})
+
+
+@attrs.frozen(slots=True)
 class QueueCounts:
-    """Read-only figures for one queue, for `conveyor status`."""
+    """Read-only figures for one queue, for `conveyor status` and the metrics.
+
+    `by_priority` splits them per priority, for each priority that holds a job the
+    backend counted (so an empty queue has an empty mapping); it comes from the same
+    read as the totals. An adapter that does not split leaves it empty.
+    """
 
     ready: int = 0
     scheduled: int = 0
     in_flight: int = 0
     oldest_ready_at: datetime | None = None
+    by_priority: Mapping[Priority, PriorityCounts] = attrs.field(
+        factory=dict, converter=_priority_map, hash=False
+    )
 
 
 class Place(enum.Enum):

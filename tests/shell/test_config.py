@@ -115,3 +115,80 @@ def test_a_bare_file_path_as_url_says_how_to_write_it() -> None:
         load_config({"provider": "db", "url": "jobs.db"})
     assert info.value.fields == ("url",)
     assert "sqlite:///jobs.db" in str(info.value)
+
+
+def test_a_wrong_type_deep_in_a_table_names_its_full_dotted_key() -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_config({"workers": {"retry": {"initial_delay_ms": "soon"}}})
+    assert str(info.value) == "workers.retry.initial_delay_ms: must be an integer, got 'soon'"
+
+
+def test_an_unknown_key_deep_in_a_table_is_named_with_the_known_keys() -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_config({"workers": {"retry": {"jiter": False}}})
+    assert info.value.fields == ("workers.retry.jiter",)
+    assert "['initial_delay_ms', 'jitter', 'max_delay_ms']" in str(info.value)
+
+
+def test_several_problems_in_several_tables_are_each_reported_in_one_line() -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_config(
+            {
+                "wrokers": {},
+                "lease_ms": "long",
+                "workers": {"queues": ["a", "b c", 3], "retry": {"jitter": "yes"}},
+                "retention": {"batch": 0},
+                "tenancy": {"strategy": "pooled", "table": ""},
+            }
+        )
+    assert set(info.value.fields) == {
+        "wrokers",
+        "lease_ms",
+        "workers.queues[1]",
+        "workers.queues[2]",
+        "workers.retry.jitter",
+        "retention.batch",
+        "tenancy.strategy",
+        "tenancy.table",
+    }
+    assert all("\n" not in str(error) for error in info.value.errors)
+
+
+def test_a_section_that_is_not_a_table_is_named() -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_config({"tenancy": ["shared"]})
+    assert str(info.value) == "tenancy: must be a table, got list"
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"redis": {"host": 10}}, "redis.host"),
+        ({"redis": {"prefix": 1}}, "redis.prefix"),
+        ({"tenancy": {"schema_column": False}}, "tenancy.schema_column"),
+        ({"tenancy": {"url": 5}}, "tenancy.url"),
+    ],
+)
+def test_a_text_key_that_is_not_a_string_is_named(raw: dict, field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_config(raw)
+    assert info.value.fields == (field,)
+    assert "must be a string, got" in str(info.value)
+
+
+def test_a_key_tied_to_another_is_reported_with_the_other_problems() -> None:
+    assert set(_fields({"provider": "memory", "tenancy": {}, "lease_ms": 0})) == {
+        "tenancy.url",
+        "lease_ms",
+    }
+
+
+def test_workers_retry_wins_over_the_top_level_retry_table() -> None:
+    cfg = parse_config({"retry": {"max_delay_ms": 5}, "workers": {"retry": {"max_delay_ms": 7}}})
+    assert cfg.retry.max_delay_ms == 7
+    assert parse_config({"retry": {"max_delay_ms": 5}}).retry.max_delay_ms == 5
+
+
+def test_redis_host_port_and_db_make_the_url() -> None:
+    cfg = parse_config({"redis": {"host": "cache", "port": 7000, "db": 2, "prefix": "app"}})
+    assert (cfg.redis_url, cfg.redis_prefix) == ("redis://cache:7000/2", "app")

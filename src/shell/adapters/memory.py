@@ -21,7 +21,15 @@ from uuid import UUID
 import attrs
 
 from ...core import PRIORITY_ORDER, Job, JobStatus, Priority, PruneOrder, promotion_key
-from ..ports import BadClaim, Claim, Place, QueueCounts, QueuedJob, prefetch_token
+from ..ports import (
+    BadClaim,
+    Claim,
+    Place,
+    PriorityCounts,
+    QueueCounts,
+    QueuedJob,
+    prefetch_token,
+)
 
 #: At most this many due jobs are promoted by one claim.
 PROMOTE_PER_CLAIM = 100
@@ -281,14 +289,27 @@ class MemoryJobQueue:
             parked = [job for _, job in self._scheduled.values()]
             names = set(self._ready) | {j.queue for j in parked}
             names |= {e.job.queue for e in self._in_flight.values()}
+            running = [e.job for e in self._in_flight.values()]
             out: dict[str, QueueCounts] = {}
             for name in sorted(names):
                 ready = [job for lane in self._ready.get(name, {}).values() for _, job in lane]
+                mine = [j for j in parked if j.queue == name]
+                held = [j for j in running if j.queue == name]
+                by_priority = {
+                    p: PriorityCounts(
+                        sum(1 for j in ready if j.priority is p),
+                        sum(1 for j in mine if j.priority is p),
+                        sum(1 for j in held if j.priority is p),
+                    )
+                    for p in PRIORITY_ORDER
+                    if any(j.priority is p for j in (*ready, *mine, *held))
+                }
                 out[name] = QueueCounts(
                     ready=len(ready),
-                    scheduled=sum(1 for j in parked if j.queue == name),
-                    in_flight=sum(1 for e in self._in_flight.values() if e.job.queue == name),
+                    scheduled=len(mine),
+                    in_flight=len(held),
                     oldest_ready_at=min((j.run_at for j in ready), default=None),
+                    by_priority=by_priority,
                 )
             return out
 

@@ -53,7 +53,15 @@ from returns.result import Failure, Success
 from ...core import PRIORITY_ORDER, Job, JobStatus, Priority, PruneOrder, ValidationError
 from ..codec import decode, encode
 from ..lookup import queued_entry
-from ..ports import BadClaim, Claim, Place, QueueCounts, QueuedJob, prefetch_token
+from ..ports import (
+    BadClaim,
+    Claim,
+    Place,
+    PriorityCounts,
+    QueueCounts,
+    QueuedJob,
+    prefetch_token,
+)
 
 log = logging.getLogger("conveyor.redis")
 
@@ -484,15 +492,22 @@ class RedisJobQueue:
         return _EPOCH + timedelta(seconds=int(seconds), microseconds=int(micros))
 
     def counts(self, now: datetime) -> Mapping[str, QueueCounts]:
-        """Ready, scheduled and in-flight figures per known queue, from one snapshot."""
+        """Ready, scheduled and in-flight figures per known queue, from one snapshot.
+        Ready is split by priority (one list each); scheduled and in flight are not
+        (`None` per priority): their sets hold ids, and the priority is in each hash."""
         out: dict[str, QueueCounts] = {}
-        for name, ready, scheduled, in_flight, oldest_us in self._run(self._counts):
+        for name, ready, scheduled, in_flight, oldest_us, lanes in self._run(self._counts):
             oldest = None if oldest_us is None else _EPOCH + int(float(_text(oldest_us))) * _US
             out[_text(name)] = QueueCounts(
                 ready=int(ready),
                 scheduled=int(scheduled),
                 in_flight=int(in_flight),
                 oldest_ready_at=oldest,
+                by_priority={
+                    p: PriorityCounts(int(n), None, None)
+                    for p, n in zip(PRIORITY_ORDER, lanes, strict=True)
+                    if int(n)
+                },
             )
         return dict(sorted(out.items()))
 

@@ -39,7 +39,7 @@ from returns.result import Success
 from sqlalchemy import ColumnElement, Connection, Engine, Row, case, func, null, select, update
 from sqlalchemy.exc import DBAPIError
 
-from ...core import Job, JobStatus, ValidationError
+from ...core import Job, JobStatus, Priority, ValidationError
 from ..codec import decode, encode
 from ..lookup import queued_entry
 from ..ports import (
@@ -47,6 +47,7 @@ from ..ports import (
     BadClaim,
     Claim,
     Place,
+    PriorityCounts,
     QueueCounts,
     QueuedJob,
     is_prefetched,
@@ -496,9 +497,9 @@ class SqlJobQueue:
         ]
 
     def counts(self, now: datetime) -> Mapping[str, QueueCounts]:
-        """Ready, scheduled and in-flight rows per queue, and the oldest ready `run_at`,
-        in one GROUP BY. A due job counts as scheduled until a claim or `promote_due`
-        moves it, so `now` changes nothing here."""
+        """Ready, scheduled and in-flight rows per queue and priority, and the oldest
+        ready `run_at`, in one GROUP BY folded per queue. A due job counts as scheduled
+        until a claim or `promote_due` moves it, so `now` changes nothing here."""
         t = self._t
 
         def tally(status: str) -> ColumnElement[Any]:
@@ -507,24 +508,20 @@ class SqlJobQueue:
         stmt = (
             select(
                 t.c.queue,
+                t.c.priority,
                 tally(READY),
                 tally(SCHEDULED),
                 tally(PROCESSING),
                 func.min(case((t.c.status == READY, t.c.run_at), else_=null())),
             )
-            .group_by(t.c.queue)
-            .order_by(t.c.queue)
+            .group_by(t.c.queue, t.c.priority)
+            .order_by(t.c.queue, t.c.priority)
         )
         rows = self._db.run(lambda conn: conn.execute(stmt).all(), write=False)
-        return {
-            str(name): QueueCounts(
-                ready=int(ready or 0),
-                scheduled=int(scheduled or 0),
-                in_flight=int(in_flight or 0),
-                oldest_ready_at=None if oldest is None else from_micros(int(oldest)),
-            )
-            for name, ready, scheduled, in_flight, oldest in rows
-        }
+        groups: dict[str, list[tuple[Any, ...]]] = {}
+        for row in rows:
+            groups.setdefault(str(row[0]), []).append(tuple(row))
+        return {name: _fold_counts(group) for name, group in groups.items()}
 
     # --- lookup (read-only, without the write lock) ---------------------------------------
 
@@ -637,3 +634,28 @@ def _as_claim(
         reason = f"payload names job {job.id}, but the row is {job_id}"
         return BadClaim(job_id, token, queue, payload, reason, locked_at)
     return Claim(job=job, token=token, queue=queue, locked_at=locked_at)
+
+
+_BY_RANK = {p.rank: p for p in Priority}
+_NONE = PriorityCounts(0, 0, 0)
+
+
+def _fold_counts(rows: Sequence[tuple[Any, ...]]) -> QueueCounts:
+    """One queue's figures from its (queue, priority, ready, scheduled, in flight,
+    oldest ready) rows."""
+    by_priority: dict[Priority, PriorityCounts] = {}
+    oldest: list[int] = []
+    for _, rank, ready, scheduled, in_flight, first in rows:
+        figures = PriorityCounts(int(ready or 0), int(scheduled or 0), int(in_flight or 0))
+        if figures != _NONE:
+            by_priority[_BY_RANK[int(rank)]] = figures
+        if first is not None:
+            oldest.append(int(first))
+    split = by_priority.values()
+    return QueueCounts(
+        ready=sum(c.ready for c in split),
+        scheduled=sum(c.scheduled or 0 for c in split),
+        in_flight=sum(c.in_flight or 0 for c in split),
+        oldest_ready_at=from_micros(min(oldest)) if oldest else None,
+        by_priority=by_priority,
+    )
