@@ -233,7 +233,13 @@ def _register(client: redis.Redis, *names: str) -> _Script:
     return cast(_Script, client.register_script(_source(*names)))
 
 
-def _client_for(client_or_url: redis.Redis | str) -> tuple[redis.Redis, bool]:
+def _client_for(
+    client_or_url: redis.Redis | str, retry_budget_s: float = 0.0
+) -> tuple[redis.Redis, bool]:
+    """The client to use and whether this adapter owns (and closes) it; the retry
+    budget is checked here, once for the queue and the store alike."""
+    if retry_budget_s < 0:
+        raise ValueError("retry_budget_s must be >= 0")
     if isinstance(client_or_url, str):
         return connect(client_or_url), True
     if client_or_url.get_encoder().decode_responses:
@@ -262,9 +268,7 @@ class RedisJobQueue:
         *,
         retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
     ) -> None:
-        if retry_budget_s < 0:
-            raise ValueError("retry_budget_s must be >= 0")
-        self._client, self._owned = _client_for(client_or_url)
+        self._client, self._owned = _client_for(client_or_url, retry_budget_s)
         self.keys = RedisKeys.for_prefix(prefix)
         self.retry_budget_s = retry_budget_s
         # A claim's receipt must outlive every re-send of it; with no retries there is
@@ -673,9 +677,7 @@ class RedisJobStore:
         *,
         retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
     ) -> None:
-        if retry_budget_s < 0:
-            raise ValueError("retry_budget_s must be >= 0")
-        self._client, self._owned = _client_for(client_or_url)
+        self._client, self._owned = _client_for(client_or_url, retry_budget_s)
         self.keys = RedisKeys.for_prefix(prefix)
         self.retry_budget_s = retry_budget_s
         self._anchor = [self.keys.history()]
