@@ -191,6 +191,10 @@ def _make_tenancy(config: Config) -> TenantScope | None:
     return TenantScope(engine, resolver, strategy)
 
 
+#: The keyword options every enqueue method takes (`Runtime.enqueue` documents them).
+ENQUEUE_OPTIONS = frozenset({"queue", "priority", "max_retries", "run_at", "delay", "tenant_id"})
+
+
 class Runtime:
     """A configured Conveyor: enqueue, run workers, drain, report."""
 
@@ -245,7 +249,15 @@ class Runtime:
     ) -> Job:
         """Validate and enqueue a job; raises `ValidationError` naming bad fields.
         `delay` may be a timedelta or seconds."""
-        job = self._new_job(job_type, args, queue, priority, max_retries, run_at, delay, tenant_id)
+        options = dict(
+            queue=queue,
+            priority=priority,
+            max_retries=max_retries,
+            run_at=run_at,
+            delay=delay,
+            tenant_id=tenant_id,
+        )
+        job = self._new_job(job_type, args, options)
         self._warn_if_unpolled(job.queue)
         self._warn_if_unknown_type(job.job_type)
         with self._sending([job]) as (job,):
@@ -261,29 +273,7 @@ class Runtime:
     ) -> list[Job]:
         """Validate and enqueue one job per args mapping, in one round trip; all are
         checked before any is written. `options` are `enqueue`'s keyword options."""
-        jobs = [
-            self._new_job(
-                job_type,
-                args,
-                options.get("queue", "default"),
-                options.get("priority", Priority.NORMAL),
-                options.get("max_retries", 3),
-                options.get("run_at"),
-                options.get("delay"),
-                options.get("tenant_id"),
-            )
-            for args in args_list
-        ]
-        unknown = set(options) - {
-            "queue",
-            "priority",
-            "max_retries",
-            "run_at",
-            "delay",
-            "tenant_id",
-        }
-        if unknown:
-            raise TypeError(f"unexpected options: {sorted(unknown)}")
+        jobs = [self._new_job(job_type, args, options) for args in args_list]
         if jobs:
             self._warn_if_unpolled(jobs[0].queue)
             for job_type in {j.job_type for j in jobs}:
@@ -303,18 +293,7 @@ class Runtime:
                 "provider",
                 f"{self.config.provider!r} cannot enqueue in a transaction; use provider 'db'",
             )
-        job = self._new_job(
-            job_type,
-            args,
-            options.pop("queue", "default"),
-            options.pop("priority", Priority.NORMAL),
-            options.pop("max_retries", 3),
-            options.pop("run_at", None),
-            options.pop("delay", None),
-            options.pop("tenant_id", None),
-        )
-        if options:
-            raise TypeError(f"unexpected options: {sorted(options)}")
+        job = self._new_job(job_type, args, options)
         self._warn_if_unpolled(job.queue)
         self._warn_if_unknown_type(job.job_type)
         with self._sending([job]) as (job,):
@@ -328,27 +307,19 @@ class Runtime:
         return self.tracer.send(jobs)
 
     def _new_job(
-        self,
-        job_type: str,
-        args: Mapping[str, Any] | None,
-        queue: str,
-        priority: Priority | str,
-        max_retries: int,
-        run_at: datetime | None,
-        delay: timedelta | float | None,
-        tenant_id: str | None,
+        self, job_type: str, args: Mapping[str, Any] | None, options: Mapping[str, Any]
     ) -> Job:
+        """A validated new job; `options` are `enqueue`'s keyword options (the one
+        list of them is `ENQUEUE_OPTIONS`)."""
+        unknown = set(options) - ENQUEUE_OPTIONS
+        if unknown:
+            raise TypeError(f"unexpected options: {sorted(unknown)}")
         result = create_job(
             id=uuid.uuid4(),
             job_type=job_type,
             args=args,
             now=self.clock.now(),
-            queue=queue,
-            priority=priority,
-            max_retries=max_retries,
-            run_at=run_at,
-            delay=delay,
-            tenant_id=tenant_id,
+            **options,
         )
         match result:
             case Success(job):
