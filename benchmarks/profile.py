@@ -1,7 +1,7 @@
 """Where a Conveyor worker's time goes, per job, on each backend.
 
-    python -m benchmarks.profile                # default config, every backend
-    python -m benchmarks.profile --prefetch 100 # batched claims
+    python -m benchmarks.profile                # default config (prefetch "auto"), every backend
+    python -m benchmarks.profile --prefetch 1   # one job per claim
     python -m benchmarks.profile --ref HEAD     # the package as committed
 
 Queues N no-op jobs, then runs the real worker loop (`Runtime.drain`, which builds
@@ -109,18 +109,17 @@ def _queue(inst: ConveyorInstance, n: int) -> None:
     inst.fill(n)
 
 
-def _runtime(inst: ConveyorInstance, prefetch: int) -> Any:
+def _runtime(inst: ConveyorInstance, prefetch: int | str) -> Any:
     config = {**inst.config, "workers": {**inst.config["workers"]}}
-    if prefetch > 1:
-        config["workers"]["prefetch"] = prefetch
+    config["workers"]["prefetch"] = prefetch
     if inst.backend == "memory":
         return inst.rt  # the queued jobs live in this runtime
     return workers.conveyor_runtime(config, workers.plain_noop)
 
 
-def profile_backend(env: Env, backend: str, n: int, prefetch: int) -> dict[str, Any]:
+def profile_backend(env: Env, backend: str, n: int, prefetch: int | str) -> dict[str, Any]:
     inst = ConveyorInstance(env, f"profile-{backend}", backend, handler=workers.plain_noop)
-    if backend == "memory" and prefetch > 1:
+    if backend == "memory":
         inst.close()
         inst.config["workers"]["prefetch"] = prefetch
         inst.open()
@@ -191,7 +190,7 @@ def _short(file: str) -> str:
     return file
 
 
-def render(results: list[dict[str, Any]], prefetch: int, n: int, info: dict[str, Any]) -> str:
+def render(results: list[dict[str, Any]], prefetch: int | str, n: int, info: dict[str, Any]) -> str:
     lines = [
         f"# Conveyor worker profile (prefetch {prefetch}, {n:,} no-op jobs per backend)",
         "",
@@ -236,7 +235,12 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--jobs", type=int, default=2000)
-    parser.add_argument("--prefetch", type=int, default=1)
+    parser.add_argument(
+        "--prefetch",
+        type=lambda v: v if v == "auto" else int(v),
+        default="auto",
+        help='workers.prefetch: "auto" (the default) or a number',
+    )
     parser.add_argument(
         "--backends", nargs="*", default=["memory", "sqlite", "postgresql", "redis"]
     )
@@ -258,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     finally:
         env.cleanup()
-    name = "profile.md" if args.prefetch == 1 else f"profile-prefetch{args.prefetch}.md"
+    name = "profile.md" if args.prefetch == "auto" else f"profile-prefetch{args.prefetch}.md"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / name).write_text(render(results, args.prefetch, args.jobs, info))
     print(f"wrote {args.out / name}")

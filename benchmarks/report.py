@@ -515,6 +515,9 @@ def chart(result: dict[str, Any], path: Path) -> bool:
 
 
 def _bars(ax: Any, v: View, names: list[str], figure: str, title: str) -> None:
+    if not names:  # a run without this phase
+        ax.set_axis_off()
+        return
     ys = list(range(len(names)))[::-1]
     med = [v.figures[n][figure]["median"] for n in names]
     lo = [m - v.figures[n][figure]["min"] for n, m in zip(names, med, strict=True)]

@@ -50,7 +50,9 @@ class Sizes:
     timeout_s: float
 
 
-FULL = Sizes(3, 4000, 150, 1000, 100_000, 1000, 1.0, 180.0)
+# 20,000 jobs per throughput figure: enough that a peer's start-up or a one-off
+# stall of a second does not decide its rate.
+FULL = Sizes(3, 20_000, 150, 1000, 100_000, 1000, 1.0, 300.0)
 QUICK = Sizes(1, 500, 25, 500, 5000, 500, 0.4, 60.0)
 LATENCY_INTERVAL_S = 0.02
 IDLE_BEFORE_LATENCY_S = 0.3
@@ -59,8 +61,15 @@ IDLE_BEFORE_LATENCY_S = 0.3
 class Bench:
     """One run: collects raw samples as `(round, system, figure) -> value`."""
 
-    def __init__(self, env: Env, sizes: Sizes, systems: list[System]) -> None:
+    def __init__(
+        self,
+        env: Env,
+        sizes: Sizes,
+        systems: list[System],
+        phases: list[str] | None = None,
+    ) -> None:
         self.env, self.sizes, self.systems = env, sizes, systems
+        self.phases = phases or ["throughput", "latency", "depth"]
         self.samples: list[dict[str, Any]] = []
         self.notes: dict[str, list[str]] = {}
         self.round = 0
@@ -286,10 +295,12 @@ class Bench:
             for key, value in measured.items():
                 self.add("limit", key, value)
             self.log("limits " + ", ".join(f"{k} {v:,.0f}" for k, v in measured.items()))
-            for phase in ("throughput", "latency", "depth"):
+            for phase in self.phases:
                 for s in self.systems:
                     if phase not in s.phases:
                         continue
+                    # The load average beside each figure: a busy minute shows.
+                    self.add(s.name, f"load_1min_{phase}", os.getloadavg()[0])
                     try:
                         if phase == "throughput":
                             self.throughput(s)
@@ -327,6 +338,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run with small sizes")
     parser.add_argument("--only", nargs="*", help="run only these systems (by name)")
     parser.add_argument("--rounds", type=int, help="override the number of rounds")
+    parser.add_argument("--jobs", type=int, help="override the jobs per throughput figure")
+    parser.add_argument(
+        "--phases", nargs="*", choices=["throughput", "latency", "depth"], help="run only these"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     parser.add_argument(
         "--update-docs", action="store_true", help="rewrite the report block in docs/performance.md"
@@ -350,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = QUICK if args.quick else FULL
     if args.rounds:
         sizes = attrs.evolve(sizes, rounds=args.rounds)
+    if args.jobs:
+        sizes = attrs.evolve(sizes, jobs=args.jobs)
     started = time.time()
     print(f"conveyor benchmark ({'quick' if args.quick else 'full'}): {sizes}", flush=True)
     env = Env()
@@ -361,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, problem in env.problems.items():
             print(f"!! {name} cannot run here: {problem}", flush=True)
         pg_limit = limits.PgLimit(env)
-        bench = Bench(env, sizes, systems)
+        bench = Bench(env, sizes, systems, phases=args.phases)
         bench.run(pg_limit)
         result = {
             "meta": {

@@ -3,12 +3,13 @@ Not part of the test run.
 
     python -m benchmarks.storage --backend sqlite                 # 100 000 jobs
     python -m benchmarks.storage --backend postgresql --jobs 20000
+    python -m benchmarks.storage --backend postgresql --autovacuum-naptime 5
     python -m benchmarks.storage --backend redis --retention-ms 2000
 
 It runs `--jobs` no-op jobs (enqueued `--batch` at a time, then drained) through a
 fresh store with a short retention (`--retention-ms` for completed and dead records,
-workers pruning every `--interval-ms`), and prints the storage before the run, after
-it (workers pruned as they went) and after a final `Runtime.prune`:
+workers pruning every `--interval-ms`), and prints the storage before the run, every tenth
+of the way, after it (workers pruned as they went) and after a final `Runtime.prune`:
 
 * SQLite: the file size, and the bytes in use (pages minus the freelist; deleted
   rows leave free pages that later writes reuse, so the file itself shrinks only on
@@ -53,7 +54,7 @@ def _sqlite(folder: Path) -> tuple[dict[str, Any], Measure]:
     return {"provider": "db", "url": f"sqlite:///{path}"}, measure
 
 
-def _postgresql() -> tuple[dict[str, Any], Measure]:
+def _postgresql(naptime_s: int | None) -> tuple[dict[str, Any], Measure]:
     import sqlalchemy as sa
     from conveyor.shell.adapters.sql_schema import create_tables
     from conveyor.testing.postgres_server import fresh_database
@@ -61,6 +62,14 @@ def _postgresql() -> tuple[dict[str, Any], Measure]:
     url = fresh_database(prefix="conveyor_storage")
     engine = sa.create_engine(url)
     create_tables(engine)
+    with engine.connect() as conn:
+        if naptime_s is not None:  # a server-wide setting: needs a superuser
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.exec_driver_sql(f"ALTER SYSTEM SET autovacuum_naptime = '{naptime_s}s'")
+            conn.exec_driver_sql("SELECT pg_reload_conf()")
+            time.sleep(0.5)
+        naptime = conn.exec_driver_sql("SHOW autovacuum_naptime").scalar()
+    print(f"  autovacuum_naptime = {naptime}")
 
     def measure() -> dict[str, int]:
         out = {}
@@ -99,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=1000)
     p.add_argument("--retention-ms", type=int, default=1000)
     p.add_argument("--interval-ms", type=int, default=1000)
+    p.add_argument(
+        "--autovacuum-naptime",
+        type=int,
+        default=None,
+        metavar="S",
+        help="PostgreSQL: set the server's autovacuum_naptime (seconds) first",
+    )
     args = p.parse_args(argv)
 
     folder = Path(tempfile.mkdtemp(prefix="conveyor-storage-"))
@@ -106,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.backend == "sqlite":
             backend, measure = _sqlite(folder)
         elif args.backend == "postgresql":
-            backend, measure = _postgresql()
+            backend, measure = _postgresql(args.autovacuum_naptime)
         else:
             backend, measure = _redis()
         config = {
@@ -124,10 +140,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.backend}: {args.jobs} jobs, retention {args.retention_ms} ms")
             print(f"  before:        {measure()}")
             began = time.monotonic()
+            # Ten readings along the way: flat means the later ones stop growing.
+            every = max(args.batch, args.jobs // 10)
             for start in range(0, args.jobs, args.batch):
                 count = min(args.batch, args.jobs - start)
                 runtime.enqueue_many("noop", [{"i": start + i} for i in range(count)])
                 runtime.drain()
+                done = start + count
+                if done % every == 0 and done < args.jobs:
+                    print(f"  after {done:>7} jobs: {measure()}")
             print(f"  after the run: {measure()}  ({time.monotonic() - began:.1f} s)")
             time.sleep(args.retention_ms / 1000)
             gone = runtime.prune()

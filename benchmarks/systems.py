@@ -254,6 +254,10 @@ class ConveyorInstance(Instance):
             url, self.redis_db = env.redis_url()
             self.config = {"provider": "redis", "redis": {"url": url}}
         self.config["workers"] = {"queues": [workers.QUEUE]}
+        if backend == "postgresql":
+            from conveyor.shell.migrate import migrate
+
+            migrate(self.config, env={})  # once per database, as a deploy runs it
         self.open()
         if hasattr(self.rt, "enqueue_many"):
             self.bulk_label = "Runtime.enqueue_many, 1,000 per call"
@@ -415,14 +419,14 @@ class PgqueuerInstance(Instance):
         self.open()
 
     async def _install(self) -> None:
-        import psycopg
-        from pgqueuer import PsycopgDriver
+        import asyncpg
+        from pgqueuer.db import AsyncpgDriver
         from pgqueuer.queries import Queries
 
         assert self.conninfo is not None
-        conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+        conn = await asyncpg.connect(**workers.asyncpg_params(self.conninfo))
         try:
-            await Queries(PsycopgDriver(conn)).install()
+            await Queries(AsyncpgDriver(conn)).install()
         finally:
             await conn.close()
 
@@ -535,6 +539,16 @@ def catalogue() -> list[System]:
             "huey-sqlite",
             huey("sqlite"),
             {"threads": 1},
+        ),
+        System(
+            "huey-sqlite-4t",
+            "Huey",
+            "sqlite",
+            "4 threads",
+            "huey-sqlite",
+            huey("sqlite"),
+            {"threads": 4},
+            THROUGHPUT_ONLY,
         ),
         System(
             "dramatiq-redis",

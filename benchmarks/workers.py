@@ -156,18 +156,47 @@ def _procrastinate(spec: dict[str, Any]) -> Callable[[], None]:
 # ---- pgqueuer ----------------------------------------------------------------------
 
 
+def asyncpg_params(conninfo: str) -> dict[str, Any]:
+    """asyncpg's keyword arguments for a `key=value ...` libpq conninfo string."""
+    names = {"dbname": "database"}
+    pairs = (item.split("=", 1) for item in conninfo.split())
+    return {names.get(key, key): value for key, value in pairs}
+
+
 def _pgqueuer(spec: dict[str, Any]) -> Callable[[], None]:
-    async def main() -> None:
-        import psycopg
-        from pgqueuer import PsycopgDriver, QueueManager
-        from pgqueuer.queries import Queries
+    """pgqueuer as `pgq run module:factory --batch-size N` runs it: a factory that
+    connects with asyncpg (its README's driver), its supervisor, and the event loop
+    its CLI picks (uvloop when installed)."""
+    from contextlib import asynccontextmanager
+    from datetime import timedelta
 
-        conn = await psycopg.AsyncConnection.connect(spec["conninfo"], autocommit=True)
-        qm = QueueManager(Queries(PsycopgDriver(conn)))
-        qm.entrypoint("noop")(pgqueuer_noop)
-        await qm.run(batch_size=spec["batch"])
+    @asynccontextmanager
+    async def factory() -> Any:
+        import asyncpg
+        from pgqueuer import PgQueuer
+        from pgqueuer.db import AsyncpgDriver
 
-    return lambda: asyncio.run(main())
+        conn = await asyncpg.connect(**asyncpg_params(spec["conninfo"]))
+        pgq = PgQueuer(AsyncpgDriver(conn))
+        pgq.entrypoint("noop")(pgqueuer_noop)
+        try:
+            yield pgq
+        finally:
+            await conn.close()
+
+    def run() -> None:
+        from pgqueuer.adapters.cli import supervisor
+        from pgqueuer.adapters.cli.cli import asyncio_run
+
+        asyncio_run(
+            supervisor.run(
+                factory,
+                batch_size=spec["batch"],
+                dequeue_timeout=timedelta(seconds=30),  # the CLI's default
+            )
+        )
+
+    return run
 
 
 _KINDS: dict[str, Callable[[dict[str, Any]], Callable[[], None]]] = {

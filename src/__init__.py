@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .core import (
+        CancelCounts,
+        CancelResult,
+        CronEntry,
         ErrorInfo,
         Job,
         JobStatus,
@@ -30,11 +33,13 @@ if TYPE_CHECKING:
         create_job,
     )
     from .shell.config import Config, load_config
+    from .shell.context import JobContext
     from .shell.hooks import Hooks
     from .shell.pool import WorkerPool
     from .shell.ports import is_transactional
     from .shell.registry import Permanent, Registry
     from .shell.runtime import Runtime, build
+    from .shell.tasks import Task, Tasks
     from .shell.worker import Worker
 
 __version__ = "0.1.0"
@@ -42,6 +47,8 @@ __version__ = "0.1.0"
 # Resolved on first access (PEP 562), so `import conveyor.core` or
 # `conveyor.testing.clock` does not drag in the shell and SQLAlchemy with it.
 _LAZY: dict[str, str] = {
+    "CancelCounts": ".core",
+    "CancelResult": ".core",
     "ErrorInfo": ".core",
     "Job": ".core",
     "JobStatus": ".core",
@@ -52,7 +59,9 @@ _LAZY: dict[str, str] = {
     "ValidationError": ".core",
     "create_job": ".core",
     "Config": ".shell.config",
+    "CronEntry": ".core",
     "load_config": ".shell.config",
+    "JobContext": ".shell.context",
     "WorkerPool": ".shell.pool",
     "is_transactional": ".shell.ports",
     "Hooks": ".shell.hooks",
@@ -60,14 +69,20 @@ _LAZY: dict[str, str] = {
     "Registry": ".shell.registry",
     "Runtime": ".shell.runtime",
     "build": ".shell.runtime",
+    "Task": ".shell.tasks",
+    "Tasks": ".shell.tasks",
     "Worker": ".shell.worker",
 }
 
 __all__ = [
+    "CancelCounts",
+    "CancelResult",
     "Config",
+    "CronEntry",
     "ErrorInfo",
     "Hooks",
     "Job",
+    "JobContext",
     "JobStatus",
     "Permanent",
     "Policies",
@@ -76,6 +91,8 @@ __all__ = [
     "RequeuePolicy",
     "RetryPolicy",
     "Runtime",
+    "Task",
+    "Tasks",
     "ValidationError",
     "Worker",
     "WorkerPool",

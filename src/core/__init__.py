@@ -5,6 +5,8 @@ or logs. Everything from outside (`now`, jitter samples, policies) comes in as
 arguments; everything out is a new immutable value or a `Decision`.
 """
 
+from .cancellation import CancelCounts, CancelResult, cancel_claimed, decide_cancel
+from .cron import CronEntry, Missed, slot_id
 from .decisions import (
     DECODE_ERROR,
     INVALID_RESULT,
@@ -12,6 +14,8 @@ from .decisions import (
     MISSING_TENANT,
     NO_HANDLER,
     TENANT_NOT_FOUND,
+    Cancel,
+    CancelClaim,
     Complete,
     DeadLetter,
     Decision,
@@ -21,6 +25,7 @@ from .decisions import (
     NoHandler,
     Outcome,
     Reclaim,
+    RequestCancel,
     Requeue,
     Retry,
     Revive,
@@ -78,6 +83,7 @@ from .retention import (
     prune_order,
 )
 from .tenancy import tenant_verdict
+from .timeouts import TIMEOUT, attempt_deadline, parse_timeout, timeout_error, timeout_for
 from .transitions import TABLE, Event, hand_back, next_status, start, transition
 from .validation import Limits, check_name, create_job, freeze_args
 
@@ -93,9 +99,15 @@ __all__ = [
     "PRIORITY_ORDER",
     "TABLE",
     "TENANT_NOT_FOUND",
+    "TIMEOUT",
     "Attempt",
     "AttemptOutcome",
+    "Cancel",
+    "CancelClaim",
+    "CancelCounts",
+    "CancelResult",
     "Complete",
+    "CronEntry",
     "DeadLetter",
     "Decision",
     "ErrorInfo",
@@ -110,6 +122,7 @@ __all__ = [
     "LeasePolicy",
     "Limits",
     "Metadata",
+    "Missed",
     "MissingTenant",
     "NoHandler",
     "Outcome",
@@ -117,6 +130,7 @@ __all__ = [
     "Priority",
     "PruneOrder",
     "Reclaim",
+    "RequestCancel",
     "Requeue",
     "RequeuePolicy",
     "RetentionPolicy",
@@ -127,13 +141,16 @@ __all__ = [
     "TenantNotFound",
     "ValidationError",
     "WriteRetryPolicy",
+    "attempt_deadline",
     "backoff_ms",
+    "cancel_claimed",
     "cap_traceback",
     "check_name",
     "claim_order",
     "create_job",
     "dead_letter",
     "decide",
+    "decide_cancel",
     "decide_hand_back",
     "decide_reclaim",
     "decide_revive",
@@ -151,14 +168,18 @@ __all__ = [
     "next_status",
     "ordering_key",
     "parse_duration_ms",
+    "parse_timeout",
     "promotion_key",
     "prune_order",
     "reclaim_cutoff",
     "revive",
     "should_give_up_unhandled",
+    "slot_id",
     "start",
     "tenant_verdict",
     "thaw",
+    "timeout_error",
+    "timeout_for",
     "transition",
     "undecodable",
     "unhandled_for_ms",

@@ -137,7 +137,45 @@ class Revive:
     job: Job
 
 
-Decision: TypeAlias = Complete | Retry | DeadLetter | Requeue | Reclaim | HandBack | Revive
+@attrs.frozen(slots=True)
+class Cancel:
+    """Cancel a job no claim holds: while it is still ready or parked, take it out of
+    the queue and record `job` (cancelled), in one atomic step (`core.cancellation`)."""
+
+    job: Job
+
+
+@attrs.frozen(slots=True)
+class RequestCancel:
+    """Ask the worker running `job` to stop: mark the claim, while it is still in
+    flight, so its outcome is recorded cancelled (`core.cancellation`)."""
+
+    job: Job
+    at: datetime
+
+
+@attrs.frozen(slots=True)
+class CancelClaim:
+    """A claimed job whose cancel was requested: record `job` (cancelled), clear the
+    request and release the claim, in one step fenced by the claim's token (and, from
+    the lease keeper, by `abandoned_before` as for `DeadLetter`)."""
+
+    job: Job
+    abandoned_before: datetime | None = None
+
+
+Decision: TypeAlias = (
+    Complete
+    | Retry
+    | DeadLetter
+    | Requeue
+    | Reclaim
+    | HandBack
+    | Revive
+    | Cancel
+    | RequestCancel
+    | CancelClaim
+)
 
 
 def _moved(job: Job, event: Event, now: datetime, **changes: Any) -> Job:

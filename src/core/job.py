@@ -51,10 +51,11 @@ class JobStatus(enum.Enum):
     RETRYING = "retrying"  # failed, waiting for its backoff to pass
     COMPLETED = "completed"  # done (terminal)
     FAILED = "failed"  # dead-lettered (terminal)
+    CANCELLED = "cancelled"  # cancelled by an operator or the application (terminal)
 
     @property
     def is_terminal(self) -> bool:
-        return self in (JobStatus.COMPLETED, JobStatus.FAILED)
+        return self in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
 
     @property
     def is_parked(self) -> bool:
@@ -111,6 +112,7 @@ class AttemptOutcome(enum.Enum):
     DEAD_LETTERED = "dead_lettered"  # it failed for good (or the job was a poison pill)
     REQUEUED = "requeued"  # no handler on that worker: parked for another node
     RECLAIMED = "reclaimed"  # its lease ran out; the lease keeper put the job back
+    CANCELLED = "cancelled"  # its cancel was requested while it ran: recorded cancelled
 
 
 @attrs.frozen(slots=True)
@@ -144,6 +146,23 @@ class Metadata:
     requeue_count: int = 0
     reclaim_count: int = 0
     prefetch_reclaims: int = 0
+
+
+def _canonical_states(states: object) -> tuple[JobStatus, ...]:
+    # One order (the enum's) and no repeats, so equal locks compare and encode equal.
+    chosen = set(states)  # type: ignore[call-overload]
+    return tuple(s for s in JobStatus if s in chosen)
+
+
+@attrs.frozen(slots=True)
+class UniqueLock:
+    """A unique key a job holds (see `core.uniqueness`): while the job is in one of
+    `states`, and until `expires_at` when set, enqueueing another job with the same
+    `key` returns this job instead of writing a second one."""
+
+    key: str
+    states: tuple[JobStatus, ...] = attrs.field(converter=_canonical_states)
+    expires_at: datetime | None = None
 
 
 @attrs.frozen(slots=True, repr=False)
@@ -181,6 +200,11 @@ class Job:
     worker: str | None = None
     #: The newest `MAX_ATTEMPTS_KEPT` finished attempts, oldest first (see `Attempt`).
     attempts: tuple[Attempt, ...] = ()
+    #: The unique key this job holds, when it was enqueued with one (`UniqueLock`).
+    unique: UniqueLock | None = None
+    #: How long one attempt may run, in milliseconds, before it is recorded as a
+    #: `Timeout` failure (see `core.timeouts`); None: the job type's timeout applies.
+    timeout_ms: int | None = None
 
     def __repr__(self) -> str:
         return (

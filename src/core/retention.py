@@ -19,6 +19,8 @@ from datetime import datetime, timedelta
 
 import attrs
 
+from .job import JobStatus
+
 DAY_MS = 86_400_000
 #: Completed records are kept a week by default; dead letters, which an operator may
 #: still want to inspect or retry, a month.
@@ -84,6 +86,17 @@ class PruneOrder:
         """True when no rule of the order lets anything go (`limit` aside)."""
         rules = (self.completed_before, self.dead_before, self.keep_completed, self.keep_dead)
         return all(rule is None for rule in rules)
+
+    @property
+    def rules(self) -> tuple[tuple[JobStatus, datetime | None, int | None], ...]:
+        """(status, finished before, keep newest) for each terminal status. Cancelled
+        records follow the completed rules (their count kept apart): both are work
+        that is over, where a dead letter may still want an operator."""
+        return (
+            (JobStatus.COMPLETED, self.completed_before, self.keep_completed),
+            (JobStatus.FAILED, self.dead_before, self.keep_dead),
+            (JobStatus.CANCELLED, self.completed_before, self.keep_completed),
+        )
 
 
 def prune_order(

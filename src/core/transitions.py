@@ -16,6 +16,14 @@ pending` on `RECLAIM` is the lease keeper returning an abandoned claim.
 (a prefetched claim at shutdown, or one whose lease ran out while it waited):
 no attempt is counted. `failed -> pending` on `REVIVE` is an operator retrying a
 dead letter by hand; nothing automatic ever takes it.
+
+`CANCEL` ends a job for good. A queued job (`scheduled`, `pending`, `retrying`)
+is cancelled at once. A running one cannot be stopped from outside its worker,
+so its cancel is first a *request* kept beside the claim; `running -> cancelled`
+is the move made when its handler returns (whatever it returned) or its lease
+runs out with the request standing. That is why `running` has no `COMPLETE`
+guard of its own here: the adapters refuse an outcome write while a request
+stands, and the worker then records this move instead (see `core.cancellation`).
 """
 
 from __future__ import annotations
@@ -44,24 +52,27 @@ class Event(enum.Enum):
     RECLAIM = "reclaim"  # the claim's lease expired
     REVIVE = "revive"  # an operator gives a dead letter a fresh start
     HAND_BACK = "hand_back"  # a claim returned before its job started
+    CANCEL = "cancel"  # an operator or the application gave up on the job
 
 
 S, E = JobStatus, Event
 
 #: {status: {event: next status}}. Anything not listed is an InvalidTransition.
 TABLE: Mapping[JobStatus, Mapping[Event, JobStatus]] = {
-    S.SCHEDULED: {E.PROMOTE: S.PENDING},
-    S.PENDING: {E.START: S.RUNNING, E.HAND_BACK: S.PENDING},
+    S.SCHEDULED: {E.PROMOTE: S.PENDING, E.CANCEL: S.CANCELLED},
+    S.PENDING: {E.START: S.RUNNING, E.HAND_BACK: S.PENDING, E.CANCEL: S.CANCELLED},
     S.RUNNING: {
         E.COMPLETE: S.COMPLETED,
         E.RETRY: S.RETRYING,
         E.REQUEUE: S.SCHEDULED,
         E.DEAD_LETTER: S.FAILED,
         E.RECLAIM: S.PENDING,
+        E.CANCEL: S.CANCELLED,
     },
-    S.RETRYING: {E.PROMOTE: S.PENDING},
+    S.RETRYING: {E.PROMOTE: S.PENDING, E.CANCEL: S.CANCELLED},
     S.COMPLETED: {},
     S.FAILED: {E.REVIVE: S.PENDING},
+    S.CANCELLED: {},
 }
 
 

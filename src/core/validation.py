@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -15,6 +15,8 @@ from returns.result import Failure, Result, Success
 from .errors import FieldError, ValidationError
 from .frozen import FrozenMap, NotJson, freeze, json_size
 from .job import Job, JobStatus, Priority
+from .timeouts import parse_timeout
+from .uniqueness import make_lock
 
 #: Names (job types, queues, tenants) are short and safe to embed in keys and logs.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
@@ -141,7 +143,7 @@ def freeze_args(
 
 def create_job(
     *,
-    id: UUID,
+    id: UUID | str,
     job_type: str,
     args: Mapping[str, Any] | None = None,
     now: datetime,
@@ -152,12 +154,19 @@ def create_job(
     delay: timedelta | float | None = None,
     tenant_id: str | None = None,
     limits: Limits = Limits(),
+    timeout: timedelta | float | None = None,
+    unique_key: str | None = None,
+    unique_for: timedelta | float | None = None,
+    unique_states: Iterable[JobStatus | str] | None = None,
 ) -> Result[Job, ValidationError]:
     """Validate input and build a new job, or say which fields are wrong and why.
 
     The caller supplies `id` and `now`, so this function is pure. A job with a
     `run_at` (or `delay`, a timedelta or seconds) later than `now` starts
-    `scheduled`; otherwise `pending`.
+    `scheduled`; otherwise `pending`. `timeout` (seconds or a timedelta, more than
+    zero) bounds each attempt; see `core.timeouts`. `id` may be a UUID's text (a
+    caller-chosen id). `unique_key`, `unique_for` and `unique_states` make the job
+    hold a `UniqueLock`; see `core.uniqueness`.
     Every problem is reported at once, not only the first.
     """
     errors: list[FieldError] = []
@@ -168,8 +177,7 @@ def create_job(
             return None
         return outcome
 
-    if not isinstance(id, UUID):
-        errors.append(FieldError("id", f"must be a UUID, got {type(id).__name__}"))
+    job_id = keep(parse_job_id(id, field="id"))
     for field, name in (("job_type", job_type), ("queue", queue)):
         keep(check_name(field, name, limits))
     if tenant_id is not None:
@@ -192,14 +200,18 @@ def create_job(
         span = keep(as_delay("delay", delay))
         if span is not None and created is not None:
             due = keep(later("delay", created, span))
+    timeout_ms = None if timeout is None else keep(parse_timeout("timeout", timeout))
+    lock = None
+    if created is not None:
+        lock = keep(make_lock(unique_key, created, unique_for, unique_states))
 
     if errors:
         return Failure(ValidationError(errors))
-    assert created is not None and due is not None
+    assert created is not None and due is not None and job_id is not None
     status = JobStatus.SCHEDULED if due > created else JobStatus.PENDING
     return Success(
         Job(
-            id=id,
+            id=job_id,
             job_type=job_type,
             args=frozen_args,
             queue=queue,
@@ -209,5 +221,7 @@ def create_job(
             run_at=due,
             max_retries=max_retries,
             tenant_id=tenant_id,
+            timeout_ms=timeout_ms,
+            unique=lock,
         )
     )

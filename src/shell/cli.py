@@ -1,4 +1,4 @@
-"""The `conveyor` command line: worker, enqueue, status, dead, migrate, demo.
+"""The `conveyor` command line: worker, enqueue, status, dead, migrate, cron, dashboard, demo.
 
 Every command reads the same config as `conveyor.build` (`--config FILE`, or
 the nearest `conveyor.toml` / `[tool.conveyor]`, then `CONVEYOR_*` variables).
@@ -125,6 +125,9 @@ def render_status(status: Status) -> None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     _check(
+        None
+        if args.processes is None or args.processes >= 1
+        else FieldError("--processes", f"must be >= 1, got {args.processes}"),
         *(check_name("--queue", name) for name in args.queues or ()),
         None
         if args.concurrency is None or args.concurrency >= 0
@@ -143,6 +146,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
             f"must be a finite number of seconds >= 0, got {args.startup_timeout}",
         ),
     )
+    if args.processes is not None and args.processes > 1:
+        from .supervisor import supervise
+
+        return supervise(args.raw_argv, args.processes)
     runtime = _runtime(args, args.startup_timeout)
     if args.queues:
         import attrs
@@ -240,6 +247,11 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             max_retries=args.max_retries,
             delay=delay,
             tenant_id=args.tenant,
+            timeout=args.timeout,
+            id=args.id,
+            unique_key=args.unique_key,
+            unique_for=args.unique_for,
+            unique_states=args.unique_state,
         )
     finally:
         runtime.close()
@@ -374,6 +386,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_job(args: argparse.Namespace) -> int:
     from .lookup import describe
 
+    if args.job_command == "cancel":
+        return cmd_job_cancel(args)
     job_id = _job_id(args.job_id)
     runtime = _runtime(args)
     try:
@@ -391,9 +405,54 @@ def cmd_job(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_job_cancel(args: argparse.Namespace) -> int:
+    """`conveyor job cancel ID`: 0 when cancelled or requested, 1 when there was nothing
+    to cancel (finished, or no such job), 2 on bad input."""
+    from ..core import CancelResult
+
+    job_id = _job_id(args.job_id)
+    runtime = _runtime(args)
+    try:
+        result = runtime.cancel(job_id)
+    finally:
+        runtime.close()
+    if result is CancelResult.CANCELLED:
+        print(f"cancelled job {job_id}")
+    elif result is CancelResult.REQUESTED:
+        print(f"cancel requested for running job {job_id}: recorded cancelled when it returns")
+    elif result is CancelResult.FINISHED:
+        print(f"conveyor: job {job_id} has already finished; nothing to cancel", file=sys.stderr)
+        return 1
+    else:
+        print(f"conveyor: no job {job_id}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_jobs_cancel(args: argparse.Namespace) -> int:
+    """`conveyor jobs cancel --queue Q --type T [--dry-run]`: 0 on success (also when
+    nothing matched), 2 on bad input."""
+    if args.queue is None and args.type is None:
+        raise ValidationError.of("--queue", "give --queue, --type or both")
+    _check(
+        None if args.queue is None else check_name("--queue", args.queue),
+        None if args.type is None else check_name("--type", args.type),
+    )
+    runtime = _runtime(args)
+    try:
+        counts = runtime.cancel_many(queue=args.queue, job_type=args.type, dry_run=args.dry_run)
+    finally:
+        runtime.close()
+    verb, ask = ("would cancel", "ask") if args.dry_run else ("cancelled", "asked")
+    print(f"{verb} {counts.cancelled} queued jobs, {ask} {counts.requested} running jobs to stop")
+    return 0
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     from .lookup import SUMMARY_HEADERS, parse_state, summary_row
 
+    if args.jobs_command == "cancel":
+        return cmd_jobs_cancel(args)
     state = None if args.state is None else parse_state(args.state, "--state")
     _check(
         None if args.queue is None else check_name("--queue", args.queue),
@@ -413,6 +472,74 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         print(json.dumps([v.to_dict() for v in views], indent=2, default=str))
     else:
         _print_table(SUMMARY_HEADERS, [summary_row(v) for v in views])
+    return 0
+
+
+def cmd_cron(args: argparse.Namespace) -> int:
+    runtime = _runtime(args)
+    try:
+        if args.cron_command == "run":
+            job = runtime.cron.run(args.name)
+            print(job.id)
+            return 0
+        rows = runtime.cron.list()
+    finally:
+        runtime.close()
+    if args.json:
+        print(json.dumps([row.to_dict() for row in rows], indent=2))
+    elif not rows:
+        print("no cron entries ([[cron]] in the config)")
+    else:
+        _print_table(
+            ("name", "schedule", "timezone", "job type", "next run", "last run", "state"),
+            [
+                (
+                    r.name,
+                    r.schedule,
+                    r.timezone,
+                    r.job_type,
+                    r.next_run.isoformat(timespec="seconds"),
+                    None if r.last_slot is None else r.last_slot.isoformat(timespec="seconds"),
+                    None if r.last_state is None else r.last_state.value,
+                )
+                for r in rows
+            ],
+        )
+    return 0
+
+
+#: The environment variable `conveyor dashboard` reads `USER:PASSWORD` from, when
+#: `--basic-auth` is not given (so the password stays out of the process list).
+DASHBOARD_AUTH_ENV = "CONVEYOR_DASHBOARD_BASIC_AUTH"
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """`conveyor dashboard`: serve the web dashboard until SIGINT/SIGTERM."""
+    _extra("jinja2", "jinja2", "dashboard")
+    dashboard = _extra(".dashboard", "starlette", "dashboard")
+    uvicorn = _extra("uvicorn", "uvicorn", "dashboard")
+    auth = None
+    credentials = args.basic_auth or os.environ.get(DASHBOARD_AUTH_ENV)
+    if credentials:
+        auth = dashboard.BasicAuth.parse(credentials)
+        if isinstance(auth, FieldError):
+            raise ValidationError((auth,))
+        _REDACTING.secrets.add(credentials.partition(":")[2])
+    if not 0 < args.port < 65536:
+        raise ValidationError.of("--port", f"must be from 1 to 65535, got {args.port}")
+    runtime = _runtime(args, startup_timeout_s=None)
+    try:
+        if auth is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+            log.warning(
+                "the dashboard listens on %s with no authentication: give --basic-auth "
+                "or %s, or put it behind a proxy that authenticates",
+                args.host,
+                DASHBOARD_AUTH_ENV,
+            )
+        app = dashboard.create_app(runtime, read_only=args.read_only, auth=auth)
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        runtime.close()
     return 0
 
 
@@ -450,6 +577,12 @@ def parser() -> argparse.ArgumentParser:
         "--concurrency", "-n", type=int, help="workers per queue (overrides workers.count)"
     )
     w.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="run N worker processes under one supervisor (default 1; see docs/workers.md)",
+    )
+    w.add_argument(
         "--grace", type=float, default=None, help="seconds to let in-flight jobs finish on stop"
     )
     w.add_argument(
@@ -484,6 +617,20 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--max-retries", type=int, default=3)
     e.add_argument("--delay", type=float, default=None, help="seconds from now")
     e.add_argument("--tenant", default=None)
+    e.add_argument(
+        "--timeout", type=float, default=None, help="seconds one attempt may run (see handlers)"
+    )
+    e.add_argument(
+        "--id", default=None, help="the job's id (a UUID); if taken, the job already there stays"
+    )
+    e.add_argument("--unique-key", default=None, help="enqueue nothing while this key is held")
+    e.add_argument("--unique-for", type=float, default=None, help="seconds the key is held at most")
+    e.add_argument(
+        "--unique-state",
+        action="append",
+        default=None,
+        help="a state in which the key is held (repeat; default: the unfinished ones)",
+    )
     e.add_argument(
         "--strict",
         action="store_true",
@@ -547,6 +694,8 @@ def parser() -> argparse.ArgumentParser:
     js.add_argument(
         "--traceback", action="store_true", help="print each attempt's traceback (--json has them)"
     )
+    jc = jsub.add_parser("cancel", help="cancel a queued job, or ask a running one to stop")
+    jc.add_argument("job_id")
     j.set_defaults(func=cmd_job)
 
     jl = sub.add_parser("jobs", help="list jobs by queue, state and type")
@@ -556,12 +705,38 @@ def parser() -> argparse.ArgumentParser:
     jll.add_argument(
         "--state",
         default=None,
-        help="scheduled, pending, running, retrying, completed, failed (or dead)",
+        help="scheduled, pending, running, retrying, completed, failed, cancelled (dead = failed)",
     )
     jll.add_argument("--type", default=None, help="only jobs of this job type")
     jll.add_argument("--limit", type=int, default=50)
     jll.add_argument("--json", action="store_true", help="machine-readable output")
+    jlc = jlsub.add_parser(
+        "cancel", help="cancel every queued job of a queue and/or type; ask running ones to stop"
+    )
+    jlc.add_argument("--queue", "-q", default=None)
+    jlc.add_argument("--type", default=None, help="only jobs of this job type")
+    jlc.add_argument("--dry-run", action="store_true", help="only count what would be done")
     jl.set_defaults(func=cmd_jobs)
+
+    cr = sub.add_parser("cron", help="the periodic jobs: list them, or run one now")
+    crsub = cr.add_subparsers(dest="cron_command", required=True)
+    crl = crsub.add_parser("list", help="each entry with its next run and its last run")
+    crl.add_argument("--json", action="store_true", help="machine-readable output")
+    crr = crsub.add_parser("run", help="enqueue an entry's job now, outside its schedule")
+    crr.add_argument("name", help="the entry's name")
+    cr.set_defaults(func=cmd_cron)
+
+    db = sub.add_parser("dashboard", help="serve the web dashboard (needs the dashboard extra)")
+    db.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    db.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    db.add_argument("--read-only", action="store_true", help="refuse every action (retry, purge)")
+    db.add_argument(
+        "--basic-auth",
+        default=None,
+        metavar="USER:PASSWORD",
+        help=f"require HTTP basic auth (or set {DASHBOARD_AUTH_ENV})",
+    )
+    db.set_defaults(func=cmd_dashboard)
 
     m = sub.add_parser("demo", help="a realistic mix of jobs on an embedded SQLite file")
     m.add_argument("--dir", default=None, help="where to put the SQLite file (default: a temp dir)")
@@ -572,6 +747,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    args.raw_argv = list(sys.argv[1:] if argv is None else argv)
     # Like `python -m`, let handler modules next to the config import without PYTHONPATH.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())

@@ -27,6 +27,7 @@ from ..core import (
     thaw,
 )
 from ..core.frozen import NotJson
+from ..core.timeouts import MAX_TIMEOUT_MS
 from ..core.validation import Limits, check_name
 
 #: Fields added with defaults (`worker`, `attempts`, an error's `traceback`) keep the
@@ -115,6 +116,8 @@ def _check(job: Job) -> str | None:
             return f"{field}: must be >= 0"
     if job.metadata.requeue_count < 0 or job.metadata.reclaim_count < 0:
         return "metadata: counters must be >= 0"
+    if job.timeout_ms is not None and not 0 < job.timeout_ms <= MAX_TIMEOUT_MS:
+        return f"timeout_ms: must be between 1 and {MAX_TIMEOUT_MS}"
     return _check_attempts(job) or _check_trace_context(job.trace_context)
 
 

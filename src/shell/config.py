@@ -18,15 +18,25 @@ import os
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, NewType, TypeVar
+from typing import Any, NewType, TypeVar, cast
 
 import attrs
 import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 from cattrs.gen import make_dict_structure_fn
 
-from ..core import FieldError, RequeuePolicy, RetentionPolicy, RetryPolicy, ValidationError
-from ..core.validation import check_name
+from ..core import (
+    FieldError,
+    Priority,
+    RequeuePolicy,
+    RetentionPolicy,
+    RetryPolicy,
+    ValidationError,
+)
+from ..core.cron import CronEntry, check_entry, parse_missed
+from ..core.timeouts import MAX_TIMEOUT_MS
+from ..core.validation import MAX_RETRIES_LIMIT, check_name, freeze_args, parse_priority
+from .cron import expression_problem, timezone_problem
 from .redact import mask_url
 
 PROVIDERS = ("memory", "db", "redis")
@@ -47,7 +57,11 @@ class WorkersConfig:
     poll_interval_ms: int = 1000
     promote_interval_ms: int = 5000
     grace_ms: int = 30_000
-    prefetch: int = 1
+    #: Jobs per claim: "auto" (batches sized to run in about 100 ms, from the jobs'
+    #: running time; see `conveyor.core.prefetch`) or a fixed number (1: one at a time).
+    prefetch: int | str = "auto"
+    #: How many `async def` handlers each worker runs at once on the event loop.
+    async_concurrency: int = 10
 
 
 @attrs.frozen(slots=True)
@@ -83,11 +97,17 @@ class Config:
     tenancy: TenancyConfig | None = None
     max_reclaims: int = 3
     pool_size: int = 10
+    #: Per-job-type attempt timeouts in ms (`[timeouts_ms]`), as (job type, ms) pairs.
+    timeouts_ms: tuple[tuple[str, int], ...] = ()
     #: How long a starting worker waits for an unreachable server before giving up.
     startup_timeout_ms: int = 30_000
     retention: RetentionPolicy = RetentionPolicy()
     #: Whether starting a process migrates the SQL schema; None: only on SQLite.
     auto_migrate: bool | None = None
+    #: Periodic jobs (`[[cron]]` tables); see `conveyor.shell.cron`.
+    cron: tuple[CronEntry, ...] = ()
+    #: Run each job at enqueue, in the caller's thread (tests; see `conveyor.shell.inline`).
+    inline: bool = False
 
 
 ENV = {
@@ -116,6 +136,7 @@ class _Bad(ValueError):
 # type says which check it gets, so the classes read as the file's schema.
 _NonNegative = NewType("_NonNegative", int)
 _Positive = NewType("_Positive", int)
+_Prefetch = NewType("_Prefetch", object)
 _Flag = NewType("_Flag", bool)
 _Provider = NewType("_Provider", str)
 _Strategy = NewType("_Strategy", str)
@@ -126,6 +147,13 @@ _RedisUrl = NewType("_RedisUrl", str)
 _HandlerSpec = NewType("_HandlerSpec", str)
 _Queues = NewType("_Queues", tuple[str, ...])
 _Handlers = NewType("_Handlers", tuple[str, ...])
+_CronExpr = NewType("_CronExpr", str)
+_TimeZone = NewType("_TimeZone", str)
+_Priority = NewType("_Priority", str)
+_Missed = NewType("_Missed", str)
+_Retries = NewType("_Retries", int)
+_Args = NewType("_Args", dict[str, Any])
+_Timeouts = NewType("_Timeouts", tuple[tuple[str, int], ...])
 
 _KEEP = RetentionPolicy()
 
@@ -144,7 +172,8 @@ class _Workers:
     poll_interval_ms: _Positive = _Positive(1000)
     promote_interval_ms: _Positive = _Positive(5000)
     grace_ms: _NonNegative = _NonNegative(30_000)
-    prefetch: _Positive = _Positive(1)
+    prefetch: _Prefetch = _Prefetch("auto")
+    async_concurrency: _Positive = _Positive(10)
     retry: _Retry | None = None
 
 
@@ -185,6 +214,22 @@ class _Tenancy:
 
 
 @attrs.frozen
+class _Cron:
+    name: _Name
+    schedule: _CronExpr
+    job_type: _Name
+    timezone: _TimeZone = _TimeZone("UTC")
+    args: _Args = attrs.field(factory=lambda: _Args({}))
+    queue: _Name = _Name("default")
+    priority: _Priority = _Priority("normal")
+    max_retries: _Retries = _Retries(3)
+    missed: _Missed = _Missed("skip")
+
+
+_CronTables = NewType("_CronTables", tuple[_Cron, ...])
+
+
+@attrs.frozen
 class _File:
     provider: _Provider = _Provider("db")
     url: _DatabaseUrl = _DatabaseUrl(DEFAULT_URL)
@@ -198,9 +243,12 @@ class _File:
     tenancy: _Tenancy | None = None
     max_reclaims: _NonNegative = _NonNegative(3)
     pool_size: _Positive = _Positive(10)
+    timeouts_ms: _Timeouts = _Timeouts(())
     startup_timeout_ms: _NonNegative = _NonNegative(30_000)
     retention: _Retention = _Retention()
     auto_migrate: _Flag | None = None
+    cron: _CronTables = _CronTables(())
+    inline: _Flag = _Flag(False)
 
 
 def _integer(minimum: int) -> Callable[[Any, Any], int]:
@@ -210,6 +258,26 @@ def _integer(minimum: int) -> Callable[[Any, Any], int]:
         if value < minimum:
             raise _Bad(f"must be >= {minimum}, got {value}")
         return value
+
+    return structure
+
+
+def _prefetch(value: Any, kind: Any) -> int | str:
+    if value == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _Bad(f'must be "auto" or an integer >= 1, got {value!r}')
+    return int(value)
+
+
+def _integer_up_to(maximum: int) -> Callable[[Any, Any], int]:
+    at_least_zero = _integer(0)
+
+    def structure(value: Any, kind: Any) -> int:
+        number = at_least_zero(value, kind)
+        if number > maximum:
+            raise _Bad(f"must be <= {maximum}, got {number}")
+        return number
 
     return structure
 
@@ -266,6 +334,21 @@ def _handler_spec(value: Any, _: Any) -> str:
     return value
 
 
+def _timeouts(value: Any, _: Any) -> tuple[tuple[str, int], ...]:
+    """`[timeouts_ms]`: job type = milliseconds, each more than zero."""
+    if not isinstance(value, Mapping):
+        raise _Bad(f"must be a table of job type = milliseconds, got {type(value).__name__}")
+    pairs = []
+    for job_type, ms in value.items():
+        problem = check_name("", job_type)
+        if problem is not None:
+            raise _Bad(f"{job_type!r} is not a job type: {problem.reason}")
+        if isinstance(ms, bool) or not isinstance(ms, int) or not 0 < ms <= MAX_TIMEOUT_MS:
+            raise _Bad(f"{job_type}: must be milliseconds from 1 to {MAX_TIMEOUT_MS}, got {ms!r}")
+        pairs.append((job_type, ms))
+    return tuple(pairs)
+
+
 def _list_of(item: Any, reason: str, *, empty: bool) -> Callable[[Any, Any], tuple[str, ...]]:
     """A TOML array of `item`s: the array's own shape is checked here, each element
     by `item`'s hook, so a bad element is named by its index."""
@@ -281,6 +364,48 @@ def _list_of(item: Any, reason: str, *, empty: bool) -> Callable[[Any, Any], tup
         return items
 
     return structure
+
+
+def _checked(problem: Callable[[Any], str | None]) -> Callable[[Any, Any], Any]:
+    """A hook from a function that says why a value is wrong (None: it is right)."""
+
+    def structure(value: Any, _: Any) -> Any:
+        reason = problem(value)
+        if reason is not None:
+            raise _Bad(reason)
+        return value
+
+    return structure
+
+
+def _priority(value: Any, _: Any) -> str:
+    parsed = parse_priority(value)
+    if not isinstance(parsed, Priority):
+        raise _Bad(parsed.reason)
+    return parsed.value
+
+
+def _missed(value: Any, _: Any) -> str:
+    parsed = parse_missed(value)
+    if isinstance(parsed, FieldError):
+        raise _Bad(parsed.reason)
+    return parsed.value
+
+
+def _args(value: Any, _: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _Bad(f"must be a table, got {type(value).__name__}")
+    frozen = freeze_args(value)
+    if isinstance(frozen, FieldError):
+        raise _Bad(frozen.reason)
+    return dict(value)
+
+
+def _cron_tables(value: Any, _: Any) -> tuple[_Cron, ...]:
+    if not isinstance(value, list | tuple):
+        raise _Bad("must be a list of tables ([[cron]] entries)")
+    entries: tuple[_Cron, ...] = _converter.structure(value, tuple[_Cron, ...])
+    return entries
 
 
 _T = TypeVar("_T")
@@ -305,6 +430,7 @@ _converter = cattrs.Converter(detailed_validation=True, forbid_extra_keys=True)
 for _type, _hook in (
     (_NonNegative, _integer(0)),
     (_Positive, _integer(1)),
+    (_Prefetch, _prefetch),
     (_Flag, _flag),
     (str, _string),
     (_Provider, _one_of(PROVIDERS)),
@@ -314,6 +440,14 @@ for _type, _hook in (
     (_DatabaseUrl, _database_url),
     (_RedisUrl, _redis_url),
     (_HandlerSpec, _handler_spec),
+    (_CronExpr, _checked(expression_problem)),
+    (_TimeZone, _checked(timezone_problem)),
+    (_Priority, _priority),
+    (_Missed, _missed),
+    (_Retries, _integer_up_to(MAX_RETRIES_LIMIT)),
+    (_Args, _args),
+    (_CronTables, _cron_tables),
+    (_Timeouts, _timeouts),
     (_Queues, _list_of(_Name, "must be a non-empty list of queue names", empty=False)),
     (
         _Handlers,
@@ -321,7 +455,7 @@ for _type, _hook in (
     ),
 ):
     _converter.register_structure_hook(_type, _hook)
-for _cls in (_Retry, _Workers, _Redis, _Requeue, _Retention, _Tenancy, _File):
+for _cls in (_Retry, _Workers, _Redis, _Requeue, _Retention, _Tenancy, _Cron, _File):
     _converter.register_structure_hook(_cls, _table_of(_cls))
 
 
@@ -346,6 +480,8 @@ def _problems(exc: BaseException, path: str) -> Iterator[FieldError]:
             yield FieldError(f"{prefix}{key}", f"unknown key; expected one of {known}")
     elif isinstance(exc, _Bad):
         yield FieldError(path, exc.reason)
+    elif isinstance(exc, KeyError):
+        yield FieldError(path, "is required")
     else:
         raise exc
 
@@ -363,6 +499,14 @@ def _across(raw: Mapping[str, Any]) -> Iterator[FieldError]:
         yield FieldError(
             "tenancy.url", "is required unless provider is 'db' (then the job database is used)"
         )
+    # Slot ids derive from the entry's name: two entries of one name would share slots.
+    entries = raw.get("cron")
+    seen: dict[object, int] = {}
+    for n, entry in enumerate(entries if isinstance(entries, list | tuple) else ()):
+        name = entry.get("name") if isinstance(entry, Mapping) else None
+        if isinstance(name, str) and name in seen:
+            yield FieldError(f"cron[{n}].name", f"{name!r} is already cron[{seen[name]}]'s name")
+        seen.setdefault(name, n)
 
 
 def parse_config(raw: Mapping[str, Any]) -> Config:
@@ -393,7 +537,8 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
             poll_interval_ms=workers.poll_interval_ms,
             promote_interval_ms=workers.promote_interval_ms,
             grace_ms=workers.grace_ms,
-            prefetch=workers.prefetch,
+            prefetch=cast(int | str, workers.prefetch),
+            async_concurrency=workers.async_concurrency,
         ),
         retry=RetryPolicy(retry.initial_delay_ms, retry.max_delay_ms, retry.jitter),
         requeue=RequeuePolicy(
@@ -406,6 +551,7 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
         tenancy=None if tenancy is None else TenancyConfig(**attrs.asdict(tenancy)),
         max_reclaims=file.max_reclaims,
         pool_size=file.pool_size,
+        timeouts_ms=file.timeouts_ms,
         startup_timeout_ms=file.startup_timeout_ms,
         retention=RetentionPolicy(
             completed_ms=keep.completed_ms,
@@ -416,6 +562,8 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
             batch=keep.batch,
         ),
         auto_migrate=file.auto_migrate,
+        cron=tuple(check_entry(CronEntry(**attrs.asdict(entry)))[0] for entry in file.cron),
+        inline=file.inline,
     )
 
 

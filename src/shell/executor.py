@@ -19,15 +19,20 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
+from uuid import UUID
 
 import attrs
 
 from ..core import (
+    Cancel,
+    CancelClaim,
     Complete,
     DeadLetter,
     Decision,
     HandBack,
+    PruneOrder,
     Reclaim,
+    RequestCancel,
     Requeue,
     Retry,
     Revive,
@@ -37,6 +42,7 @@ from ..core import (
 from .ports import (
     BadClaim,
     BatchingJobQueue,
+    CancellingJobQueue,
     Claim,
     Clock,
     FinishingJobQueue,
@@ -89,6 +95,8 @@ class Executor:
         self._atomic_finish = isinstance(queue, FinishingJobQueue) and queue.finishes_with(store)
         #: Completed and dead-lettered jobs can be finished several per round trip.
         self.batches_finish = self._atomic_finish and isinstance(queue, BatchingJobQueue)
+        #: Jobs can be cancelled (queued ones at once, claimed ones by a request).
+        self.cancels = self._atomic_finish and isinstance(queue, CancellingJobQueue)
 
     def plan(self, claim: Claim | BadClaim | None, decision: Decision) -> Sequence[Step]:
         """The steps for `decision`, in the order they must happen."""
@@ -137,6 +145,33 @@ class Executor:
                     Step("write", "enqueue", lambda: q.enqueue(job)),
                     Step("write", "record", lambda: s.record(job)),
                 )
+            case Cancel(job=job):
+                # Out of the queue and recorded cancelled together, only while unclaimed.
+                return (Step("write", "cancel", lambda: self._cancelling().cancel(job)),)
+            case RequestCancel(job=job, at=at):
+                return (
+                    Step("write", "request", lambda: self._cancelling().request_cancel(job.id, at)),
+                )
+            case CancelClaim(job=job, abandoned_before=guard):
+                assert claim is not None
+                # Record, clear the request and release in one fenced step.
+                return (
+                    Step(
+                        "write",
+                        "finish_cancelled",
+                        lambda: self._cancelling().finish_cancelled(claim, job, guard),
+                    ),
+                )
+
+    def _cancelling(self) -> CancellingJobQueue:
+        """The queue, when it cancels atomically with this store; else a `TypeError`:
+        a cancel written in two steps could record a job cancelled that then runs."""
+        if not (self.cancels and isinstance(self.queue, CancellingJobQueue)):
+            raise TypeError(
+                f"{type(self.queue).__name__} cannot cancel jobs atomically with "
+                f"{type(self.store).__name__}: cancelling needs the queue's own store"
+            )
+        return self.queue
 
     def carry_out(self, claim: Claim | BadClaim | None, decision: Decision) -> bool:
         """Run the plan. True when every step ran; False when the claim was lost or the
@@ -179,6 +214,20 @@ class Executor:
             log.exception("could not finish %d jobs; leaving them to their leases", len(pairs))
             return [False] * len(pairs)
         return [bool(ok) for ok in done]
+
+    def prune(self, order: PruneOrder) -> int:
+        """Carry out a prune order (the retention policy's decision): the store deletes
+        at most `order.limit` finished records, re-checking the order's guards inside
+        its write. Returns how many went; a fault propagates (pruning tries again on
+        its next interval)."""
+        if order.is_empty or order.limit <= 0:
+            return 0
+        return self._retrying("prune", lambda: self.store.prune(order))
+
+    def purge_dead(self, job_id: UUID | None) -> int:
+        """An operator's purge: delete one dead letter (`job_id`) or all of them.
+        Returns how many went."""
+        return self._retrying("purge", lambda: self.store.purge_dead(job_id))
 
     def _retrying(self, name: str, call: Callable[[], T]) -> T:
         """`call()`, retried while it raises and the retry policy allows; the last

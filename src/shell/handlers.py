@@ -54,14 +54,20 @@ def contribute(
     *,
     entry_points: bool = True,
     group: str = "conveyor.handlers",
+    loaded: list[Mapping[str, Callable[..., Any]]] | None = None,
 ) -> list[str]:
-    """Register every contributed handler; returns the sources used, in order."""
+    """Register every contributed handler; returns the sources used, in order. Each
+    mapping registered from is appended to `loaded` when given (`build` binds the
+    `Tasks` collections among them)."""
+    found: list[Mapping[str, Callable[..., Any]]] = [] if loaded is None else loaded
     sources: list[str] = []
     errors: list[FieldError] = []
     for i, spec in enumerate(specs):
         try:
-            for job_type, handler in load_spec(spec, f"handlers[{i}]").items():
+            mapping = load_spec(spec, f"handlers[{i}]")
+            for job_type, handler in mapping.items():
                 registry.register(job_type, handler)
+            found.append(mapping)
             sources.append(spec)
         except ValidationError as exc:
             errors.extend(exc.errors)
@@ -71,8 +77,10 @@ def contribute(
         for ep in importlib.metadata.entry_points(group=group):
             where = f"entry point {ep.name} ({ep.value})"
             try:
-                for job_type, handler in _mapping_of(where, ep.load()).items():
+                mapping = _mapping_of(where, ep.load())
+                for job_type, handler in mapping.items():
                     registry.register(job_type, handler)
+                found.append(mapping)
                 sources.append(f"entry point {ep.name}")
             except ValidationError as exc:
                 errors.extend(exc.errors)

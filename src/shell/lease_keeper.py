@@ -24,10 +24,12 @@ from ..core import (
     Decision,
     LeasePolicy,
     Reclaim,
+    cancel_claimed,
     decide_reclaim,
     reclaim_cutoff,
     start,
 )
+from .cancellation import cancel_requested
 from .executor import Executor
 from .hooks import Hooks
 from .logs import log_dead_letter
@@ -96,9 +98,13 @@ class LeaseKeeper:
                 str(found.job.id), found.token, found.queue, "", str(started.failure()), now
             )
             return undecodable_dead_letter(bad, now, abandoned_before=cutoff)
+        job = started.unwrap() if found.started else found.job
+        if cancel_requested(self.queue, found.job.id):
+            # Its worker vanished after a cancel was asked for: cancelled, never rerun.
+            return cancel_claimed(job, now, abandoned_before=cutoff)
         if not found.started:
             return decide_reclaim(found.job, now, self.policy, cutoff, started=False)
-        return decide_reclaim(started.unwrap(), now, self.policy, cutoff)
+        return decide_reclaim(job, now, self.policy, cutoff)
 
     def reclaim_abandoned(self, now: datetime) -> tuple[int, int]:
         """Return abandoned claims to ready and dead-letter poison pills. Returns how

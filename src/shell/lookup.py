@@ -27,7 +27,7 @@ from returns.result import Failure, Success
 
 from ..core import MAX_ATTEMPTS_KEPT, Attempt, ErrorInfo, FieldError, Job, JobStatus, thaw
 from .codec import decode
-from .ports import JobQueue, JobStore, Place, QueuedJob, is_prefetched
+from .ports import CancellingJobQueue, JobQueue, JobStore, Place, QueuedJob, is_prefetched
 
 #: Names `--state` accepts: the `JobStatus` values, and `dead` for `failed`.
 STATE_NAMES: dict[str, JobStatus] = {s.value: s for s in JobStatus} | {"dead": JobStatus.FAILED}
@@ -93,6 +93,8 @@ class JobView:
     #: When the claim was taken or last renewed (a heartbeat moves it).
     claimed_at: datetime | None = None
     lease_expires_at: datetime | None = None
+    #: A running job whose cancel was requested: its worker records it cancelled.
+    cancel_requested: bool = False
 
     @property
     def dead(self) -> bool:
@@ -149,6 +151,7 @@ class JobView:
                 "prefetched": self.prefetched,
                 "claimed_at": _iso(self.claimed_at),
                 "lease_expires_at": _iso(self.lease_expires_at),
+                "cancel_requested": self.cancel_requested,
             }
         )
         out["problem"] = self.problem
@@ -230,7 +233,14 @@ def find_job(queue: JobQueue, store: JobStore, job_id: UUID, lease: timedelta) -
     """The job `job_id` wherever it is, or None when neither queue nor store knows it."""
     entry = queue.find(job_id)
     if entry is not None:
-        return view_of_entry(entry, lease)
+        view = view_of_entry(entry, lease)
+        if (
+            view.token is not None
+            and isinstance(queue, CancellingJobQueue)
+            and queue.cancel_requested(job_id)
+        ):
+            view = attrs.evolve(view, cancel_requested=True)
+        return view
     record = store.get(job_id)
     if record is None:
         return None
@@ -250,12 +260,13 @@ def list_jobs(
     queue_name: str | None = None,
     state: JobStatus | None = None,
     job_type: str | None = None,
+    tenant_id: str | None = None,
     limit: int = 100,
 ) -> list[JobView]:
     """Up to `limit` jobs matching every filter given: queued work first (running,
     pending, then parked, as `JobQueue.scan` orders it), then finished records,
     newest first. Finished records filtered by queue or job type are looked for
-    among the newest `HISTORY_SCAN` records."""
+    among the newest `HISTORY_SCAN` records (of `tenant_id`, when given)."""
     if limit <= 0:
         return []
     out: list[JobView] = []
@@ -265,6 +276,8 @@ def list_jobs(
         if view.job_id in seen or (state is not None and view.state is not state):
             return False
         if queue_name is not None and view.queue != queue_name:
+            return False
+        if tenant_id is not None and (view.job is None or view.job.tenant_id != tenant_id):
             return False
         return job_type is None or (view.job is not None and view.job.job_type == job_type)
 
@@ -277,7 +290,8 @@ def list_jobs(
     if state is not None and not state.is_terminal:
         return out
     unfiltered = queue_name is None and job_type is None and state is not None
-    records = store.list_history(status=state, limit=limit if unfiltered else HISTORY_SCAN)
+    scan = limit if unfiltered else HISTORY_SCAN
+    records = store.list_history(status=state, tenant_id=tenant_id, limit=scan)
     for record in records:
         view = view_of_record(record)
         # A record that is not final belongs to a revived job: its queued self is listed.
@@ -331,6 +345,8 @@ def describe(
             f"claimed or renewed at: {claim['claimed_at']}",
             f"lease expires at: {claim['lease_expires_at']}",
         ]
+        if view.cancel_requested:
+            lines.append("cancel: requested (recorded cancelled when the handler returns)")
     if job.started_at is not None:
         lines.append(f"started at: {data['started_at']}")
     if job.finished_at is not None:

@@ -144,6 +144,22 @@ class JobQueue(Protocol):
     def enqueue_many(self, jobs: Sequence[Job]) -> None:
         """`enqueue` for several jobs in one round trip, ready ones in list order."""
 
+    def enqueue_new(self, job: Job) -> Job | None:
+        """Write `job` as new work unless its job is already there, in one atomic step.
+
+        Nothing is written, and the job already there comes back, when a job with
+        `job.id` is queued or recorded in the store in any state (its args are never
+        replaced), or when `job.unique` names a key another job holds
+        (`core.uniqueness.lock_holds`, read in the same step). The job returned shows
+        its state as it stands (`running` while claimed). None when `job` was written;
+        it then holds its unique key. Of concurrent calls, exactly one writes. Unlike
+        `enqueue`, this never replaces a job.
+        """
+
+    def enqueue_new_many(self, jobs: Sequence[Job]) -> list[Job | None]:
+        """`enqueue_new` for each job, in list order, in one round trip where the
+        backend allows: each answer sees the jobs of the list written before it."""
+
     def dequeue(self, queue: str, now: datetime) -> Claim | BadClaim | None:
         """Claim the best ready job of `queue` (priority, then FIFO), or None.
 
@@ -259,6 +275,11 @@ class TransactionalJobQueue(JobQueue, Protocol):
         outbox row). Anything but a connection with a transaction begun is a
         `ValidationError`: it would autocommit and reopen the dual-write window."""
 
+    def enqueue_new_in_tx(self, conn: Any, job: Job) -> Job | None:
+        """`enqueue_new` inside the caller's open transaction on `conn`, with the same
+        checks of `conn` as `enqueue_in_tx`. A job found already there leaves the
+        caller's transaction as it was (its own writes roll back to a savepoint)."""
+
 
 @runtime_checkable
 class FinishingJobQueue(JobQueue, Protocol):
@@ -299,6 +320,37 @@ class BatchingJobQueue(FinishingJobQueue, Protocol):
     def start_claim(self, claim: Claim, now: datetime) -> Claim | None:
         """Mark a prefetched claim started: swap its token for a plain one and renew its
         lease to `now`, fenced by the old token. The started claim, or None if lost."""
+
+
+@runtime_checkable
+class CancellingJobQueue(FinishingJobQueue, Protocol):
+    """A queue that cancels jobs: at once while queued, by a request while claimed.
+
+    While a cancel request stands for a job, every outcome write of its claim holder
+    (`finish`, `finish_many`, `replace`, `reclaim`) is refused, checked in the same
+    atomic write, so the holder records the job cancelled (`finish_cancelled`)
+    instead of completed, retried or requeued. `ack` and `extend` are not refused.
+    """
+
+    def cancel(self, record: Job) -> bool:
+        """Only while `record.id` is still ready or parked (no claim holds it), take it
+        out of the queue and record `record` (cancelled) in the store, both or neither.
+        False, with nothing written, when it was claimed or finished meanwhile."""
+
+    def request_cancel(self, job_id: UUID, now: datetime) -> bool:
+        """Only while a claim holds `job_id`, mark it cancel-requested (at `now`). False
+        when no claim holds it (it is queued, finished or unknown)."""
+
+    def cancel_requested(self, job_id: UUID) -> bool:
+        """True while a cancel request stands for `job_id`: one cheap read, for a
+        handler that checks between steps whether to stop."""
+
+    def finish_cancelled(
+        self, claim: Claim | BadClaim, record: Job, abandoned_before: datetime | None = None
+    ) -> bool:
+        """`finish` for a cancel-requested claim: fenced by the token (and with
+        `abandoned_before` by "still locked before it"), record `record` (cancelled),
+        clear the request and release the claim, all or nothing."""
 
 
 def is_transactional(queue: object) -> bool:

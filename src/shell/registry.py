@@ -1,24 +1,38 @@
 """Handlers, per process: job type -> the function that runs it.
 
 A handler takes the job's args (a read-only mapping) and returns a JSON value
-(success), a `returns` `Success`/`Failure`, or raises. An exception is a
+(success), a `returns` `Success`/`Failure`, or raises. A handler with a second
+positional parameter also receives the attempt's `JobContext` (told apart once,
+when it is registered). An exception is a
 retryable failure typed by its class; raise `Permanent` (or return
 `Failure(Permanent(...))`) for a failure another attempt cannot fix.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from datetime import timedelta
 from traceback import format_exception
 from typing import Any
 
 import attrs
 from returns.result import Failure, Success
 
-from ..core import ErrorInfo, Failed, Outcome, Succeeded, ValidationError, check_name
+from ..core import (
+    ErrorInfo,
+    Failed,
+    Outcome,
+    Succeeded,
+    ValidationError,
+    check_name,
+    parse_timeout,
+    timeout_for,
+)
+from ..core.errors import FieldError
 from ..core.validation import Limits
 from .ports import Handler
 
@@ -37,6 +51,50 @@ class Registration:
 
     handler: Callable[..., Any]
     tenant_scoped: bool = False
+    #: Whether the handler takes the job context as its second parameter.
+    takes_context: bool = False
+    #: How long one attempt of this type may run, when the job sets no timeout.
+    timeout_ms: int | None = None
+    #: "thread" (the worker's own) or "process" (a child killed at the deadline).
+    execution: str = "thread"
+
+    def arguments(self, args: Any, context: Any) -> tuple[Any, ...]:
+        """What to call the handler with: the args, and the context if it takes one."""
+        return (args, context) if self.takes_context else (args,)
+
+
+def takes_context(handler: Callable[..., Any]) -> bool:
+    """Whether `handler` accepts a second positional argument (`def h(args, ctx)`,
+    `*args`, or a second parameter with a default). A callable whose signature
+    cannot be read is called with the args alone, as before contexts existed."""
+    try:
+        params = inspect.signature(handler).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = 0
+    for param in params:
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            return True
+        if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            positional += 1
+    return positional >= 2
+
+
+def _check_process_execution(
+    job_type: str, handler: Callable[..., Any], execution: str, tenant_scoped: bool
+) -> None:
+    from .process_execution import EXECUTIONS, check_process_handler
+
+    if execution not in EXECUTIONS:
+        raise ValidationError.of("execution", f"must be one of {', '.join(EXECUTIONS)}")
+    if tenant_scoped or inspect.iscoroutinefunction(handler):
+        # A tenant's transaction and an event loop both live in the worker's process.
+        raise ValidationError.of(
+            "execution", f"for {job_type!r}: a tenant-scoped or async handler runs in a thread"
+        )
+    problem = check_process_handler(handler)
+    if problem is not None:
+        raise ValidationError.of("handler", f"for {job_type!r} {problem}")
 
 
 class Registry:
@@ -45,6 +103,8 @@ class Registry:
     def __init__(self, handlers: Mapping[str, Handler] | None = None) -> None:
         self._lock = threading.Lock()
         self._entries: dict[str, Registration] = {}
+        #: Per-type timeouts from the config, in ms: they override the registered ones.
+        self._configured_timeouts: dict[str, int] = {}
         for job_type, handler in (handlers or {}).items():
             self.register(job_type, handler)
 
@@ -55,28 +115,59 @@ class Registry:
         *,
         tenant_scoped: bool = False,
         replace: bool = False,
+        timeout: timedelta | float | None = None,
+        execution: str = "thread",
     ) -> None:
         """Run `handler` for jobs of `job_type`. A second registration of one type is an
-        error unless `replace=True` (two modules claiming one type is usually a bug)."""
+        error unless `replace=True` (two modules claiming one type is usually a bug).
+        `timeout` (seconds or a timedelta) bounds each attempt of a job that sets
+        none itself; see `conveyor.shell.timeouts` for what happens to an overrun.
+        `execution="process"` runs each attempt in a child process that is killed at
+        its deadline (see `conveyor.shell.process_execution`)."""
         problem = check_name("job_type", job_type, Limits())
         if problem is not None:
             raise ValidationError((problem,))
         if not callable(handler):
             raise ValidationError.of("handler", f"for {job_type!r} is not callable")
+        if tenant_scoped and inspect.iscoroutinefunction(handler):
+            # Its tenant's scope is a transaction on this thread, over before a loop ran it.
+            raise ValidationError.of(
+                "handler", f"for {job_type!r} is tenant-scoped, so it cannot be async def"
+            )
+        timeout_ms = None if timeout is None else parse_timeout("timeout", timeout)
+        if isinstance(timeout_ms, FieldError):
+            raise ValidationError((timeout_ms,))
+        if execution != "thread":
+            _check_process_execution(job_type, handler, execution, tenant_scoped)
+        # A tenant-scoped handler's second parameter is its tenant context already.
+        context = not tenant_scoped and takes_context(handler)
         with self._lock:
             if job_type in self._entries and not replace:
                 raise ValueError(
                     f"a handler for {job_type!r} is already registered; pass replace=True"
                 )
-            self._entries[job_type] = Registration(handler, tenant_scoped)
+            self._entries[job_type] = Registration(
+                handler,
+                tenant_scoped,
+                takes_context=context,
+                timeout_ms=timeout_ms,
+                execution=execution,
+            )
 
     def handler(
-        self, job_type: str, *, tenant_scoped: bool = False
+        self,
+        job_type: str,
+        *,
+        tenant_scoped: bool = False,
+        timeout: timedelta | float | None = None,
+        execution: str = "thread",
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator form of `register`."""
 
         def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-            self.register(job_type, fn, tenant_scoped=tenant_scoped)
+            self.register(
+                job_type, fn, tenant_scoped=tenant_scoped, timeout=timeout, execution=execution
+            )
             return fn
 
         return wrap
@@ -88,6 +179,20 @@ class Registry:
     def registration(self, job_type: str) -> Registration | None:
         with self._lock:
             return self._entries.get(job_type)
+
+    def configure_timeouts(self, timeouts_ms: Mapping[str, int]) -> None:
+        """Per-type timeouts from the config (job type -> ms). They take precedence
+        over those given at registration, and apply to types registered later too."""
+        with self._lock:
+            self._configured_timeouts.update(timeouts_ms)
+
+    def timeout_ms(self, job_type: str, job_timeout_ms: int | None = None) -> int | None:
+        """The timeout of an attempt of a `job_type` job whose own is `job_timeout_ms`."""
+        with self._lock:
+            entry = self._entries.get(job_type)
+            configured = self._configured_timeouts.get(job_type)
+        registered = entry.timeout_ms if entry is not None else None
+        return timeout_for(job_timeout_ms, configured_ms=configured, registered_ms=registered)
 
     def job_types(self) -> frozenset[str]:
         with self._lock:

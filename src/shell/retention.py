@@ -8,6 +8,9 @@ without electing anyone, and because each deletion re-checks its guards inside t
 store's atomic write, two pruners racing for one record delete it once.
 
 `prune_all` is what `conveyor prune` runs: batches until none is left.
+
+Both hand each `PruneOrder` (the core's decision) to a `Prunes`: the runtime gives them
+its executor, the one place writes happen; a store also qualifies, for tests.
 """
 
 from __future__ import annotations
@@ -16,20 +19,27 @@ import logging
 import random
 import threading
 from datetime import datetime
+from typing import Protocol
 
 from ..core import PruneOrder, RetentionPolicy, first_prune_at, next_prune_at, prune_order
-from .ports import Jitter, JobStore
+from .ports import Jitter
 
 log = logging.getLogger("conveyor.retention")
+
+
+class Prunes(Protocol):
+    """What carries out a prune order (`Executor.prune`, or a `JobStore` directly)."""
+
+    def prune(self, order: PruneOrder) -> int: ...
 
 
 class Pruner:
     """Deletes finished records past their retention, one batch per interval."""
 
     def __init__(
-        self, store: JobStore, policy: RetentionPolicy, *, jitter: Jitter = random.random
+        self, executor: Prunes, policy: RetentionPolicy, *, jitter: Jitter = random.random
     ) -> None:
-        self.store = store
+        self.executor = executor
         self.policy = policy
         self.jitter = jitter
         self._next: datetime | None = None
@@ -67,16 +77,16 @@ class Pruner:
     def prune_once(self, now: datetime) -> int:
         """One batch under the policy at `now`. Returns how many records went."""
         order = prune_order(self.policy, now)
-        return 0 if order.is_empty else self.store.prune(order)
+        return 0 if order.is_empty else self.executor.prune(order)
 
 
-def prune_all(store: JobStore, order: PruneOrder) -> int:
+def prune_all(executor: Prunes, order: PruneOrder) -> int:
     """Prune batch after batch until one comes back short. Returns how many went."""
     if order.is_empty or order.limit <= 0:
         return 0
     total = 0
     while True:
-        gone = store.prune(order)
+        gone = executor.prune(order)
         total += gone
         if gone < order.limit:
             return total

@@ -9,6 +9,7 @@ reported once, by name, with the config key that fixes it.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import logging
 import os
@@ -27,6 +28,8 @@ import attrs
 from returns.result import Failure, Success
 
 from ..core import (
+    CancelCounts,
+    CancelResult,
     Job,
     JobStatus,
     LeasePolicy,
@@ -40,10 +43,14 @@ from ..core import (
 from ..core.errors import FieldError
 from ..core.validation import parse_job_id
 from . import outage
+from .async_enqueue import THREAD, AsyncWriters
+from .cancellation import cancel_job, cancel_many
 from .config import Config, load_config
+from .cron import Cron
 from .executor import Executor
 from .handlers import contribute
 from .hooks import Hooks
+from .inline import InlineRunner
 from .lease_keeper import check_clock
 from .lookup import JobView, find_job, list_jobs, parse_state
 from .pool import WorkerPool
@@ -191,8 +198,23 @@ def _make_tenancy(config: Config) -> TenantScope | None:
     return TenantScope(engine, resolver, strategy)
 
 
+def _once(options: Mapping[str, Any]) -> bool:
+    """True when the enqueue must not write a job that is already there: the caller
+    chose its id or gave it a unique key (a fresh random id needs no look)."""
+    return options.get("id") is not None or options.get("unique_key") is not None
+
+
 #: The keyword options every enqueue method takes (`Runtime.enqueue` documents them).
-ENQUEUE_OPTIONS = frozenset({"queue", "priority", "max_retries", "run_at", "delay", "tenant_id"})
+ENQUEUE_OPTIONS = frozenset(
+    {"queue", "priority", "max_retries", "run_at", "delay", "tenant_id", "timeout"}
+    | {"id", "unique_key", "unique_for", "unique_states"}
+)
+
+
+#: The options `aenqueue` writes through the asyncio driver: they shape the job only.
+_PLAIN_OPTIONS = frozenset(
+    {"queue", "priority", "max_retries", "run_at", "delay", "tenant_id", "timeout"}
+)
 
 
 class Runtime:
@@ -210,8 +232,16 @@ class Runtime:
         jitter: Callable[[], float] | None = None,
         tenancy: TenantScope | None = None,
         hooks: Hooks | None = None,
+        inline: bool = False,
     ) -> None:
         self.config = config
+        #: Run jobs at enqueue, in the caller's thread (see `conveyor.shell.inline`).
+        self.inline = inline
+        # A clock other than the system's is a test clock, often on a fixed date far
+        # from a server's: the lease keeper's comparison would only refuse to reclaim.
+        self.inline_runner = InlineRunner(
+            lambda name: self.worker(name, clock_check=isinstance(self.clock, SystemClock))
+        )
         self.tenancy = tenancy
         #: Lifecycle callbacks (`runtime.hooks.on_failed(...)`); see `conveyor.shell.hooks`.
         self.hooks = hooks if hooks is not None else Hooks()
@@ -223,7 +253,7 @@ class Runtime:
         self.policies = Policies(retry=config.retry, requeue=config.requeue, lease=lease)
         self.executor = Executor(queue, store, clock=self.clock)
         #: Shared by this process's workers: one of them prunes per interval.
-        self.pruner = Pruner(store, config.retention)
+        self.pruner = Pruner(self.executor, config.retention)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.pools: list[WorkerPool] = []
         self._warned: set[str] = set()
@@ -232,6 +262,10 @@ class Runtime:
         self._beat_thread: threading.Thread | None = None
         #: Set by `conveyor.shell.tracing.instrument`: spans for enqueues and attempts.
         self.tracer: JobTracer | None = None
+        #: Periodic jobs: the config's `[[cron]]` entries, and `runtime.cron.add(...)`.
+        self.cron = Cron(self, config.cron)
+        #: How `aenqueue` writes: `async_writers.driver` names the path (docs/asyncio.md).
+        self.async_writers = AsyncWriters(config, queue)
 
     # ---- enqueue ----------------------------------------------------------
 
@@ -246,9 +280,26 @@ class Runtime:
         run_at: datetime | None = None,
         delay: timedelta | float | None = None,
         tenant_id: str | None = None,
+        timeout: timedelta | float | None = None,
+        id: UUID | str | None = None,
+        unique_key: str | None = None,
+        unique_for: timedelta | float | None = None,
+        unique_states: Sequence[JobStatus | str] | None = None,
     ) -> Job:
         """Validate and enqueue a job; raises `ValidationError` naming bad fields.
-        `delay` may be a timedelta or seconds."""
+        `delay` may be a timedelta or seconds. `timeout` (a timedelta or seconds)
+        bounds each attempt, overriding the job type's; an attempt that runs past it
+        is recorded as a retryable `Timeout` failure (see docs/handlers.md).
+
+        `id` (a UUID or its text) names the job: when a job with that id exists, in
+        any state, nothing is written and that job is returned, args unchanged.
+        `unique_key` makes the job hold that key while it is in one of
+        `unique_states` (default: scheduled, pending, running, retrying) and, with
+        `unique_for` (a timedelta or seconds), for at most that long: meanwhile an
+        enqueue with the same key returns the holder instead of writing a second job.
+        Either check is atomic with the write on every backend (docs/unique.md). The
+        job returned is the one stored; for a job already there, the `enqueued` hook
+        is not called (a tracing `send` span is still recorded)."""
         options = dict(
             queue=queue,
             priority=priority,
@@ -256,13 +307,24 @@ class Runtime:
             run_at=run_at,
             delay=delay,
             tenant_id=tenant_id,
+            timeout=timeout,
+            id=id,
+            unique_key=unique_key,
+            unique_for=unique_for,
+            unique_states=unique_states,
         )
         job = self._new_job(job_type, args, options)
         self._warn_if_unpolled(job.queue)
         self._warn_if_unknown_type(job.job_type)
         with self._sending([job]) as (job,):
-            self.queue.enqueue(job)
+            if _once(options):
+                found = self.queue.enqueue_new(job)
+                if found is not None:
+                    return found  # already there: nothing written, nothing to announce
+            else:
+                self.queue.enqueue(job)
         self.hooks.enqueued(job)
+        self._run_inline([job])
         return job
 
     def enqueue_many(
@@ -272,17 +334,77 @@ class Runtime:
         **options: Any,
     ) -> list[Job]:
         """Validate and enqueue one job per args mapping, in one round trip; all are
-        checked before any is written. `options` are `enqueue`'s keyword options."""
+        checked before any is written. `options` are `enqueue`'s keyword options; with
+        `id` or `unique_key`, every job of the list shares it, so the first one written
+        holds it and the others come back as that job (one entry per args mapping).
+        """
         jobs = [self._new_job(job_type, args, options) for args in args_list]
+        stored = jobs
         if jobs:
             self._warn_if_unpolled(jobs[0].queue)
             for job_type in {j.job_type for j in jobs}:
                 self._warn_if_unknown_type(job_type)
             with self._sending(jobs) as jobs:
-                self.queue.enqueue_many(jobs)
+                if _once(options):
+                    found = self.queue.enqueue_new_many(jobs)
+                    stored = [f or j for f, j in zip(found, jobs, strict=True)]
+                    jobs = [j for f, j in zip(found, jobs, strict=True) if f is None]
+                else:
+                    self.queue.enqueue_many(jobs)
+                    stored = jobs
+            for job in jobs:
+                self.hooks.enqueued(job)
+            self._run_inline(jobs)
+        return stored
+
+    def _writes_natively(self, options: Mapping[str, Any]) -> bool:
+        """Whether `aenqueue` can write these options' job through the asyncio driver:
+        a plain upsert. An id, a unique key or inline mode take `enqueue`'s own path,
+        in a thread."""
+        if self.inline or self.async_writers.driver == THREAD:
+            return False
+        return all(value is None for key, value in options.items() if key not in _PLAIN_OPTIONS)
+
+    async def aenqueue(
+        self, job_type: str, args: Mapping[str, Any] | None = None, **options: Any
+    ) -> Job:
+        """`enqueue` for asyncio code: the same job, validation and options, written
+        without blocking the event loop (see docs/asyncio.md for each backend's path)."""
+        if not self._writes_natively(options):
+            return await asyncio.to_thread(self.enqueue, job_type, args, **options)
+        job = self._new_job(job_type, args, options)
+        self._warn_if_unpolled(job.queue)
+        self._warn_if_unknown_type(job.job_type)
+        with self._sending([job]) as (job,):
+            await self.async_writers.current().enqueue(job)
+        self.hooks.enqueued(job)
+        return job
+
+    async def aenqueue_many(
+        self,
+        job_type: str,
+        args_list: Sequence[Mapping[str, Any] | None],
+        **options: Any,
+    ) -> list[Job]:
+        """`enqueue_many` for asyncio code: all jobs checked before any is written, then
+        written in one round trip without blocking the event loop."""
+        if not self._writes_natively(options):
+            return await asyncio.to_thread(self.enqueue_many, job_type, args_list, **options)
+        jobs = [self._new_job(job_type, args, options) for args in args_list]
+        if jobs:
+            self._warn_if_unpolled(jobs[0].queue)
+            for name in {j.job_type for j in jobs}:
+                self._warn_if_unknown_type(name)
+            with self._sending(jobs) as jobs:
+                await self.async_writers.current().enqueue_many(jobs)
             for job in jobs:
                 self.hooks.enqueued(job)
         return jobs
+
+    async def aclose(self) -> None:
+        """Release the connections `aenqueue` opened on the running event loop; call it
+        before that loop ends. `close` releases the rest."""
+        await self.async_writers.aclose()
 
     def enqueue_in_tx(
         self, conn: Any, job_type: str, args: Mapping[str, Any] | None = None, **options: Any
@@ -297,6 +419,9 @@ class Runtime:
         self._warn_if_unpolled(job.queue)
         self._warn_if_unknown_type(job.job_type)
         with self._sending([job]) as (job,):
+            if _once(options):
+                found: Job | None = self.queue.enqueue_new_in_tx(conn, job)  # type: ignore[attr-defined]
+                return job if found is None else found
             self.queue.enqueue_in_tx(conn, job)  # type: ignore[attr-defined]
         return job
 
@@ -314,12 +439,14 @@ class Runtime:
         unknown = set(options) - ENQUEUE_OPTIONS
         if unknown:
             raise TypeError(f"unexpected options: {sorted(unknown)}")
+        chosen = {k: v for k, v in options.items() if k != "id"}
+        job_id = options.get("id")
         result = create_job(
-            id=uuid.uuid4(),
+            id=uuid.uuid4() if job_id is None else job_id,
             job_type=job_type,
             args=args,
             now=self.clock.now(),
-            **options,
+            **chosen,
         )
         match result:
             case Success(job):
@@ -351,7 +478,7 @@ class Runtime:
             log.warning("%s", reason)
 
     def _warn_if_unpolled(self, queue: str) -> None:
-        if queue in self.config.workers.queues or queue in self._warned:
+        if self.inline or queue in self.config.workers.queues or queue in self._warned:
             return
         self._warned.add(queue)
         log.warning(
@@ -365,6 +492,17 @@ class Runtime:
 
     # ---- workers ----------------------------------------------------------
 
+    def worker(self, queue_name: str = "default", **options: Any) -> Worker:
+        """A worker on `queue_name` with this runtime's settings, to run jobs in the
+        calling thread (`worker.drain()`); `start` runs pools of them instead. `options`
+        are `Worker` keyword arguments that replace this runtime's."""
+        merged = {**self._worker_options(), **options}
+        return Worker(self.queue, self.store, self.registry, queue_name=queue_name, **merged)
+
+    def _run_inline(self, jobs: Sequence[Job]) -> None:
+        if self.inline and jobs:
+            self.inline_runner.run([job.queue for job in jobs])
+
     def _worker_options(self) -> dict[str, Any]:
         w = self.config.workers
         options: dict[str, Any] = {
@@ -372,6 +510,7 @@ class Runtime:
             "clock": self.clock,
             "poll_interval_ms": w.poll_interval_ms,
             "prefetch": w.prefetch,
+            "async_concurrency": w.async_concurrency,
         }
         if self.jitter is not None:
             options["jitter"] = self.jitter
@@ -414,6 +553,8 @@ class Runtime:
             target=self._beat_loop, daemon=True, name="conveyor-presence"
         )
         self._beat_thread.start()
+        # Every worker process ticks; slot ids keep each slot to one job.
+        self.cron.start()
         return self
 
     def _info(self) -> WorkerInfo:
@@ -443,6 +584,7 @@ class Runtime:
         end = time.monotonic() + grace
         clean = all([pool.stop(max(0.0, end - time.monotonic())) for pool in self.pools])
         self.pools = []
+        self.cron.stop()
         self._beat_stop.set()
         if self._beat_thread is not None:
             self._beat_thread.join(1)
@@ -535,11 +677,13 @@ class Runtime:
         queue: str | None = None,
         state: JobStatus | str | None = None,
         job_type: str | None = None,
+        tenant_id: str | None = None,
         limit: int = 100,
     ) -> list[JobView]:
         """Up to `limit` jobs matching every filter given: queued work (running, pending,
         parked) first, then finished jobs, newest first. `state` may be a `JobStatus`
-        or its name (`dead` for `failed`); a bad one is a `ValidationError`."""
+        or its name (`dead` for `failed`); a bad one is a `ValidationError`.
+        `tenant_id` keeps only that tenant's jobs."""
         if isinstance(state, str):
             parsed = parse_state(state)
             if isinstance(parsed, FieldError):
@@ -552,11 +696,44 @@ class Runtime:
             queue_name=queue,
             state=state,
             job_type=job_type,
+            tenant_id=tenant_id,
             limit=limit,
         )
 
     def _lease(self) -> timedelta:
         return timedelta(milliseconds=self.policies.lease.lease_ms)
+
+    def cancel(self, job_id: UUID | str) -> CancelResult:
+        """Cancel a job. Queued (`pending`, `scheduled`, `retrying`): it leaves the queue
+        and is recorded `cancelled` in one atomic step (`CancelResult.CANCELLED`).
+        Running: a cancel request is left for its worker (`REQUESTED`); the handler
+        can see it through its context, and whatever it returns the job is recorded
+        `cancelled`, never completed and never retried. A job already finished is left
+        as it is (`FINISHED`); an id nobody knows gives `NOT_FOUND`.
+
+        >>> runtime.cancel(job.id)  # doctest: +SKIP
+        <CancelResult.CANCELLED: 'cancelled'>
+        """
+        return cancel_job(self.queue, self.store, self.executor, _job_id(job_id), self.clock.now())
+
+    def cancel_many(
+        self, *, queue: str | None = None, job_type: str | None = None, dry_run: bool = False
+    ) -> CancelCounts:
+        """Cancel every queued and running job of `queue` and/or `job_type` (at least one
+        must be given), each as `cancel` does. Returns how many were cancelled and how
+        many running ones were asked to stop; with `dry_run`, how many would be."""
+        if queue is None and job_type is None:
+            raise ValidationError.of("queue", "give a queue, a job type or both")
+        now = self.clock.now()
+        return cancel_many(
+            self.queue,
+            self.store,
+            self.executor,
+            now,
+            queue_name=queue,
+            job_type=job_type,
+            dry_run=dry_run,
+        )
 
     def retry_dead(self, job_id: UUID | str) -> Job:
         """Give a dead letter a fresh start: queued and recorded as pending in one atomic
@@ -574,7 +751,7 @@ class Runtime:
     def purge_dead(self, job_id: UUID | str | None = None) -> int:
         """Delete one dead letter, or every dead letter when `job_id` is None; returns
         how many were deleted. To delete by age instead, see `prune`."""
-        return self.store.purge_dead(None if job_id is None else _job_id(job_id))
+        return self.executor.purge_dead(None if job_id is None else _job_id(job_id))
 
     def prune(self, *, older_than_ms: int | None = None, dry_run: bool = False) -> int:
         """Delete every finished record past the configured retention (batch by batch,
@@ -584,7 +761,7 @@ class Runtime:
             raise ValidationError.of("older_than", f"must be >= 0, got {older_than_ms}")
         policy = self.config.retention
         order = prune_order(policy, self.clock.now(), older_than_ms=older_than_ms)
-        return self.store.count_prunable(order) if dry_run else prune_all(self.store, order)
+        return self.store.count_prunable(order) if dry_run else prune_all(self.executor, order)
 
     def close(self) -> None:
         """Release the backend's connections. Call `stop` first when pools are running;
@@ -634,9 +811,15 @@ def build(
     tenancy: TenantScope | None = None,
     hooks: Hooks | None = None,
     startup_timeout_s: float | None = None,
+    inline: bool | None = None,
 ) -> Runtime:
     """Build a `Runtime` from a config mapping, a TOML file, or the nearest config file.
     `hooks` may be given here or registered later on `runtime.hooks`.
+
+    `inline=True` (default: the config's `inline`) runs each job at enqueue, in the
+    caller's thread (see `conveyor.shell.inline`). Every `Tasks` collection among
+    `handlers` and the contributed handler mappings is bound to the new runtime: its
+    tasks' `enqueue` uses it (see `conveyor.shell.tasks`).
 
     An unreachable server is waited for, with capped backoff, for `startup_timeout_s`
     (default: the config's `startup_timeout_ms`; 0 tries once), then
@@ -649,7 +832,9 @@ def build(
     registry = registry or Registry()
     for job_type, handler in (handlers or {}).items():
         registry.register(job_type, handler)
-    contribute(registry, cfg.handlers, entry_points=cfg.entry_points)
+    sources: list[Mapping[str, Callable[..., Any]]] = [handlers or {}]
+    contribute(registry, cfg.handlers, entry_points=cfg.entry_points, loaded=sources)
+    registry.configure_timeouts(dict(cfg.timeouts_ms))
     from .redact import guarded, tenancy_url
 
     waited = cfg.startup_timeout_ms / 1000 if startup_timeout_s is None else startup_timeout_s
@@ -667,7 +852,7 @@ def build(
         raise SchemaNotCurrent(problem)
     if tenancy is None:
         tenancy = guarded(*tenancy_url(cfg), lambda: _make_tenancy(cfg))
-    return Runtime(
+    runtime = Runtime(
         cfg,
         queue,
         store,
@@ -677,4 +862,9 @@ def build(
         jitter=jitter,
         tenancy=tenancy,
         hooks=hooks,
+        inline=cfg.inline if inline is None else inline,
     )
+    from .tasks import bind_collections
+
+    bind_collections(runtime, sources)
+    return runtime

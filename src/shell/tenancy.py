@@ -1,9 +1,10 @@
 """Tenant-scoped execution: a tenant job's database work runs inside its tenant.
 
 A handler registered with `tenant_scoped=True` receives `(args, ctx)` where
-`ctx.tenant` is the resolved tenant and `ctx.conn` a SQLAlchemy `Connection`
-inside a transaction opened for that tenant: committed when the handler
-succeeds, rolled back when it fails or raises. A job whose tenant cannot be
+`ctx.tenant` is the resolved tenant, `ctx.conn` a SQLAlchemy `Connection`
+inside a transaction opened for that tenant (committed when the handler
+succeeds, rolled back when it fails, raises, or runs past its timeout), and
+`ctx.job` the attempt's `JobContext`. A job whose tenant cannot be
 resolved, or whose scope does not exist, fails explicitly (`tenant-not-found`)
 and its handler never runs: there is no fallback to an unscoped run.
 
@@ -42,7 +43,9 @@ from ..core import (
     ValidationError,
     check_name,
 )
+from .context import JobContext
 from .registry import error_from_exception, run_handler
+from .timeouts import AttemptGate
 
 log = logging.getLogger("conveyor.tenancy")
 
@@ -61,6 +64,8 @@ class TenantContext:
 
     tenant: Tenant
     conn: sa.Connection
+    #: The attempt being run (job id, attempt, deadline, cancel check).
+    job: JobContext | None = None
 
     @property
     def tenant_id(self) -> str:
@@ -189,16 +194,31 @@ class TenantScope:
     def resolve(self, tenant_id: str) -> Tenant | None:
         return self.resolver.resolve(tenant_id)
 
-    def run(self, handler: Callable[..., Any], args: Any, tenant: Tenant) -> Outcome:
-        """Run `handler(args, ctx)` in a transaction for `tenant`; commit only on success."""
+    def run(
+        self,
+        handler: Callable[..., Any],
+        args: Any,
+        tenant: Tenant,
+        *,
+        job: JobContext | None = None,
+        gate: AttemptGate | None = None,
+    ) -> Outcome:
+        """Run `handler(args, ctx)` in a transaction for `tenant`; commit only on success,
+        and only while `gate` says the attempt was not abandoned at its deadline."""
         with self.engine.connect() as conn:
             try:
-                return self._run_scoped(conn, handler, args, tenant)
+                return self._run_scoped(conn, handler, args, tenant, job, gate)
             finally:
                 self._leave(conn)
 
     def _run_scoped(
-        self, conn: sa.Connection, handler: Callable[..., Any], args: Any, tenant: Tenant
+        self,
+        conn: sa.Connection,
+        handler: Callable[..., Any],
+        args: Any,
+        tenant: Tenant,
+        job: JobContext | None,
+        gate: AttemptGate | None,
     ) -> Outcome:
         try:
             self.strategy.enter(conn, tenant)
@@ -214,11 +234,12 @@ class TenantScope:
         except Exception as exc:
             return Failed(ErrorInfo("tenant-scope", str(exc)[:500], retryable=False))
         conn.begin()
-        outcome = run_handler(handler, args, TenantContext(tenant, conn))
+        outcome = run_handler(handler, args, TenantContext(tenant, conn, job))
         if not conn.in_transaction():
             return outcome
-        if not isinstance(outcome, Succeeded):
-            # A raised or returned failure leaves nothing of the handler's writes.
+        if not isinstance(outcome, Succeeded) or (gate is not None and not gate.finish()):
+            # A raised or returned failure leaves nothing of the handler's writes; nor
+            # does an attempt the worker already recorded as timed out.
             conn.rollback()
             return outcome
         try:

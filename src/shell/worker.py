@@ -11,6 +11,7 @@ nothing itself and writes nothing directly.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import random
@@ -19,7 +20,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -36,13 +37,19 @@ from ..core import (
     NoHandler,
     Outcome,
     Policies,
+    attempt_deadline,
     decide,
     decide_hand_back,
     start,
     tenant_verdict,
+    timeout_error,
 )
 from ..core.frozen import thaw
+from ..core.prefetch import PrefetchPolicy, batch_size, observe, should_hand_back
 from . import outage
+from .async_jobs import DEFAULT_CONCURRENCY, AsyncJobs, Finished, awaitable_of
+from .cancellation import cancel_requested, settle_refused
+from .context import JobContext
 from .executor import Executor
 from .heartbeat import Heartbeat
 from .hooks import Hooks
@@ -62,11 +69,22 @@ from .ports import (
 from .registry import Registry, catching, caught, run_handler
 from .retention import Pruner
 from .tenancy import Tenant, TenantScope
+from .timeouts import AttemptGate, DeadlineRunner
 
 if TYPE_CHECKING:
     from .tracing import JobTracer
 
 log = logging.getLogger("conveyor.worker")
+
+
+def _prefetch_policy(prefetch: int | str | PrefetchPolicy) -> PrefetchPolicy:
+    if isinstance(prefetch, PrefetchPolicy):
+        return prefetch
+    if prefetch == "auto":
+        return PrefetchPolicy()
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+        raise ValueError(f'prefetch must be "auto" or >= 1, got {prefetch!r}')
+    return PrefetchPolicy.fixed(prefetch)
 
 
 @attrs.frozen(slots=True)
@@ -81,12 +99,18 @@ class WorkerStats:
     reclaimed: int = 0
     handed_back: int = 0
     lost_claims: int = 0
+    #: Attempts abandoned at their deadline and recorded as `Timeout` failures.
+    timed_out: int = 0
+    #: Claimed jobs recorded cancelled because a cancel was requested while they ran.
+    cancelled: int = 0
 
 
 #: After the last job, a worker without wake-ups polls every FAST_POLL_S for
 #: FAST_POLL_WINDOW_S, so a burst's next job is picked up in milliseconds.
 FAST_POLL_S = 0.002
 FAST_POLL_WINDOW_S = 0.25
+#: While async jobs run and a slot is free, the worker looks for new work this often.
+ASYNC_POLL_S = 0.05
 
 _COUNTERS = {
     "Complete": "completed",
@@ -94,6 +118,7 @@ _COUNTERS = {
     "DeadLetter": "dead_lettered",
     "Requeue": "requeued",
     "HandBack": "handed_back",
+    "CancelClaim": "cancelled",
 }
 
 
@@ -122,18 +147,23 @@ class Worker:
         worker_id: str | None = None,
         tenancy: TenantScope | None = None,
         executor: Executor | None = None,
-        prefetch: int = 1,
+        prefetch: int | str | PrefetchPolicy = 1,
         clock_check: bool = True,
         hooks: Hooks | None = None,
         pruner: Pruner | None = None,
         tracer: JobTracer | None = None,
+        async_concurrency: int = DEFAULT_CONCURRENCY,
     ) -> None:
         """`promote_interval_ms` is accepted for old configurations and unused: claims
         promote due jobs themselves. `clock_check=False` skips the comparison with the
         lease server's clock (for a manual clock replaying a fixed date in tests).
         `hooks` are called as jobs start, succeed, fail and are dead-lettered.
         `pruner` deletes finished records past their retention on its own interval.
-        `tracer` (see `conveyor.shell.tracing`) runs each attempt in a `process` span."""
+        `tracer` (see `conveyor.shell.tracing`) runs each attempt in a `process` span.
+        `async_concurrency` is how many `async def` handlers run at once on the event
+        loop (see `conveyor.shell.async_jobs`). `prefetch` is how many jobs one claim
+        takes: a number, `"auto"` (batches sized to the jobs' running time, see
+        `conveyor.core.prefetch`) or a `PrefetchPolicy`."""
         self.tracer = tracer
         self.hooks = hooks if hooks is not None else Hooks()
         self.pruner = pruner
@@ -148,9 +178,11 @@ class Worker:
         self.heartbeat_s = (heartbeat_interval_ms or max(lease // 3, 1)) / 1000
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.tenancy = tenancy
-        if prefetch < 1:
-            raise ValueError("prefetch must be >= 1")
-        self.prefetch = prefetch
+        self.prefetch_policy = _prefetch_policy(prefetch)
+        #: The largest batch one claim may take.
+        self.prefetch = self.prefetch_policy.max_batch
+        #: Running mean of a job's wall time here, which sizes adaptive batches.
+        self.mean_job_ms: float | None = None
         self.executor = executor or Executor(queue, store, clock=self.clock)
         self.clock_check = clock_check
         self.lease_keeper = LeaseKeeper(
@@ -170,8 +202,15 @@ class Worker:
         #: Failed attempts decided but not yet written, by job id: the error and the
         #: exception behind it, reported once the decision is carried out.
         self._failures: dict[uuid.UUID, tuple[ErrorInfo, BaseException | None]] = {}
+        #: Jobs run but not yet written, by id: the running job and its outcome, from
+        #: which a cancel is recorded if a cancel request refuses the outcome's write.
+        self._ran: dict[uuid.UUID, tuple[Job, Outcome]] = {}
         self._warned_empty = False
         self._clock_checked = False
+        #: Async handlers running on the event loop, their claims held until written.
+        self._async = AsyncJobs(async_concurrency)
+        #: Attempts with a timeout run here, in threads of their own.
+        self.overruns = DeadlineRunner()
 
     # ---- the loop ---------------------------------------------------------
 
@@ -238,6 +277,12 @@ class Worker:
             timeout = self._idle_timeout_s()
             if timeout <= 0:
                 continue
+            if self._async.running:
+                # Async jobs in flight: wake as soon as one finishes (its write frees a
+                # slot); meanwhile poll for new work only while a slot is free.
+                idle = min(timeout, ASYNC_POLL_S) if self._async.free else timeout
+                self._conclude(self._async.wait(idle))
+                continue
             if wait is not None:
                 began = time.monotonic()
                 try:
@@ -249,6 +294,10 @@ class Worker:
             # No wake-up signal here: poll fast for a moment after work, then ease off.
             recent = time.monotonic() - last_work < FAST_POLL_WINDOW_S
             self._stop.wait(min(FAST_POLL_S, timeout) if recent else timeout)
+        # Stopping: async jobs still running are awaited and written, as a stopping
+        # worker finishes its sync job.
+        while self._async.running:
+            self._conclude(self._async.wait(self.heartbeat_s))
 
     def _idle_timeout_s(self) -> float:
         """How long an idle worker may wait: the poll interval, or less when a parked job
@@ -271,23 +320,36 @@ class Worker:
             budget = None if max_jobs is None else max_jobs - done
             worked = self.run_once(limit=budget)
             if not worked:
-                break
+                if not self._async.running:
+                    break
+                self._conclude(self._async.wait(self.heartbeat_s))
+                continue
             done += worked
+        # Every async job this drain claimed is written before it returns.
+        while self._async.running:
+            self._conclude(self._async.wait(self.heartbeat_s))
         return done
 
     def run_once(self, *, limit: int | None = None) -> int:
         """Lease keeping when due, then claim and process up to `prefetch` jobs (one by
-        default). Returns how many were claimed."""
+        default). Returns how many were claimed: none while every async slot is busy."""
         now = self.clock.now()
         self.maintain(now)
-        want = self.prefetch if limit is None else max(1, min(self.prefetch, limit))
+        self._conclude(self._async.finished())
+        if not self._async.free:
+            return 0
+        size = batch_size(self.prefetch_policy, self.mean_job_ms)
+        want = size if limit is None else max(1, min(size, limit))
         if want > 1 and isinstance(self.queue, BatchingJobQueue):
             claims = list(self.queue.dequeue_many(self.queue_name, now, want))
         else:
             claim = self.queue.dequeue(self.queue_name, now)
             claims = [] if claim is None else [claim]
         if claims:
+            began = time.monotonic()
             self.process_claims(claims)
+            took_ms = (time.monotonic() - began) * 1000
+            self.mean_job_ms = observe(self.mean_job_ms, took_ms, len(claims))
         return len(claims)
 
     def maintain(self, now: datetime) -> None:
@@ -324,9 +386,15 @@ class Worker:
         self._heartbeat.hold(held)
         decisions: list[Decision | None] = [None] * len(claims)
         finished: list[tuple[Claim, Decision]] = []
+        began = time.monotonic()
         try:
             for i, claim in enumerate(claims):
                 if self._stop.is_set() and len(claims) > 1:
+                    self._hand_back(claims[i:])
+                    break
+                elapsed_ms = (time.monotonic() - began) * 1000
+                if should_hand_back(self.prefetch_policy, elapsed_ms, len(claims) - i):
+                    # A slow job held up the batch: let other workers take the rest.
                     self._hand_back(claims[i:])
                     break
                 decisions[i] = decision = self._run_claim(claim)
@@ -337,14 +405,13 @@ class Worker:
                 else:
                     self._carry_out(self._current(claim), decision)
         finally:
-            if finished:
-                results = self.executor.finish_many(finished)
-                for ok, (_, done) in zip(results, finished, strict=True):
-                    self._counted(ok, done)
-            self._heartbeat.release(held)
-            self._heartbeat.release(self._started.values())
+            self._finish_all(finished)
+            # Claims handed to the event loop stay leased until their outcome is written.
+            self._heartbeat.release(c for c in held if not self._async.holds(c))
+            self._heartbeat.release(c for c in self._started.values() if not self._async.holds(c))
             self._started.clear()
             self._failures.clear()
+            self._ran.clear()
         return decisions
 
     def _current(self, claim: Claim) -> Claim:
@@ -387,7 +454,8 @@ class Worker:
 
     def decide_claim(self, claim: Claim | BadClaim) -> Decision | None:
         """Run the handler of one claimed job and ask the core what to do. An
-        undecodable claim is dead-lettered here and gives None."""
+        undecodable claim is dead-lettered here and gives None; so does a job whose
+        async handler was started on the event loop (decided once it finishes)."""
         now = self.clock.now()
         if isinstance(claim, BadClaim):
             self._dead_letter_bad(claim)
@@ -401,18 +469,96 @@ class Worker:
             return None
         job = started.unwrap()
         self.hooks.started(job)
+        timeout_ms = self.registry.timeout_ms(job.job_type, job.timeout_ms)
+        gate = AttemptGate()
+        context = self.job_context(job, attempt_deadline(now, timeout_ms), gate)
+
+        def attempt(job: Job) -> Outcome:
+            entry = self.registry.registration(job.job_type)
+            if (
+                timeout_ms is None
+                or entry is None
+                # A child process is killed at the deadline, and a coroutine is bounded
+                # on the event loop: neither leaves a thread to abandon.
+                or entry.execution == "process"
+                or inspect.iscoroutinefunction(entry.handler)
+            ):
+                return self._outcome(job, context, gate, timeout_ms)
+            return self._bounded(job, context, gate, timeout_ms)
+
         with catching() as found:
-            if self.tracer is None:
-                outcome = self._outcome(job)
-            else:
-                outcome = self.tracer.process(job, self._outcome)
+            outcome = attempt(job) if self.tracer is None else self.tracer.process(job, attempt)
+        pending = awaitable_of(outcome)
+        if pending is not None:  # an async handler: decided once it finishes on the loop
+            self._launch(claim, job, pending, timeout_ms)
+            return None
         if isinstance(outcome, Failed):
             self._failures[job.id] = (outcome.error, found.exception)
         self._counts["processed"] += 1
+        self._ran[job.id] = (job, outcome)
         return decide(job, outcome, self.clock.now(), self.policies, self.jitter())
 
     def _carry_out(self, claim: Claim, decision: Decision) -> None:
-        self._counted(self.executor.carry_out(claim, decision), decision)
+        ok = self.executor.carry_out(claim, decision)
+        if ok:
+            self._ran.pop(decision.job.id, None)
+        if ok or not self._cancelled_instead(claim, decision):
+            self._counted(ok, decision)
+
+    def _cancelled_instead(self, claim: Claim, decision: Decision) -> bool:
+        """A refused outcome write: when a cancel request refused it, the job is
+        recorded cancelled instead (True). Called once per decision written."""
+        ran = self._ran.pop(decision.job.id, None)
+        cancelled = settle_refused(self.queue, self.executor, claim, ran, self.clock.now())
+        if cancelled is None:
+            return False
+        self._failures.pop(decision.job.id, None)  # its failure is not what was recorded
+        log.info("job %s: cancel requested while it ran; recorded cancelled", claim.job.id)
+        self._counted(True, cancelled)
+        return True
+
+    def _finish_all(self, finished: Sequence[tuple[Claim, Decision]]) -> None:
+        """Carry out completed and dead-lettered jobs together, in one round trip."""
+        if finished:
+            results = self.executor.finish_many(finished)
+            for ok, (claim, done) in zip(results, finished, strict=True):
+                if ok:
+                    self._ran.pop(done.job.id, None)
+                if ok or not self._cancelled_instead(claim, done):
+                    self._counted(ok, done)
+
+    def _launch(
+        self, claim: Claim, job: Job, awaitable: Awaitable[Any], timeout_ms: int | None
+    ) -> None:
+        """Start an async handler on the event loop, once a slot is free (writing the
+        async jobs that finished meanwhile). Its claim stays held until `_conclude`."""
+        while not self._async.free:
+            self._conclude(self._async.wait(self.heartbeat_s))
+        self._async.launch(claim, job, awaitable, timeout_ms)
+
+    def _conclude(self, done: Sequence[Finished]) -> None:
+        """Decide and write async jobs whose handlers finished, as `process_claims` does
+        for sync ones, then stop renewing their claims."""
+        finished: list[tuple[Claim, Decision]] = []
+        try:
+            for item in done:
+                if isinstance(item.outcome, Failed):
+                    self._failures[item.job.id] = (item.outcome.error, item.exception)
+                if item.timed_out:
+                    self._counts["timed_out"] += 1
+                self._counts["processed"] += 1
+                now = self.clock.now()
+                self._ran[item.job.id] = (item.job, item.outcome)
+                decision = decide(item.job, item.outcome, now, self.policies, self.jitter())
+                if isinstance(decision, Complete | DeadLetter) and self.executor.batches_finish:
+                    finished.append((item.claim, decision))
+                else:
+                    self._carry_out(item.claim, decision)
+        finally:
+            self._finish_all(finished)
+            self._heartbeat.release(item.claim for item in done)
+            for item in done:
+                self._failures.pop(item.job.id, None)
 
     def _counted(self, ok: bool, decision: Decision) -> None:
         if ok:
@@ -441,7 +587,48 @@ class Worker:
         elif isinstance(decision, Complete):
             self.hooks.succeeded(job)
 
-    def _outcome(self, job: Job) -> Outcome:
+    def job_context(self, job: Job, deadline: datetime | None, gate: AttemptGate) -> JobContext:
+        """The context a handler of `job` is given: the one place it is built."""
+        return JobContext(
+            job_id=job.id,
+            job_type=job.job_type,
+            attempt=job.attempt,
+            queue=job.queue,
+            tenant_id=job.tenant_id,
+            deadline=deadline,
+            cancel_check=lambda: cancel_requested(self.queue, job.id),
+            timeout_check=lambda: gate.abandoned,
+        )
+
+    def _bounded(
+        self, job: Job, context: JobContext, gate: AttemptGate, timeout_ms: int
+    ) -> Outcome:
+        """The attempt's outcome, or a `Timeout` failure once it runs past `timeout_ms`
+        (its thread is then abandoned; see `conveyor.shell.timeouts`)."""
+        outcome = self.overruns.run(
+            lambda: self._outcome(job, context, gate),
+            timeout_ms / 1000,
+            gate,
+            name=f"conveyor-attempt-{job.id}",
+        )
+        if outcome is not None:
+            return outcome
+        self._counts["timed_out"] += 1
+        log.warning(
+            "job %s (%s) ran past its timeout of %d ms: recorded as a Timeout failure; "
+            "its handler's thread is abandoned (%d abandoned still running)",
+            job.id,
+            job.job_type,
+            timeout_ms,
+            self.overruns.still_running,
+        )
+        return Failed(timeout_error(timeout_ms))
+
+    def _outcome(
+        self, job: Job, context: JobContext, gate: AttemptGate, timeout_ms: int | None = None
+    ) -> Outcome:
+        """Run the job's handler (in a child process, for that execution, stopped after
+        `timeout_ms`) and say how it went."""
         entry = self.registry.registration(job.job_type)
         if entry is None:
             return NoHandler()
@@ -461,9 +648,43 @@ class Worker:
             if self.tenancy is None or tenant is None:
                 message = "a tenant-scoped handler needs tenancy configured on the worker"
                 return Failed(ErrorInfo("tenancy-not-configured", message, retryable=False))
-            return self.tenancy.run(entry.handler, thaw(job.args), tenant)
+            return self.tenancy.run(entry.handler, thaw(job.args), tenant, job=context, gate=gate)
         # A plain copy: handlers may json.dumps or mutate it without touching the record.
-        return run_handler(entry.handler, thaw(job.args))
+        arguments = entry.arguments(thaw(job.args), context)
+        if entry.execution == "process":
+            return self._in_process(job, entry.handler, arguments, context, timeout_ms)
+        return run_handler(entry.handler, *arguments)
+
+    def _in_process(
+        self,
+        job: Job,
+        handler: Any,
+        arguments: tuple[Any, ...],
+        context: JobContext,
+        timeout_ms: int | None,
+    ) -> Outcome:
+        from .process_execution import run_in_process
+
+        timeout_s = None if timeout_ms is None else timeout_ms / 1000
+        outcome = run_in_process(
+            handler,
+            arguments,
+            timeout_s,
+            name=f"conveyor-job-{job.id}",
+            stop=context.cancel_requested,
+        )
+        if outcome is not None:
+            return outcome
+        assert timeout_ms is not None  # only a deadline stops a child early
+        self._counts["timed_out"] += 1
+        log.warning(
+            "job %s (%s) ran past its timeout of %d ms: its process was killed and the "
+            "attempt recorded as a Timeout failure",
+            job.id,
+            job.job_type,
+            timeout_ms,
+        )
+        return Failed(timeout_error(timeout_ms))
 
     def _dead_letter_bad(self, bad: BadClaim, *, claim: Claim | None = None) -> None:
         """Dead-letter an undecodable payload as `decode-error`, through the executor.

@@ -4,10 +4,10 @@
 random sequences of enqueue, dequeue (which promotes due jobs itself), batched
 claim, start of a prefetched claim, ack, stale ack, extend, replace, schedule,
 promote, reclaim, batched finish, the lease keeper's poison-pill write racing a
-renewal, and an operator's revive, against the adapter and against a model
-simpler than any adapter: a dict of where each job is. Write your own adapter,
-hand its factory to this machine, and it is held to the same contract as the
-built-in ones::
+renewal, an operator's revive, and the cancel of a queued or a held job, against
+the adapter and against a model simpler than any adapter: a dict of where each job
+is. Write your own adapter, hand its factory to this machine, and it is held to the
+same contract as the built-in ones::
 
     TestMyQueue = queue_machine(lambda: (MyQueue(...), lambda: None)).TestCase
 
@@ -35,15 +35,18 @@ from hypothesis.stateful import (
 )
 
 from ..core import (
+    Cancel,
     Complete,
     ErrorInfo,
     Job,
     JobStatus,
     Priority,
     Succeeded,
+    cancel_claimed,
     create_job,
     dead_letter,
     decide,
+    decide_cancel,
     decide_revive,
     promotion_key,
     reclaim_cutoff,
@@ -51,7 +54,7 @@ from ..core import (
 )
 from ..core.decisions import decide_reclaim
 from ..core.policies import LeasePolicy, Policies
-from ..shell.ports import BadClaim, BatchingJobQueue, Claim, JobStore
+from ..shell.ports import BadClaim, BatchingJobQueue, CancellingJobQueue, Claim, JobStore
 
 QUEUES = ("q1", "q2")
 LEASE_MS = 1000
@@ -407,6 +410,59 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
             assert self.store.get(i) == revival.job
             self.jobs[i] = revival.job
             self._to_ready(i, revival.job.priority)
+
+        def _cancelling(self) -> bool:
+            return self._finishing() and isinstance(self.queue, CancellingJobQueue)
+
+        @precondition(
+            lambda self: (
+                self._cancelling() and any(not isinstance(w, _Held) for w in self.where.values())
+            )
+        )
+        @rule(data=st.data())
+        def cancel_a_queued_job(self, data: st.DataObject) -> None:
+            """A ready or parked job is cancelled: out of the queue and recorded cancelled
+            in one step, and only once."""
+            i = data.draw(st.sampled_from(sorted(self._unheld())))
+            decision = decide_cancel(self.jobs[i], self.now, in_flight=False)
+            assert isinstance(decision, Cancel)
+            note(f"cancel queued {i.int}")
+            assert self.queue.cancel(decision.job) is True
+            assert self.queue.cancel(decision.job) is False, "cancelled a job twice"
+            del self.where[i]
+            self.jobs[i] = decision.job
+            assert self.store is not None and self.store.get(i) == decision.job
+
+        def _unheld(self) -> list[UUID]:
+            return [i for i, w in self.where.items() if not isinstance(w, _Held)]
+
+        @precondition(
+            lambda self: (
+                self._cancelling() and any(isinstance(w, _Held) for w in self.where.values())
+            )
+        )
+        @rule(data=st.data())
+        def cancel_a_held_job(self, data: st.DataObject) -> None:
+            """A held job's cancel is a request: its holder's outcome writes are refused
+            until it is recorded cancelled, which clears the request."""
+            held = sorted(i for i, w in self.where.items() if isinstance(w, _Held))
+            i = data.draw(st.sampled_from(held))
+            w = self.where[i]
+            claim = Claim(self.jobs[i], w.token, self.jobs[i].queue, w.locked_at)
+            note(f"cancel held {i.int}")
+            assert self.queue.request_cancel(i, self.now)
+            assert self.queue.cancel_requested(i)
+            running = start(self.jobs[i], self.now).unwrap()
+            done = decide(running, Succeeded(1), self.now, Policies(), 0.5).job
+            finish: Any = self.queue.finish
+            assert finish(claim, done) is False, "completed a job whose cancel was requested"
+            assert self.queue.replace(claim, self.jobs[i]) is False
+            record = cancel_claimed(running, self.now, Succeeded(1)).job
+            assert self.queue.finish_cancelled(claim, record) is True
+            assert not self.queue.cancel_requested(i)
+            del self.where[i]
+            self.jobs[i] = record
+            assert self.store is not None and self.store.get(i) == record
 
         @precondition(lambda self: any(isinstance(w, _Held) for w in self.where.values()))
         @rule(target=claims, queue=st.sampled_from(QUEUES))

@@ -132,8 +132,9 @@ def test_priority_order_lists_every_priority_most_urgent_first() -> None:
     assert PRIORITY_ORDER[-1] is Priority.LOW
 
 
-def test_only_completed_and_failed_are_terminal() -> None:
-    assert {s for s in JobStatus if s.is_terminal} == {JobStatus.COMPLETED, JobStatus.FAILED}
+def test_only_completed_failed_and_cancelled_are_terminal() -> None:
+    terminal = {s for s in JobStatus if s.is_terminal}
+    assert terminal == {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED}
 
 
 def test_only_scheduled_and_retrying_are_parked() -> None:

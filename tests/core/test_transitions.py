@@ -55,12 +55,30 @@ def test_the_table_lists_exactly_the_documented_moves() -> None:
         (S.RUNNING, E.RECLAIM, S.PENDING),
         (S.RETRYING, E.PROMOTE, S.PENDING),
         (S.FAILED, E.REVIVE, S.PENDING),
+        (S.SCHEDULED, E.CANCEL, S.CANCELLED),
+        (S.PENDING, E.CANCEL, S.CANCELLED),
+        (S.RETRYING, E.CANCEL, S.CANCELLED),
+        (S.RUNNING, E.CANCEL, S.CANCELLED),
     }
 
 
 def test_terminal_statuses_have_no_automatic_moves_out() -> None:
     assert TABLE[JobStatus.COMPLETED] == {}
     assert TABLE[JobStatus.FAILED] == {Event.REVIVE: JobStatus.PENDING}
+
+
+def test_a_cancelled_job_has_no_move_out_at_all() -> None:
+    assert TABLE[JobStatus.CANCELLED] == {}
+
+
+@pytest.mark.parametrize("status", [s for s in JobStatus if not s.is_terminal])
+def test_every_unfinished_status_can_be_cancelled(status: JobStatus) -> None:
+    assert next_status(status, Event.CANCEL) is JobStatus.CANCELLED
+
+
+@pytest.mark.parametrize("status", [s for s in JobStatus if s.is_terminal])
+def test_a_finished_job_cannot_be_cancelled(status: JobStatus) -> None:
+    assert next_status(status, Event.CANCEL) is None
 
 
 @pytest.mark.parametrize(("status", "event"), LEGAL, ids=labels(LEGAL))

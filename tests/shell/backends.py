@@ -68,7 +68,7 @@ def make_backend(name: str) -> Backend:
         engine = make_engine(url)
         create_tables(engine)
         with engine.begin() as conn:
-            for table in (SCHEMA.job_queue, SCHEMA.job_store):
+            for table in (SCHEMA.job_queue, SCHEMA.job_store, SCHEMA.cancel_requests):
                 conn.execute(table.delete())
         engines = [engine]
 

@@ -25,6 +25,9 @@ EFFECTS = {
     "finish_many",
     "revive",
     "start_claim",
+    "cancel",
+    "request_cancel",
+    "finish_cancelled",
 }
 
 

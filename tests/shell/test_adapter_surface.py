@@ -44,8 +44,13 @@ from conveyor.shell.worker import Worker
 from conveyor.testing.clock import ManualClock
 from helpers import T0, make_job
 from returns.result import Failure
+from sweep_asyncio import ASYNCIO_CASES
+from sweep_cancel import CANCEL_CASES
+from sweep_cron import CRON_CASES
 from sweep_operations import OPERATION_CASES
+from sweep_timeouts import TIMEOUT_CASES
 from sweep_trust import TRUST_CASES
+from sweep_unique import UNIQUE_CASES
 
 LATER = T0 + timedelta(seconds=10)
 
@@ -431,6 +436,11 @@ CASES: dict[str, Callable[[Backend], None]] = {
         batches_carry_any_text_unchanged,
         *TRUST_CASES,
         *OPERATION_CASES,
+        *UNIQUE_CASES,
+        *CANCEL_CASES,
+        *TIMEOUT_CASES,
+        *CRON_CASES,
+        *ASYNCIO_CASES,
     )
 }
 

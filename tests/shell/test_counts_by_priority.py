@@ -1,8 +1,8 @@
 """`JobQueue.counts` split by priority, on every backend, from the same read as the totals.
 
-Redis splits ready jobs only: its scheduled and in-flight sets hold ids, and a job's
-priority is in its hash, so splitting them would read every job. It reports None for
-those figures per priority (docs/observability.md).
+Redis keeps its scheduled and in-flight sets per queue, so it splits them by reading
+each member's hash, only up to `COUNT_SPLIT_LIMIT` members per set; beyond that it
+reports None for those figures per priority rather than zeros (docs/observability.md).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from backends import BACKENDS, Backend, make_backend
 from conveyor.core import Priority
 from conveyor.shell.ports import Claim, PriorityCounts, QueueCounts
 from helpers import T0, make_job
-
-SPLITS_EVERY_STATE = ("memory", "sqlite", "postgresql")
 
 
 @pytest.fixture(params=BACKENDS)
@@ -48,26 +46,39 @@ def test_ready_jobs_are_counted_per_priority(backend: Backend) -> None:
 
 def test_scheduled_and_in_flight_jobs_are_counted_per_priority(backend: Backend) -> None:
     counts = _mix(backend)
-    if backend.name in SPLITS_EVERY_STATE:
-        assert counts.by_priority == {
-            Priority.CRITICAL: PriorityCounts(ready=0, scheduled=1, in_flight=1),
-            Priority.HIGH: PriorityCounts(ready=2, scheduled=0, in_flight=0),
-            Priority.LOW: PriorityCounts(ready=1, scheduled=1, in_flight=0),
+    assert counts.by_priority == {
+        Priority.CRITICAL: PriorityCounts(ready=0, scheduled=1, in_flight=1),
+        Priority.HIGH: PriorityCounts(ready=2, scheduled=0, in_flight=0),
+        Priority.LOW: PriorityCounts(ready=1, scheduled=1, in_flight=0),
+    }
+
+
+def test_redis_leaves_out_the_split_of_a_set_above_its_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from conveyor.shell.adapters import redis_queue
+
+    b = make_backend("redis")
+    try:
+        monkeypatch.setattr(redis_queue, "COUNT_SPLIT_LIMIT", 1)
+        counts = _mix(b)
+        assert counts.by_priority == {  # two scheduled: above the limit; one in flight
+            Priority.CRITICAL: PriorityCounts(ready=0, scheduled=None, in_flight=1),
+            Priority.HIGH: PriorityCounts(ready=2, scheduled=None, in_flight=0),
+            Priority.LOW: PriorityCounts(ready=1, scheduled=None, in_flight=0),
+            Priority.NORMAL: PriorityCounts(ready=0, scheduled=None, in_flight=0),
         }
-    else:  # Redis: per queue only, and it says so rather than reporting zeros
-        assert counts.by_priority == {
-            Priority.HIGH: PriorityCounts(ready=2, scheduled=None, in_flight=None),
-            Priority.LOW: PriorityCounts(ready=1, scheduled=None, in_flight=None),
-        }
+        assert counts.scheduled == 2
+    finally:
+        b.cleanup()
 
 
 def test_the_split_adds_up_to_the_queue_totals(backend: Backend) -> None:
     counts = _mix(backend)
     assert (counts.ready, counts.scheduled, counts.in_flight) == (3, 2, 1)
     assert sum(c.ready for c in counts.by_priority.values()) == counts.ready
-    if backend.name in SPLITS_EVERY_STATE:
-        assert sum(c.scheduled or 0 for c in counts.by_priority.values()) == counts.scheduled
-        assert sum(c.in_flight or 0 for c in counts.by_priority.values()) == counts.in_flight
+    assert sum(c.scheduled or 0 for c in counts.by_priority.values()) == counts.scheduled
+    assert sum(c.in_flight or 0 for c in counts.by_priority.values()) == counts.in_flight
 
 
 def test_each_queue_is_split_on_its_own(backend: Backend) -> None:

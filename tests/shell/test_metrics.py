@@ -197,9 +197,7 @@ def test_a_scrape_reports_ready_depth_per_priority(server_backend, exported) -> 
     assert ready == {"critical": 0, "high": 2, "normal": 0, "low": 1}
 
 
-def test_a_scrape_reports_scheduled_and_in_flight_per_priority_where_the_backend_splits_them(
-    server_backend, exported
-) -> None:
+def test_a_scrape_reports_scheduled_and_in_flight_per_priority(server_backend, exported) -> None:
     runtime = _runtime(server_backend, {})
     _, url = _serve(runtime, exported)
     _enqueue_by_priority(runtime, server_backend)
@@ -212,17 +210,12 @@ def test_a_scrape_reports_scheduled_and_in_flight_per_priority_where_the_backend
     def in_flight(priority: str) -> float | None:
         return sample(samples, "conveyor_jobs_in_flight", queue="default", priority=priority)
 
-    if server_backend.name == "redis":
-        # One series with an empty priority carries what Redis does not split.
-        assert (scheduled(""), scheduled("critical")) == (2, None)
-        assert (in_flight(""), in_flight("critical")) == (1, None)
-    else:
-        assert [scheduled(p) for p in ("critical", "high", "normal", "low", "")] == [
-            1, 0, 0, 1, None
-        ]  # fmt: skip
-        assert [in_flight(p) for p in ("critical", "high", "normal", "low", "")] == [
-            1, 0, 0, 0, None
-        ]  # fmt: skip
+    assert [scheduled(p) for p in ("critical", "high", "normal", "low", "")] == [
+        1, 0, 0, 1, None
+    ]  # fmt: skip
+    assert [in_flight(p) for p in ("critical", "high", "normal", "low", "")] == [
+        1, 0, 0, 0, None
+    ]  # fmt: skip
 
 
 def test_figures_an_adapter_does_not_split_go_to_an_empty_priority(exported) -> None:

@@ -27,7 +27,12 @@ from conveyor.shell.runtime import build
 from conveyor.testing.postgres_server import drop_database, fresh_database
 
 DDL = re.compile(r"^\s*(CREATE|DROP|ALTER|COMMENT|PRAGMA user_version\s*=)", re.I)
-TABLES = (SCHEMA.job_queue.name, SCHEMA.job_store.name, SCHEMA.workers.name)
+TABLES = (
+    SCHEMA.job_queue.name,
+    SCHEMA.job_store.name,
+    SCHEMA.workers.name,
+    SCHEMA.cancel_requests.name,
+)
 SEQUENCES = (SCHEMA.job_seq.name, SCHEMA.store_seq.name)
 
 
@@ -145,6 +150,28 @@ def test_migrate_creates_the_postgresql_schema_and_then_build_works(pg_url: str)
         assert runtime.drain().completed == 1
     finally:
         runtime.close()
+
+
+def test_migrate_tunes_autovacuum_so_churned_tables_stay_flat_on_postgresql(
+    pg_url: str,
+) -> None:
+    migrate(config(pg_url))
+    engine = make_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT relname, reloptions FROM pg_class WHERE relname IN :names"
+                ).bindparams(sa.bindparam("names", expanding=True)),
+                {"names": (SCHEMA.job_queue.name, SCHEMA.job_store.name)},
+            ).all()
+    finally:
+        engine.dispose()
+    options = {name: set(opts or ()) for name, opts in rows}
+    assert set(options) == {SCHEMA.job_queue.name, SCHEMA.job_store.name}
+    for table, opts in options.items():
+        assert "autovacuum_vacuum_scale_factor=0" in opts, (table, opts)
+        assert "autovacuum_vacuum_threshold=2000" in opts, (table, opts)
 
 
 def test_migrate_twice_says_there_is_nothing_to_do(pg_url: str) -> None:

@@ -44,6 +44,7 @@ def loaded_after(code: str) -> list[str]:
         "from conveyor import __version__",
         "import conveyor.testing",
         "from conveyor.testing.clock import ManualClock; ManualClock().advance(5)",
+        "from conveyor.testing import ManualClock; ManualClock().advance(seconds=5)",
     ],
 )
 def test_the_core_and_the_test_clock_import_no_backend(code: str) -> None:

@@ -535,6 +535,7 @@ def test_every_key_is_documented_and_all_share_one_cluster_slot(
     queue.enqueue(make_job(priority=Priority.HIGH))
     claimed(queue)
     queue.enqueue(make_job())
+    queue.enqueue_new(make_job(unique_key="nightly-report"))
     store.record(finished(make_job(tenant_id="acme"), JobStatus.COMPLETED, 1))
     store.record(dead(make_job(tenant_id="acme")))
     keys = [k.decode() for k in client.keys("*")]

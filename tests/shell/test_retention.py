@@ -203,6 +203,30 @@ def test_a_pruner_drains_a_backlog_a_batch_every_50_ms() -> None:
     assert pruner.maybe_prune(NOW + 200 * ms) == 0, "no backlog: a full interval"
 
 
+def test_the_runtime_prunes_and_purges_through_its_executor() -> None:
+    from conveyor.shell.runtime import build
+
+    runtime = build({"provider": "memory", "entry_points": False})
+    assert runtime.pruner.executor is runtime.executor  # workers prune through it too
+    carried: list[object] = []
+
+    class Recording(Executor):
+        def prune(self, order: PruneOrder) -> int:
+            carried.append(order)
+            return super().prune(order)
+
+        def purge_dead(self, job_id: Any) -> int:
+            carried.append(("purge", job_id))
+            return super().purge_dead(job_id)
+
+    runtime.executor = Recording(runtime.queue, runtime.store)
+    runtime.pruner.executor = runtime.executor
+    runtime.store.record(_finished(JobStatus.COMPLETED, T0))
+    assert runtime.prune(older_than_ms=0) == 1
+    assert runtime.purge_dead() == 0
+    assert isinstance(carried[0], PruneOrder) and carried[-1] == ("purge", None)
+
+
 def test_a_pruner_with_interval_zero_never_prunes() -> None:
     b = make_backend("memory")
     _record(b, JobStatus.COMPLETED, NOW - 8 * DAY)

@@ -19,6 +19,7 @@ from conveyor.core import (
     NoHandler,
     Policies,
     Succeeded,
+    cancel_claimed,
     decide,
     decide_hand_back,
     decide_reclaim,
@@ -284,3 +285,44 @@ def test_the_executor_does_not_retry_on_top_of_the_adapter() -> None:
     decision = decide(start(claim.job, T0).unwrap(), Succeeded(1), T0, POLICIES, 0.5)
     assert executor.carry_out(claim, decision) is False
     assert calls == [1]
+
+
+@pytest.mark.parametrize("crash_at", [None, 1])
+def test_a_cancelled_claim_is_recorded_and_released_in_one_fenced_step(
+    crash_at: int | None,
+) -> None:
+    """The worker's write after a cancel request refused its outcome: record, clear the
+    request and release together; a crash before it leaves the job in flight, and
+    the request still standing (the lease keeper then records the cancel)."""
+    store = MemoryJobStore()
+    queue = MemoryJobQueue(store)
+    queue.enqueue(make_job())
+    claim = queue.dequeue("default", T0)
+    assert isinstance(claim, Claim)
+    assert queue.request_cancel(claim.job.id, T0)
+    log: list[str] = []
+    crash = {} if crash_at is None else {"at": crash_at}
+    executor = Executor(Recorder(queue, "queue", log, crash), store)  # type: ignore[arg-type]
+    decision = cancel_claimed(start(claim.job, T0).unwrap(), T0, Succeeded(1))
+    try:
+        assert executor.carry_out(claim, decision) is True
+    except Crash:
+        pass
+    if crash_at is None:
+        assert log == ["queue.finish_cancelled"]
+        assert not queue.cancel_requested(claim.job.id)
+        assert locate(queue, store, claim.job.id) == "recorded:cancelled"
+    else:
+        assert queue.cancel_requested(claim.job.id)
+        assert locate(queue, store, claim.job.id) == "in flight"
+
+
+def test_a_queue_apart_from_its_store_refuses_to_cancel_rather_than_write_twice() -> None:
+    queue, store = MemoryJobQueue(), MemoryJobStore()
+    queue.enqueue(make_job())
+    claim = queue.dequeue("default", T0)
+    assert isinstance(claim, Claim)
+    executor = Executor(queue, store, clock=ManualClock(T0))
+    decision = cancel_claimed(start(claim.job, T0).unwrap(), T0, Succeeded(1))
+    assert executor.carry_out(claim, decision) is False
+    assert locate(queue, store, claim.job.id) == "in flight"

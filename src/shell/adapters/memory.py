@@ -21,6 +21,8 @@ from uuid import UUID
 import attrs
 
 from ...core import PRIORITY_ORDER, Job, JobStatus, Priority, PruneOrder, promotion_key
+from ...core.job import UniqueLock
+from ...core.uniqueness import lock_holds
 from ..ports import (
     BadClaim,
     Claim,
@@ -30,6 +32,7 @@ from ..ports import (
     QueuedJob,
     prefetch_token,
 )
+from ..unique import found_in_queue
 
 #: At most this many due jobs are promoted by one claim.
 PROMOTE_PER_CLAIM = 100
@@ -66,6 +69,10 @@ class MemoryJobQueue:
         #: Parked jobs with the sequence number of their enqueue (the promotion tie-break).
         self._scheduled: dict[UUID, tuple[int, Job]] = {}
         self._in_flight: dict[UUID, _InFlight] = {}
+        #: Cancel requests of claimed jobs (id -> when asked): their outcomes are refused.
+        self._cancel_requests: dict[UUID, datetime] = {}
+        #: Unique key -> (the lock, its holder's id); a stale entry is taken over.
+        self._unique: dict[str, tuple[UniqueLock, UUID]] = {}
         if store is not None:
             store._queue = self  # so its prune spares the records of jobs still here
 
@@ -123,6 +130,38 @@ class MemoryJobQueue:
         with self._lock:
             self._drop(job.id)
             self._place(job)
+
+    def enqueue_new(self, job: Job) -> Job | None:
+        with self._lock:
+            return self._add(job)
+
+    def enqueue_new_many(self, jobs: Sequence[Job]) -> list[Job | None]:
+        with self._lock:
+            return [self._add(job) for job in jobs]
+
+    def _stored(self, job_id: UUID) -> Job | None:
+        """The job with `job_id` as it stands, queued or recorded (caller holds the lock)."""
+        queued = self._find(job_id)
+        if queued is not None and queued.job is not None:
+            return found_in_queue(queued.place, queued.job)
+        return None if self._store is None else self._store.get(job_id)
+
+    def _add(self, job: Job) -> Job | None:
+        """`enqueue_new` under the lock: the id first, then the unique key."""
+        existing = self._stored(job.id)
+        if existing is not None:
+            return existing
+        lock = job.unique
+        if lock is not None:
+            held = self._unique.get(lock.key)
+            if held is not None:
+                holder = self._stored(held[1])
+                state = None if holder is None else holder.status
+                if holder is not None and lock_holds(held[0], state, job.created_at):
+                    return holder
+            self._unique[lock.key] = (lock, job.id)
+        self._place(job)
+        return None
 
     def enqueue_many(self, jobs: Sequence[Job]) -> None:
         with self._lock:
@@ -183,7 +222,7 @@ class MemoryJobQueue:
 
     def replace(self, claim: Claim, job: Job) -> bool:
         with self._lock:
-            if self._held(claim) is None:
+            if self._held(claim) is None or claim.job.id in self._cancel_requests:
                 return False
             del self._in_flight[claim.job.id]
             self._place(job)
@@ -230,12 +269,56 @@ class MemoryJobQueue:
             raise ValueError("this MemoryJobQueue was built without a store to finish into")
         with self._lock:
             entry = self._held(claim)
-            if entry is None:
+            if entry is None or claim.job.id in self._cancel_requests:
                 return False
             if abandoned_before is not None and not entry.locked_at < abandoned_before:
                 return False  # renewed since the lease keeper looked: still live
             self._store.record(record)
             del self._in_flight[claim.job.id]
+            return True
+
+    def _store_for(self, action: str) -> MemoryJobStore:
+        if self._store is None:
+            raise ValueError(f"this MemoryJobQueue was built without a store to {action}")
+        return self._store
+
+    def cancel(self, record: Job) -> bool:
+        store = self._store_for("cancel into")
+        with self._lock:
+            if record.id in self._in_flight or not (
+                record.id in self._ready_ids or record.id in self._scheduled
+            ):
+                return False
+            self._drop(record.id)
+            store.record(record)
+            return True
+
+    def request_cancel(self, job_id: UUID, now: datetime) -> bool:
+        with self._lock:
+            if job_id not in self._in_flight:
+                return False
+            self._cancel_requests.setdefault(job_id, now)
+            return True
+
+    def cancel_requested(self, job_id: UUID) -> bool:
+        with self._lock:
+            return job_id in self._cancel_requests
+
+    def finish_cancelled(
+        self, claim: Claim | BadClaim, record: Job, abandoned_before: datetime | None = None
+    ) -> bool:
+        if isinstance(claim, BadClaim):
+            return False  # this backend stores Job values; nothing here fails to decode
+        store = self._store_for("finish into")
+        with self._lock:
+            entry = self._held(claim)
+            if entry is None:
+                return False
+            if abandoned_before is not None and not entry.locked_at < abandoned_before:
+                return False
+            store.record(record)
+            del self._in_flight[claim.job.id]
+            self._cancel_requests.pop(claim.job.id, None)
             return True
 
     def revive(self, dead: Job, fresh: Job) -> bool:
@@ -256,7 +339,7 @@ class MemoryJobQueue:
         done = []
         with self._lock:
             for claim, record in items:
-                held = self._held(claim) is not None
+                held = self._held(claim) is not None and claim.job.id not in self._cancel_requests
                 if held:
                     self._store.record(record)
                     del self._in_flight[claim.job.id]
@@ -279,6 +362,8 @@ class MemoryJobQueue:
         with self._lock:
             entry = self._held(claim)
             if entry is None or not entry.locked_at < cutoff:
+                return False
+            if claim.job.id in self._cancel_requests:
                 return False
             del self._in_flight[claim.job.id]
             self._place(job)
@@ -444,12 +529,8 @@ class MemoryJobStore:
     def _prunable(self, order: PruneOrder) -> list[UUID]:
         """The ids `order` lets go, oldest recorded first (caller holds the locks)."""
         rows = sorted(self._jobs.values(), key=lambda e: e[0])
-        rules = (
-            (JobStatus.COMPLETED, order.completed_before, order.keep_completed),
-            (JobStatus.FAILED, order.dead_before, order.keep_dead),
-        )
         out: list[UUID] = []
-        for status, before, keep in rules:
+        for status, before, keep in order.rules:
             jobs = [job for _, job in rows if job.status is status]
             excess = 0 if keep is None else max(0, len(jobs) - keep)
             for n, job in enumerate(jobs):

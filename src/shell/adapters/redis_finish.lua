@@ -14,6 +14,8 @@ local f = redis.call('HMGET', jk, 'token', 'status', 'queue')
 if f[1] ~= token or f[2] ~= 'processing' then
   return redis.call('HGET', key('store', rid), 'op') == ARGV[10] and 1 or 0
 end
+-- A cancel request refuses every outcome but the cancel (redis_finish_cancelled.lua).
+if redis.call('HEXISTS', jk, 'cancel') == 1 then return 0 end
 if cutoff ~= '' then
   local locked_at = redis.call('ZSCORE', key('inflight'), id)
   if not locked_at or tonumber(locked_at) >= tonumber(cutoff) then return 0 end

@@ -35,7 +35,8 @@ for i = 3, #ARGV, 6 do
   local id, token = ARGV[i], ARGV[i + 1]
   local jk = key('job', id)
   local f = redis.call('HMGET', jk, 'token', 'status', 'queue')
-  if f[1] == token and f[2] == 'processing' then
+  -- A cancel request refuses the outcome: the holder records the cancel instead.
+  if f[1] == token and f[2] == 'processing' and redis.call('HEXISTS', jk, 'cancel') == 0 then
     table.insert(items, {id, ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]})
     table.insert(released, id)
     table.insert(hashes, jk)

@@ -51,6 +51,7 @@ from redis.retry import Retry
 from returns.result import Failure, Success
 
 from ...core import PRIORITY_ORDER, Job, JobStatus, Priority, PruneOrder, ValidationError
+from ...core.uniqueness import state_names
 from ..codec import decode, encode
 from ..lookup import queued_entry
 from ..ports import (
@@ -62,6 +63,7 @@ from ..ports import (
     QueuedJob,
     prefetch_token,
 )
+from ..unique import PLACE_NAMES, found_in_queue, stored_job
 
 log = logging.getLogger("conveyor.redis")
 
@@ -105,6 +107,14 @@ def _now_args(now: datetime) -> list[object]:
 
 def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+_NONE_HELD = PriorityCounts(0, 0, 0)
+
+#: The most members a queue's scheduled or in-flight set may hold for `counts` to split
+#: it by priority: it reads each member's hash, about 10 ms per 1,000 members, during
+#: which Redis serves nobody else.
+COUNT_SPLIT_LIMIT = 1_000
 
 
 @attrs.frozen(slots=True)
@@ -277,6 +287,7 @@ class RedisJobQueue:
         self._anchor = [self.keys.queues()]
         script = functools.partial(_register, self._client, "common")
         self._enqueue = script("enqueue")
+        self._enqueue_new = script("enqueue_new")
         self._claim = script("claim")
         self._ack = script("ack")
         self._extend = script("extend")
@@ -291,6 +302,9 @@ class RedisJobQueue:
         self._finish = with_store("finish")
         self._finish_many = with_store("finish_many")
         self._revive = with_store("revive")
+        self._cancel = with_store("cancel")
+        self._finish_cancelled = with_store("finish_cancelled")
+        self._request_cancel = script("request_cancel")
         for warning in check_server(self._client):
             log.warning("redis server %s", warning)
 
@@ -314,6 +328,42 @@ class RedisJobQueue:
     def enqueue(self, job: Job) -> None:
         """Upsert by id, unlocked: ready list, or the scheduled set when parked."""
         self._run(self._enqueue, *self._placement(job), uuid.uuid4().hex)
+
+    def enqueue_new(self, job: Job) -> Job | None:
+        """Write `job` unless its id is queued or recorded (in the store under this
+        prefix), or its unique key is held: one script, so one writer of any number.
+        The job already there, or None when written."""
+        return _found(self._run(self._enqueue_new, *self._new_args(job, uuid.uuid4().hex)))
+
+    def enqueue_new_many(self, jobs: Sequence[Job]) -> list[Job | None]:
+        """`enqueue_new` for each job in one pipelined round trip (each its own script,
+        run in list order)."""
+        if not jobs:
+            return []
+        nonce = uuid.uuid4().hex
+        argvs = [
+            [self.keys.base, *self._new_args(job, f"{nonce}:{n}")] for n, job in enumerate(jobs)
+        ]
+
+        def send() -> list[Any]:
+            with self._client.pipeline(transaction=False) as pipe:
+                for argv in argvs:
+                    self._enqueue_new(keys=self._anchor, args=argv, client=pipe)
+                return list(pipe.execute())
+
+        return [_found(reply) for reply in _retrying(self.retry_budget_s, send)]
+
+    def _new_args(self, job: Job, nonce: str) -> list[object]:
+        """The `enqueue_new` script's arguments after the key base."""
+        lock = job.unique
+        key = states = expires = ttl = ""
+        if lock is not None:
+            key, states = lock.key, state_names(lock)
+            if lock.expires_at is not None:
+                expires = _us_digits(lock.expires_at)
+                # Only for Redis to forget the key: the verdict reads `expires`.
+                ttl = str(max(1, _ms_ceil(lock.expires_at) - _ms(job.created_at)) + 1000)
+        return [*self._placement(job), nonce, key, states, expires, _us_digits(job.created_at), ttl]
 
     def enqueue_many(self, jobs: Sequence[Job]) -> None:
         """Upsert several jobs in one pipelined round trip (each its own atomic script)."""
@@ -438,6 +488,55 @@ class RedisJobQueue:
             )
         )
 
+    # --- cancellation (see `core.cancellation`) ------------------------------------------
+
+    def cancel(self, record: Job) -> bool:
+        """Take a ready or parked job out of the queue and record `record` (cancelled),
+        in one script, only while no claim holds it."""
+        return bool(
+            self._run(
+                self._cancel,
+                str(record.id),
+                encode(record),
+                record.status.value,
+                record.queue,
+                record.tenant_id or "",
+                uuid.uuid4().hex,
+            )
+        )
+
+    def request_cancel(self, job_id: UUID, now: datetime) -> bool:
+        """Mark an in-flight job's hash cancel-requested (one script); False when no
+        claim holds it."""
+        return bool(self._run(self._request_cancel, str(job_id), _ms(now)))
+
+    def cancel_requested(self, job_id: UUID) -> bool:
+        """True while the job's hash carries a cancel request (one HEXISTS)."""
+        key = self.keys.job(str(job_id))
+        return bool(_retrying(self.retry_budget_s, lambda: self._client.hexists(key, "cancel")))
+
+    def finish_cancelled(
+        self, claim: Claim | BadClaim, record: Job, abandoned_before: datetime | None = None
+    ) -> bool:
+        """Record `record` (cancelled) and release the claim, request and all, in one
+        script fenced by the token (and `abandoned_before`, as in `finish`)."""
+        if isinstance(claim, Claim):
+            _finish_args(claim, record)  # the same-id check
+        cutoff = "" if abandoned_before is None else _ms(abandoned_before)
+        return bool(
+            self._run(
+                self._finish_cancelled,
+                _job_id(claim),
+                claim.token,
+                cutoff,
+                encode(record),
+                record.status.value,
+                record.queue,
+                record.tenant_id or "",
+                uuid.uuid4().hex,
+            )
+        )
+
     def finish_many(self, items: Sequence[tuple[Claim, Job]]) -> list[bool]:
         """`finish` for several claims in one script; one answer per item."""
         if not items:
@@ -496,22 +595,28 @@ class RedisJobQueue:
         return _EPOCH + timedelta(seconds=int(seconds), microseconds=int(micros))
 
     def counts(self, now: datetime) -> Mapping[str, QueueCounts]:
-        """Ready, scheduled and in-flight figures per known queue, from one snapshot.
-        Ready is split by priority (one list each); scheduled and in flight are not
-        (`None` per priority): their sets hold ids, and the priority is in each hash."""
+        """Ready, scheduled and in-flight figures per known queue, from one snapshot,
+        each split by priority. Ready lists are per priority; the scheduled and in-flight
+        sets are per queue, so their split reads every member's hash, and is left out
+        (`None` per priority) for a set above `COUNT_SPLIT_LIMIT` members."""
         out: dict[str, QueueCounts] = {}
-        for name, ready, scheduled, in_flight, oldest_us, lanes in self._run(self._counts):
+        rows = self._run(self._counts, COUNT_SPLIT_LIMIT)
+        for name, ready, scheduled, in_flight, oldest_us, lanes, parked, held in rows:
             oldest = None if oldest_us is None else _EPOCH + int(float(_text(oldest_us))) * _US
+            split = {
+                p: PriorityCounts(
+                    int(r),
+                    None if parked is None else int(parked[i]),
+                    None if held is None else int(held[i]),
+                )
+                for i, (p, r) in enumerate(zip(PRIORITY_ORDER, lanes, strict=True))
+            }
             out[_text(name)] = QueueCounts(
                 ready=int(ready),
                 scheduled=int(scheduled),
                 in_flight=int(in_flight),
                 oldest_ready_at=oldest,
-                by_priority={
-                    p: PriorityCounts(int(n), None, None)
-                    for p, n in zip(PRIORITY_ORDER, lanes, strict=True)
-                    if int(n)
-                },
+                by_priority={p: c for p, c in split.items() if c != _NONE_HELD},
             )
         return dict(sorted(out.items()))
 
@@ -742,13 +847,9 @@ class RedisJobStore:
 
     @staticmethod
     def _prune_rules(order: PruneOrder) -> list[tuple[JobStatus, str, str]]:
-        rules = [
-            (JobStatus.COMPLETED, order.completed_before, order.keep_completed),
-            (JobStatus.FAILED, order.dead_before, order.keep_dead),
-        ]
         return [
             (status, "" if before is None else str(_us(before)), "" if keep is None else str(keep))
-            for status, before, keep in rules
+            for status, before, keep in order.rules
             if before is not None or keep is not None
         ]
 
@@ -800,3 +901,13 @@ __all__ = [
     "check_server",
     "connect",
 ]
+
+
+def _found(reply: Any) -> Job | None:
+    """An `enqueue_new` script's answer: None when written, else the job there."""
+    if int(reply[0]) == 1:
+        return None
+    where, body = _text(reply[1]), reply[2]
+    job = stored_job(body, "the job's id")
+    place = PLACE_NAMES.get(where)
+    return job if place is None else found_in_queue(place, job)

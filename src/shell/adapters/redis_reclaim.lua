@@ -18,6 +18,8 @@ if not held(jk, token) then
 end
 local locked_at = redis.call('ZSCORE', key('inflight'), id)
 if not locked_at or tonumber(locked_at) >= cutoff then return 0 end
+-- A cancel request refuses the reclaim: the lease keeper records the cancel instead.
+if redis.call('HEXISTS', jk, 'cancel') == 1 then return 0 end
 unplace(id, jk)
 if place(id, jk, ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]) then
   wake(ARGV[6], 1)

@@ -10,6 +10,8 @@ local jk = key('job', id)
 if not held(jk, token) then
   return redis.call('HGET', jk, 'op') == ARGV[10] and 1 or 0
 end
+-- A cancel request refuses a retry, requeue or hand-back: the job is to be cancelled.
+if redis.call('HEXISTS', jk, 'cancel') == 1 then return 0 end
 unplace(id, jk)
 if place(id, jk, ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]) then
   wake(ARGV[5], 1)

@@ -36,7 +36,19 @@ from uuid import UUID
 
 import attrs
 from returns.result import Success
-from sqlalchemy import ColumnElement, Connection, Engine, Row, case, func, null, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Row,
+    case,
+    delete,
+    func,
+    insert,
+    null,
+    select,
+    update,
+)
 from sqlalchemy.exc import DBAPIError
 
 from ...core import Job, JobStatus, Priority, ValidationError
@@ -64,6 +76,7 @@ from .sql_schema import (
     Schema,
 )
 from .sql_store import SqlJobStore, record_values, write_record, write_records
+from .sql_unique import Found, SqlAdder, rerun_on_contention
 from .sql_wakeup import wakeups_for
 
 __all__ = ["SqlJobQueue"]
@@ -97,6 +110,7 @@ class SqlJobQueue:
         # Until a database without the claim function (made by an earlier version and
         # not upgraded with create_tables) says otherwise.
         self._claim_function = self._db.sql.claim is not None
+        self._adder = SqlAdder(self._db, self._placement_values)
 
     @property
     def engine(self) -> Engine:
@@ -141,42 +155,53 @@ class SqlJobQueue:
 
     def enqueue_many(self, jobs: Sequence[Job]) -> None:
         """Upsert several jobs in one transaction and one statement, in list order."""
-        if not jobs:
-            return
+        if jobs:
+            self._db.run(lambda conn: self._enqueue_many(conn, jobs))
+
+    def _enqueue_many(self, conn: Connection, jobs: Sequence[Job]) -> None:
         by_id = {job.id: job for job in jobs}  # one row per id: the last one wins
         batch = list(by_id.values())
+        seqs = self._db.next_seqs(conn, JOB_COUNTER, len(batch))
+        rows = [
+            {"id": str(job.id), **self._placement_values(job), "seq": seq}
+            for job, seq in zip(batch, seqs, strict=True)
+        ]
+        self._db.put_many(conn, rows, record=False)
 
-        def work(conn: Connection) -> None:
-            seqs = self._db.next_seqs(conn, JOB_COUNTER, len(batch))
-            rows = [
-                {"id": str(job.id), **self._placement_values(job), "seq": seq}
-                for job, seq in zip(batch, seqs, strict=True)
-            ]
-            self._db.put_many(conn, rows, record=False)
+    def enqueue_new(self, job: Job) -> Job | None:
+        """Write `job` unless its id is queued or recorded, or its unique key is held;
+        the job already there, or None when written (see `sql_unique`)."""
+        try:
+            return rerun_on_contention(lambda: self._db.run(lambda c: self._adder.add(c, job)))
+        except Found as found:
+            return found.job
 
-        self._db.run(work)
+    def enqueue_new_many(self, jobs: Sequence[Job]) -> list[Job | None]:
+        """`enqueue_new` for each job in one transaction, each in its own savepoint."""
+        if not jobs:
+            return []
+        return rerun_on_contention(lambda: self._db.run(lambda c: [self._add(c, j) for j in jobs]))
+
+    def _add(self, conn: Connection, job: Job) -> Job | None:
+        """`enqueue_new` of one job in a savepoint of `conn`'s transaction, which a job
+        found after a write rolls back."""
+        try:
+            with conn.begin_nested():
+                return self._adder.add(conn, job)
+        except Found as found:
+            return found.job
+
+    def enqueue_new_in_tx(self, conn: Any, job: Job) -> Job | None:
+        """`enqueue_new` inside the caller's open transaction on `conn` (checked as by
+        `enqueue_in_tx`); a job already there leaves the caller's writes as they were."""
+        _check_outbox(conn)
+        return rerun_on_contention(lambda: self._add(conn, job))
 
     def enqueue_in_tx(self, conn: Any, job: Job) -> None:
         """Enqueue inside the caller's open transaction on `conn` (the outbox row): it
         commits or rolls back with the caller's own writes. `conn` must be a SQLAlchemy
         `Connection` to this queue's database with a transaction begun."""
-        if not isinstance(conn, Connection):
-            raise ValidationError.of(
-                "conn",
-                f"must be a sqlalchemy Connection with a transaction begun, got "
-                f"{type(conn).__name__}; an Engine would commit the job on its own, apart "
-                "from your change",
-            )
-        if not conn.in_transaction():
-            raise ValidationError.of(
-                "conn",
-                "has no transaction begun; use `with engine.begin() as conn` or "
-                "conn.begin(), so the job commits together with your change",
-            )
-        if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
-            raise ValidationError.of(
-                "conn", "is in AUTOCOMMIT mode; the job would commit apart from your change"
-            )
+        _check_outbox(conn)
         self._enqueue(conn, job)
 
     # --- claims --------------------------------------------------------------------------
@@ -306,7 +331,9 @@ class SqlJobQueue:
     def _fenced(self, claim: Claim | BadClaim) -> list[ColumnElement[bool]]:
         job_id, token = _held_by(claim)
         t = self._t
-        return [t.c.id == job_id, t.c.locked_by == token, t.c.status == PROCESSING]
+        # No outcome of a holder is written while its job's cancel request stands.
+        held = [t.c.id == job_id, t.c.locked_by == token, t.c.status == PROCESSING]
+        return [*held, self._db.sql.no_cancel]
 
     def ack(self, claim: Claim | BadClaim) -> bool:
         """Delete the row only while `claim.token` still holds it."""
@@ -390,7 +417,9 @@ class SqlJobQueue:
 
             done = self._db.run(statement, single=True)
         else:
-            release = sql.release if abandoned_before is None else sql.release_abandoned
+            release = (
+                sql.finish_release if abandoned_before is None else sql.finish_release_abandoned
+            )
 
             def work(conn: Connection) -> bool:
                 nonlocal tries
@@ -401,6 +430,81 @@ class SqlJobQueue:
                 return True
 
             done = self._db.run(work)
+        return done or (tries > 1 and self._finished_before(job_id, token, record))
+
+    # --- cancellation (see `core.cancellation`) ------------------------------------------
+
+    def cancel(self, record: Job) -> bool:
+        """One transaction: delete the row while it is still ready or scheduled (no claim
+        holds it) and record `record` (cancelled). False, writing nothing, otherwise."""
+        t = self._t
+        gone = delete(t).where(t.c.id == str(record.id), t.c.status.in_((READY, SCHEDULED)))
+
+        def work(conn: Connection) -> bool:
+            if conn.execute(gone).rowcount != 1:
+                return False
+            write_record(self._db, conn, record)
+            return True
+
+        return self._db.run(work)
+
+    def request_cancel(self, job_id: UUID, now: datetime) -> bool:
+        """While the row is processing, add its cancel request, in one transaction.
+
+        On PostgreSQL the row is also rewritten (deleted and inserted unchanged): an
+        outcome write that began before this commits and waits on the row then finds
+        its row version gone and writes nothing, where the request alone would be
+        invisible to its older snapshot. Its holder's next write sees the request."""
+        return self._db.run(lambda conn: self._request_cancel_in(conn, job_id, now))
+
+    def _request_cancel_in(self, conn: Connection, job_id: UUID, now: datetime) -> bool:
+        """`request_cancel`'s work inside `conn`'s transaction."""
+        t, requests = self._t, self._db.schema.cancel_requests
+        held = select(t).where(t.c.id == str(job_id), t.c.status == PROCESSING).with_for_update()
+        row = conn.execute(held).mappings().first()
+        if row is None:
+            return False
+        if not self._db.sqlite:
+            conn.execute(delete(t).where(t.c.id == str(job_id)))
+            conn.execute(insert(t).values(dict(row)))
+        asked = conn.execute(self._db.sql.cancel_requested, {"job_id": str(job_id)}).first()
+        if asked is None:
+            mark = {"job_id": str(job_id), "requested_at": to_micros(now)}
+            conn.execute(insert(requests).values(mark))
+        return True
+
+    def cancel_requested(self, job_id: UUID) -> bool:
+        """True while a cancel request stands for `job_id` (one primary-key probe)."""
+        stmt, params = self._db.sql.cancel_requested, {"job_id": str(job_id)}
+        found = self._db.run(lambda conn: conn.execute(stmt, params).first(), write=False)
+        return found is not None
+
+    def finish_cancelled(
+        self, claim: Claim | BadClaim, record: Job, abandoned_before: datetime | None = None
+    ) -> bool:
+        """One transaction: delete the held row (fenced, and with `abandoned_before` still
+        locked before it), record `record` (cancelled) and clear the request."""
+        if isinstance(claim, Claim):
+            _same_id(claim, record)
+        job_id, token = _held_by(claim)
+        held: dict[str, Any] = {"job_id": job_id, "token": token}
+        sql = self._db.sql
+        release = sql.release
+        if abandoned_before is not None:
+            held["cut"] = to_micros(abandoned_before, "abandoned_before")
+            release = sql.release_abandoned
+        tries = 0
+
+        def work(conn: Connection) -> bool:
+            nonlocal tries
+            tries += 1
+            if conn.execute(release, held).rowcount != 1:
+                return False
+            write_record(self._db, conn, record)
+            conn.execute(sql.clear_cancel, {"job_id": job_id})
+            return True
+
+        done = self._db.run(work)
         return done or (tries > 1 and self._finished_before(job_id, token, record))
 
     def _finished_before(self, job_id: str, token: str, record: Job) -> bool:
@@ -659,3 +763,25 @@ def _fold_counts(rows: Sequence[tuple[Any, ...]]) -> QueueCounts:
         oldest_ready_at=from_micros(min(oldest)) if oldest else None,
         by_priority=by_priority,
     )
+
+
+def _check_outbox(conn: Any) -> None:
+    """Refuse anything but a Connection with a transaction begun: the job would
+    otherwise commit apart from the caller's change (the dual-write window)."""
+    if not isinstance(conn, Connection):
+        raise ValidationError.of(
+            "conn",
+            f"must be a sqlalchemy Connection with a transaction begun, got "
+            f"{type(conn).__name__}; an Engine would commit the job on its own, apart "
+            "from your change",
+        )
+    if not conn.in_transaction():
+        raise ValidationError.of(
+            "conn",
+            "has no transaction begun; use `with engine.begin() as conn` or "
+            "conn.begin(), so the job commits together with your change",
+        )
+    if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+        raise ValidationError.of(
+            "conn", "is in AUTOCOMMIT mode; the job would commit apart from your change"
+        )

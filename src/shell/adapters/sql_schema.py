@@ -73,10 +73,13 @@ class Schema:
     job_seq: Sequence
     store_seq: Sequence
     workers: Table
+    cancel_requests: Table
+    unique_keys: Table
 
     def tables_for(self, dialect: Dialect) -> list[Table]:
         """The tables this dialect needs: the counter table only where sequences are missing."""
-        tables = [self.job_queue, self.job_store, self.workers]
+        tables = [self.job_queue, self.job_store, self.workers, self.cancel_requests]
+        tables.append(self.unique_keys)
         if not dialect.supports_sequences:
             tables.append(self.counters)
         return tables
@@ -162,7 +165,36 @@ def make_schema(prefix: str = DEFAULT_PREFIX) -> Schema:
         Column("last_seen_us", BigInteger, nullable=False),
         Column("info", Text, nullable=False),
     )
-    return Schema(md, job_queue, job_store, counters, job_seq, store_seq, workers)
+    # Cancel requests of claimed jobs (see `core.cancellation`): a row per job whose
+    # holder must record it cancelled; every outcome write of a holder checks it.
+    cancel_requests = Table(
+        f"{prefix}_cancel_requests",
+        md,
+        Column("job_id", String(36), primary_key=True),
+        Column("requested_at", BigInteger, nullable=False),
+    )
+    # Unique keys (see `core.uniqueness`): which job holds each key, in which of its
+    # states and until when (µs; NULL = no limit). A row whose holder has left those
+    # states is stale: the next enqueue with the key takes it over.
+    unique_keys = Table(
+        f"{prefix}_unique",
+        md,
+        Column("key", String(200), primary_key=True),
+        Column("job_id", String(36), nullable=False),
+        Column("states", String(100), nullable=False),
+        Column("expires_at", BigInteger, nullable=True),
+    )
+    return Schema(
+        md,
+        job_queue,
+        job_store,
+        counters,
+        job_seq,
+        store_seq,
+        workers,
+        cancel_requests=cancel_requests,
+        unique_keys=unique_keys,
+    )
 
 
 #: The default schema (`conveyor_job_queue`, `conveyor_job_store`, ...).
@@ -192,6 +224,30 @@ def notify_ddl(schema: Schema = SCHEMA) -> list[str]:
         f"CREATE TRIGGER {function} AFTER INSERT OR UPDATE OF status ON {table}\n"
         f"    FOR EACH ROW WHEN (NEW.status IN ('ready', 'scheduled'))\n"
         f"    EXECUTE FUNCTION {function}()",
+    ]
+
+
+#: Per-table autovacuum settings (PostgreSQL): both tables churn (every job is inserted,
+#: updated and deleted in the queue; recorded and later pruned in the store) while the
+#: rows alive at once stay few, so the default "vacuum once a fifth of the table is
+#: dead" would let them grow with the number of jobs run. Vacuum once a fixed number of
+#: rows is dead instead, without the cost pauses meant for big tables.
+AUTOVACUUM_SETTINGS = (
+    ("autovacuum_vacuum_scale_factor", "0"),
+    ("autovacuum_vacuum_threshold", "2000"),
+    ("autovacuum_vacuum_cost_delay", "0"),
+    ("autovacuum_analyze_scale_factor", "0"),
+    ("autovacuum_analyze_threshold", "5000"),
+)
+
+
+def storage_ddl(schema: Schema = SCHEMA) -> list[str]:
+    """PostgreSQL only: `AUTOVACUUM_SETTINGS` on the queue and store tables, so space
+    freed by claims, finishes and pruning is reused and storage stays flat."""
+    settings = ", ".join(f"{name} = {value}" for name, value in AUTOVACUUM_SETTINGS)
+    return [
+        f"ALTER TABLE {table.name} SET ({settings})"
+        for table in (schema.job_queue, schema.job_store)
     ]
 
 
@@ -364,7 +420,7 @@ def migrate(engine: Engine, schema: Schema = SCHEMA) -> bool:
             for index in sorted(table.indexes, key=lambda i: str(i.name)):
                 conn.execute(CreateIndex(index, if_not_exists=True))
         if postgres:
-            for statement in (*notify_ddl(schema), *claim_ddl(schema)):
+            for statement in (*notify_ddl(schema), *claim_ddl(schema), *storage_ddl(schema)):
                 conn.exec_driver_sql(statement)
         conn.exec_driver_sql(_mark_statement(engine.dialect, schema))
     return True
@@ -412,6 +468,7 @@ def _ddl_statements(target: Dialect, schema: Schema, if_not_exists: bool) -> lis
     if target.name == "postgresql":
         statements.extend(notify_ddl(schema))
         statements.extend(claim_ddl(schema))
+        statements.extend(storage_ddl(schema))
     return statements
 
 

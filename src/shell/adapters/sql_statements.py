@@ -26,6 +26,7 @@ from sqlalchemy import (
     cast,
     column,
     delete,
+    exists,
     func,
     or_,
     select,
@@ -167,6 +168,17 @@ class Statements:
         stale = (*held, t.c.locked_at < bindparam("cut"))
         self.release: Delete = delete(t).where(*held)
         self.release_abandoned: Delete = delete(t).where(*stale)
+        # An outcome write of a holder is refused while a cancel request stands for its
+        # job (see `core.cancellation`); the request is probed in the same statement.
+        requests = schema.cancel_requests
+        no_cancel = ~exists().where(requests.c.job_id == t.c.id)
+        self.no_cancel: ColumnElement[bool] = no_cancel
+        self.finish_release: Delete = delete(t).where(*held, no_cancel)
+        self.finish_release_abandoned: Delete = delete(t).where(*stale, no_cancel)
+        self.cancel_requested: Select[str] = select(requests.c.job_id).where(
+            requests.c.job_id == bindparam("job_id")
+        )
+        self.clear_cancel: Delete = delete(requests).where(requests.c.job_id == bindparam("job_id"))
         self.extend: Update = sql_update(t).where(*held).values(locked_at=bindparam("at"))
         # Fenced by the old token. A rerun (its first answer lost with the connection,
         # perhaps after the commit) accepts the new one too, finding its work done.
@@ -204,12 +216,16 @@ class Statements:
                 " CAST(:per_job AS boolean), CAST(:promote AS integer),"
                 " CAST(:resend AS boolean))"
             )
-            self.finish = _finish(schema, held)
-            self.finish_abandoned = _finish(schema, stale)
+            self.finish = _finish(schema, (*held, no_cancel))
+            self.finish_abandoned = _finish(schema, (*stale, no_cancel))
             self.server_time = select(func.clock_timestamp())
         self.release_many: Executable = (
             delete(t)
-            .where(t.c.status == PROCESSING, t.c.locked_by.in_(bindparam("tokens", expanding=True)))
+            .where(
+                t.c.status == PROCESSING,
+                t.c.locked_by.in_(bindparam("tokens", expanding=True)),
+                no_cancel,
+            )
             .returning(t.c.id, t.c.locked_by)
         )
 

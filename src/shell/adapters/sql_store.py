@@ -224,10 +224,7 @@ class SqlJobStore:
 
 
 def _rules(order: PruneOrder) -> list[tuple[JobStatus, datetime | None, int | None]]:
-    return [
-        (JobStatus.COMPLETED, order.completed_before, order.keep_completed),
-        (JobStatus.FAILED, order.dead_before, order.keep_dead),
-    ]
+    return list(order.rules)
 
 
 def _decoded_record(job_id: str, payload: str) -> Job | None:

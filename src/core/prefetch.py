@@ -1,0 +1,78 @@
+"""How many jobs a worker claims at once: the prefetch policy.
+
+Claiming a batch costs one round trip for many jobs, which is most of the speed of
+a short job; holding a batch keeps those jobs from every other worker until their
+turn comes. So the adaptive policy sizes each batch to take about `budget_ms` to
+run, from the mean duration of the jobs this worker ran lately: no-op jobs are
+claimed up to `max_batch` at a time, one-second jobs one at a time. A batch that
+runs past `hand_back_after_ms` all the same (a slow job among fast ones) gives its
+unstarted rest back to the queue for other workers.
+
+A fixed size (`PrefetchPolicy.fixed(n)`) claims `n` every time, as before.
+Pure: the worker measures, this module decides.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+#: The weight of the newest batch in the running mean of job durations: recent
+#: enough to follow a change of workload within a few batches, smooth enough that
+#: one odd job does not swing the batch size.
+MEAN_WEIGHT = 0.3
+
+
+def _at_least_one(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be >= 1, got {value}")
+
+
+def _positive(_: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be > 0, got {value}")
+
+
+@attrs.frozen(slots=True)
+class PrefetchPolicy:
+    """`adaptive`: batches sized to run in about `budget_ms`, 1 to `max_batch` jobs,
+    starting at `first_batch` before any job has been timed. Not adaptive: always
+    `max_batch` (see `fixed`). `hand_back_after_ms`: a batch still running after
+    this long hands back the jobs it has not started (adaptive only)."""
+
+    adaptive: bool = True
+    max_batch: int = attrs.field(default=100, validator=_at_least_one)
+    budget_ms: float = attrs.field(default=100.0, validator=_positive)
+    first_batch: int = attrs.field(default=1, validator=_at_least_one)
+    hand_back_after_ms: float = attrs.field(default=1000.0, validator=_positive)
+
+    @classmethod
+    def fixed(cls, size: int) -> PrefetchPolicy:
+        """Claim `size` jobs every time (1: one at a time)."""
+        return cls(adaptive=False, max_batch=size, first_batch=size)
+
+
+def batch_size(policy: PrefetchPolicy, mean_job_ms: float | None) -> int:
+    """How many jobs to claim next, given the running mean duration of a job here
+    (None before the first was timed)."""
+    if not policy.adaptive:
+        return policy.max_batch
+    if mean_job_ms is None:
+        return min(policy.first_batch, policy.max_batch)
+    fits = policy.budget_ms / mean_job_ms if mean_job_ms > 0 else float("inf")
+    return policy.max_batch if fits >= policy.max_batch else max(1, int(fits))
+
+
+def observe(mean_job_ms: float | None, batch_ms: float, jobs: int) -> float | None:
+    """The running mean after a batch of `jobs` jobs that took `batch_ms` in all."""
+    if jobs <= 0:
+        return mean_job_ms
+    latest = max(0.0, batch_ms) / jobs
+    if mean_job_ms is None:
+        return latest
+    return mean_job_ms + MEAN_WEIGHT * (latest - mean_job_ms)
+
+
+def should_hand_back(policy: PrefetchPolicy, elapsed_ms: float, unstarted: int) -> bool:
+    """True when a batch running for `elapsed_ms` should give back its `unstarted`
+    jobs: only adaptive batches, only past `hand_back_after_ms`."""
+    return policy.adaptive and unstarted > 0 and elapsed_ms > policy.hand_back_after_ms

@@ -1,0 +1,61 @@
+"""The job context: what a handler may know about the attempt it is running.
+
+A handler that takes a second positional parameter receives a `JobContext`::
+
+    def export(args, ctx):
+        for chunk in chunks(args["table"]):
+            if ctx.should_stop():  # cancelled, or past its deadline
+                return {"stopped_at": chunk.id}
+            write(chunk)
+
+The context is frozen: reading it has no effect on the job. Its checks are
+cheap calls the worker supplies; `cancel_requested()` asks whether someone
+asked for the job to be cancelled, `timed_out()` whether the worker has given
+up on this attempt because it ran past its deadline (see `conveyor.shell.timeouts`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from uuid import UUID
+
+import attrs
+
+
+def _never() -> bool:
+    return False
+
+
+@attrs.frozen(slots=True)
+class JobContext:
+    """The attempt a handler is running.
+
+    `attempt` counts from 1 (the first run) and includes retries; `deadline` is
+    when the attempt's timeout runs out, by the worker's clock, or None when no
+    timeout applies; `tenant_id` is the job's tenant, if it has one.
+    """
+
+    job_id: UUID
+    job_type: str
+    attempt: int
+    queue: str
+    tenant_id: str | None = None
+    deadline: datetime | None = None
+    #: Whether cancellation of the job was requested; cheap enough to call in a loop.
+    cancel_check: Callable[[], bool] = attrs.field(default=_never, repr=False, eq=False)
+    #: Whether the worker gave up on this attempt at its deadline.
+    timeout_check: Callable[[], bool] = attrs.field(default=_never, repr=False, eq=False)
+
+    def cancel_requested(self) -> bool:
+        """True once cancellation of this job has been requested."""
+        return self.cancel_check()
+
+    def timed_out(self) -> bool:
+        """True once the worker has recorded this attempt as a `Timeout` failure: its
+        result will be discarded, so the handler may as well stop."""
+        return self.timeout_check()
+
+    def should_stop(self) -> bool:
+        """True when the handler's work is no longer wanted: cancelled or timed out."""
+        return self.timed_out() or self.cancel_requested()

@@ -1,0 +1,11 @@
+"""The web dashboard: an ASGI app over a `Runtime` (`pip install 'conveyor-jobs[dashboard]'`).
+
+`conveyor dashboard` serves it; `create_app(runtime)` gives it to mount in another
+ASGI app. See docs/dashboard.md.
+"""
+
+from __future__ import annotations
+
+from .app import CSRF_COOKIE, CSRF_FIELD, AuthHook, BasicAuth, create_app
+
+__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "AuthHook", "BasicAuth", "create_app"]

@@ -1,0 +1,384 @@
+"""asyncio: `async def` handlers on the worker's event loop, and `aenqueue`.
+
+On memory, SQLite, PostgreSQL and Redis: an async handler's outcome is decided and
+written like a sync one's; several run at once, up to the configured concurrency;
+`aenqueue` writes from a running loop without blocking it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import conveyor
+import pytest
+from backends import BACKENDS, REDIS_TEST_DB
+from conveyor.core import JobStatus, ValidationError
+from conveyor.shell.async_enqueue import THREAD, AsyncWriters
+from conveyor.shell.config import parse_config
+from conveyor.shell.runtime import Runtime
+
+_pg: dict[str, str] = {}
+
+
+def _config(backend: str, folder: Path, **extra: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "entry_points": False,
+        "workers": {"count": 0, "async_concurrency": extra.pop("async_concurrency", 10)},
+        "retry": {"initial_delay_ms": 0, "jitter": False},
+        **extra,
+    }
+    if backend == "memory":
+        return {**base, "provider": "memory"}
+    if backend == "sqlite":
+        return {**base, "url": f"sqlite:///{folder / 'jobs.db'}"}
+    if backend == "postgresql":
+        from conveyor.testing.postgres_server import fresh_database
+
+        if "url" not in _pg:
+            _pg["url"] = fresh_database(prefix="conveyor_asyncio")
+        return {**base, "url": _pg["url"], "auto_migrate": True}
+    from conveyor.testing.redis_server import redis_url
+
+    # A prefix of its own: nothing another test left in the database is seen here.
+    redis = {"url": redis_url(REDIS_TEST_DB), "prefix": f"aio-{uuid.uuid4().hex[:8]}"}
+    return {**base, "provider": "redis", "redis": redis}
+
+
+def _clear(rt: Runtime) -> None:
+    if rt.config.provider == "db" and rt.config.url.startswith("postgresql"):
+        from conveyor.shell.adapters.sql_schema import SCHEMA
+
+        with rt.queue.engine.begin() as conn:  # type: ignore[attr-defined]
+            for table in (SCHEMA.job_queue, SCHEMA.job_store):
+                conn.execute(table.delete())
+
+
+@pytest.fixture
+def folder() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="conveyor-asyncio-") as name:
+        yield Path(name)
+
+
+@pytest.fixture(params=BACKENDS)
+def make(request: pytest.FixtureRequest, folder: Path) -> Iterator[Any]:
+    """`make(handlers, **config)`: a runtime on the backend, emptied first."""
+    made: list[Runtime] = []
+
+    def build(handlers: dict[str, Any], **extra: Any) -> Runtime:
+        rt = conveyor.build(_config(request.param, folder, **extra), handlers=handlers)
+        _clear(rt)
+        made.append(rt)
+        return rt
+
+    yield build
+    for rt in made:
+        rt.stop()
+        rt.close()
+
+
+# ---- async handlers ---------------------------------------------------------------
+
+
+def test_an_async_handlers_result_is_recorded(make: Any) -> None:
+    async def add(args: Any) -> int:
+        await asyncio.sleep(0.01)
+        return int(args["a"]) + int(args["b"])
+
+    rt = make({"add": add})
+    job = rt.enqueue("add", {"a": 2, "b": 3})
+    stats = rt.drain()
+    view = rt.get(job.id)
+    assert view.state is JobStatus.COMPLETED
+    assert view.job.result == 5
+    assert stats.completed == 1
+
+
+def test_an_async_handler_that_raises_is_retried_per_policy(make: Any) -> None:
+    tries: list[int] = []
+
+    async def flaky(args: Any) -> None:
+        tries.append(1)
+        await asyncio.sleep(0)
+        raise ValueError("upstream said no")
+
+    rt = make({"flaky": flaky})
+    job = rt.enqueue("flaky", {}, max_retries=2)
+    rt.drain(wait_scheduled=True, timeout_s=30)
+    assert len(tries) == 3  # the first attempt and two retries
+    (dead,) = rt.list_dead()
+    assert dead.id == job.id
+    assert dead.last_error is not None
+    assert (dead.last_error.type, dead.last_error.message) == ("ValueError", "upstream said no")
+
+
+def test_async_jobs_run_concurrently(make: Any) -> None:
+    started = 0
+    everyone_in = asyncio.Event()
+
+    async def gather(args: Any) -> str:
+        nonlocal started
+        started += 1
+        if started == 10:
+            everyone_in.set()
+        # Only released once all ten are running at the same time.
+        await asyncio.wait_for(everyone_in.wait(), timeout=20)
+        return "met"
+
+    rt = make({"gather": gather}, async_concurrency=10)
+    jobs = rt.enqueue_many("gather", [{"n": n} for n in range(10)])
+    stats = rt.drain()
+    assert stats.completed == 10
+    assert {rt.get(j.id).job.result for j in jobs} == {"met"}
+
+
+def test_async_concurrency_bounds_how_many_run_at_once(make: Any) -> None:
+    running = 0
+    most = 0
+    three_in, release = threading.Event(), threading.Event()
+
+    async def work(args: Any) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        if running == 3:
+            three_in.set()
+        while not release.is_set():
+            await asyncio.sleep(0.005)
+        running -= 1
+
+    def let_go() -> None:
+        # Time enough for the worker to start a fourth, were it allowed to.
+        three_in.wait(20)
+        time.sleep(0.3)
+        release.set()
+
+    rt = make({"work": work}, async_concurrency=3)
+    rt.enqueue_many("work", [{} for _ in range(6)])
+    threading.Thread(target=let_go, daemon=True).start()
+    assert rt.drain().completed == 6
+    assert most == 3
+
+
+def test_a_running_async_job_keeps_its_claim_past_the_lease(make: Any) -> None:
+    runs: list[str] = []
+
+    async def slow(args: Any) -> None:
+        runs.append("run")
+        await asyncio.sleep(1.0)
+
+    # The heartbeat renews every lease_ms / 3; another worker reclaims after lease_ms.
+    rt = make({"slow": slow}, lease_ms=300)
+    job = rt.enqueue("slow", {})
+    first = threading.Thread(target=rt.drain)
+    first.start()
+    time.sleep(0.6)
+    rt.drain()  # a second worker meanwhile finds nothing to reclaim or run
+    first.join(10)
+    assert runs == ["run"]
+    assert rt.get(job.id).state is JobStatus.COMPLETED
+
+
+def test_stopping_a_worker_writes_its_running_async_jobs_first(make: Any) -> None:
+    began = threading.Event()
+
+    async def slow(args: Any) -> str:
+        began.set()
+        await asyncio.sleep(0.3)
+        return "done"
+
+    rt = make({"slow": slow}, workers={"count": 1, "poll_interval_ms": 20})
+    job = rt.enqueue("slow", {})
+    rt.start()
+    assert began.wait(10)
+    assert rt.stop(grace_s=10)
+    assert rt.get(job.id).state is JobStatus.COMPLETED
+
+
+def test_an_async_handler_past_its_timeout_is_cancelled_and_retried() -> None:
+    cancelled: list[int] = []
+
+    async def stuck(args: Any) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(1)
+            raise
+
+    rt = conveyor.build(
+        {"provider": "memory", "entry_points": False, "retry": {"initial_delay_ms": 0}}
+    )
+    rt.registry.register("stuck", stuck, timeout=0.05)
+    job = rt.enqueue("stuck", {}, max_retries=1)
+    stats = rt.drain(wait_scheduled=True, timeout_s=20)
+    assert len(cancelled) == 2  # each attempt stopped at its deadline
+    (dead,) = rt.list_dead()
+    assert dead.id == job.id and dead.last_error is not None
+    assert dead.last_error.type == "Timeout"
+    assert stats.timed_out == 2
+
+
+def test_an_async_handler_receives_the_job_context() -> None:
+    seen: list[tuple[str, int]] = []
+
+    async def report(args: Any, ctx: conveyor.JobContext) -> None:
+        seen.append((ctx.job_type, ctx.attempt))
+
+    rt = conveyor.build({"provider": "memory", "entry_points": False}, handlers={"r": report})
+    rt.enqueue("r", {})
+    rt.drain()
+    assert seen == [("r", 1)]
+
+
+def test_an_async_handler_blocking_on_another_async_job_gets_an_error_not_a_hang() -> None:
+    errors: list[str] = []
+
+    async def child(args: Any) -> None:
+        return None
+
+    async def parent(args: Any) -> None:
+        rt.enqueue("child", {})
+        try:
+            rt.drain()  # would wait for the loop this very handler is running on
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    rt = conveyor.build(
+        {"provider": "memory", "entry_points": False},
+        handlers={"parent": parent, "child": child},
+    )
+    rt.enqueue("parent", {})
+    rt.drain()
+    assert len(errors) == 1 and "aenqueue" in errors[0]
+
+
+def test_async_concurrency_must_be_a_positive_integer() -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_config({"workers": {"async_concurrency": 0}})
+    assert str(info.value) == "workers.async_concurrency: must be >= 1, got 0"
+    assert parse_config({}).workers.async_concurrency == 10
+
+
+def test_a_tenant_scoped_handler_cannot_be_async() -> None:
+    async def scoped(args: Any, ctx: Any) -> None:
+        return None
+
+    registry = conveyor.Registry()
+    with pytest.raises(ValidationError, match="handler"):
+        registry.register("scoped", scoped, tenant_scoped=True)
+
+
+# ---- aenqueue -----------------------------------------------------------------------
+
+#: The path `aenqueue` takes on each backend, with the dev extras installed.
+DRIVERS = {
+    "memory": "memory",
+    "sqlite": THREAD,  # by choice: see docs/asyncio.md
+    "postgresql": "postgresql+asyncpg",
+    "redis": "redis.asyncio",
+}
+
+
+def test_aenqueue_takes_the_documented_path_on_each_backend(make: Any) -> None:
+    rt = make({})
+    backend = "sqlite" if rt.config.url.startswith("sqlite") else "postgresql"
+    if rt.config.provider != "db":
+        backend = rt.config.provider
+    assert rt.async_writers.driver == DRIVERS[backend]
+
+
+def test_aenqueue_works_in_a_running_loop(make: Any) -> None:
+    ran: list[int] = []
+    rt = make({"count": lambda args: ran.append(int(args["n"]))})
+
+    async def main() -> tuple[Any, list[Any]]:
+        one = await rt.aenqueue("count", {"n": 1}, priority="high")
+        many = await rt.aenqueue_many("count", [{"n": 2}, {"n": 3}])
+        await rt.aclose()
+        return one, many
+
+    one, many = asyncio.run(main())
+    assert rt.get(one.id).state is JobStatus.PENDING
+    assert rt.get(one.id).job.priority.value == "high"
+    assert [rt.get(j.id).state for j in many] == [JobStatus.PENDING] * 2
+    rt.drain()
+    assert ran == [1, 2, 3]
+
+
+def test_aenqueue_from_an_async_handler_reaches_the_queue(make: Any) -> None:
+    rt: Runtime
+
+    async def fan_out(args: Any) -> None:
+        await rt.aenqueue("leaf", {"from": "fan_out"})
+
+    seen: list[str] = []
+    rt = make({"fan_out": fan_out, "leaf": lambda args: seen.append(args["from"])})
+    rt.enqueue("fan_out", {})
+    rt.drain()
+    assert seen == ["fan_out"]
+
+
+def test_aenqueue_without_an_async_driver_runs_the_sync_enqueue_in_a_thread(
+    make: Any,
+) -> None:
+    rt = make({})
+    rt.async_writers = AsyncWriters(rt.config, rt.queue, native=False)
+
+    job = asyncio.run(rt.aenqueue("t", {"a": 1}))
+    assert rt.async_writers.driver == THREAD
+    assert rt.get(job.id).state is JobStatus.PENDING
+
+
+def test_the_loop_keeps_running_while_aenqueue_waits_for_a_sqlite_writer(
+    folder: Path,
+) -> None:
+    rt = conveyor.build(_config("sqlite", folder))
+    # Another process's writer holds SQLite's one write lock.
+    writer = sqlite3.connect(folder / "jobs.db", isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+
+    async def main() -> tuple[int, bool, Any]:
+        enqueue = asyncio.ensure_future(rt.aenqueue("t", {}))
+        ticks = 0
+        for _ in range(30):
+            await asyncio.sleep(0.01)
+            ticks += 1  # progress of another coroutine on the same loop
+        waiting = not enqueue.done()
+        writer.execute("COMMIT")
+        job = await enqueue
+        await rt.aclose()
+        return ticks, waiting, job
+
+    try:
+        ticks, waiting, job = asyncio.run(main())
+    finally:
+        writer.close()
+        rt.close()
+    assert waiting  # the enqueue was behind the lock all that time...
+    assert ticks == 30  # ...and the loop ran everything else meanwhile
+    assert conveyor.build(_config("sqlite", folder)).get(job.id) is not None
+
+
+def test_aenqueue_with_a_caller_chosen_id_returns_the_job_already_there(
+    folder: Path,
+) -> None:
+    rt = conveyor.build(_config("sqlite", folder))
+    job_id = uuid.uuid4()
+
+    async def main() -> tuple[Any, Any]:
+        first = await rt.aenqueue("t", {"v": 1}, id=job_id)
+        second = await rt.aenqueue("t", {"v": 2}, id=job_id)
+        await rt.aclose()
+        return first, second
+
+    first, second = asyncio.run(main())
+    rt.close()
+    assert first.id == second.id == job_id
+    assert second.args["v"] == 1

@@ -1,0 +1,494 @@
+"""Periodic jobs on every backend: slots enqueued once across nodes, missed slots,
+`cron list` and `cron run`, the ticker thread, config, and time zones."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import conveyor
+import pytest
+from backends import Backend
+from conveyor.core import JobStatus, Priority, ValidationError
+from conveyor.core.cron import CronEntry, Missed, slot_id
+from conveyor.shell.config import Config, parse_config
+from conveyor.shell.cron import CronSchedule
+from conveyor.shell.ports import Place
+from conveyor.shell.registry import Registry
+from conveyor.shell.runtime import Runtime
+from conveyor.testing.clock import ManualClock
+
+T0 = datetime(2026, 6, 1, 10, 0, 30, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+RAN: list[dict[str, object]] = []
+
+
+def report(args: object) -> str:
+    RAN.append(dict(args))  # type: ignore[call-overload]
+    return "ok"
+
+
+def minutely(**fields: object) -> CronEntry:
+    return CronEntry(
+        **{"name": "report", "schedule": "* * * * *", "job_type": "report", **fields}  # type: ignore[arg-type]
+    )
+
+
+def node(queue: object, store: object, clock: ManualClock, *entries: CronEntry) -> Runtime:
+    config = Config(provider="memory", cron=entries)
+    return Runtime(config, queue, store, Registry({"report": report}), clock=clock)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def two_nodes(backend: Backend, clock: ManualClock) -> Iterator[tuple[Runtime, Runtime]]:
+    """Two runtimes on one backend, each with its own connections where the backend
+    crosses processes (memory: one process, so one queue)."""
+    other = backend.peer() if backend.peer is not None else (backend.queue, backend.store)
+    yield node(backend.queue, backend.store, clock), node(*other, clock)
+
+
+def slot(minutes: int) -> datetime:
+    """The slot `minutes` after 10:00 on T0's day."""
+    return T0.replace(second=0) + minutes * MINUTE
+
+
+def queued_ids(rt: Runtime) -> list[str]:
+    return sorted(q.job_id for q in rt.queue.scan())
+
+
+# ---- one node ----------------------------------------------------------------------
+
+
+def test_a_starting_node_skips_the_slots_before_its_start_then_enqueues_each_due_slot(
+    backend: Backend, clock: ManualClock
+) -> None:
+    rt = node(backend.queue, backend.store, clock, minutely())
+    assert rt.cron.tick() == []
+    clock.set(slot(1))
+    (job,) = rt.cron.tick()
+    assert job.id == slot_id("report", slot(1))
+    assert rt.cron.tick() == [], "a slot is enqueued by one check only"
+    assert queued_ids(rt) == [str(job.id)]
+
+
+def test_a_slot_job_carries_the_entry_s_type_args_queue_priority_and_retries(
+    backend: Backend, clock: ManualClock
+) -> None:
+    entry = minutely(args={"day": "today"}, queue="reports", priority="high", max_retries=7)
+    rt = node(backend.queue, backend.store, clock, entry)
+    rt.cron.tick()
+    clock.set(slot(1))
+    rt.cron.tick()
+    found = rt.queue.find(slot_id("report", slot(1)))
+    assert found is not None and found.place is Place.READY and found.job is not None
+    job = found.job
+    assert (job.job_type, dict(job.args), job.queue) == ("report", {"day": "today"}, "reports")
+    assert (job.priority, job.max_retries) == (Priority.HIGH, 7)
+
+
+def test_catch_up_one_enqueues_the_latest_slot_missed_while_down_and_no_other(
+    backend: Backend, clock: ManualClock
+) -> None:
+    clock.set(slot(5) + timedelta(seconds=30))
+    rt = node(backend.queue, backend.store, clock, minutely(missed="catch_up_one"))
+    (job,) = rt.cron.tick()
+    assert job.id == slot_id("report", slot(5))
+    assert queued_ids(rt) == [str(job.id)]
+
+
+def test_no_slot_older_than_the_retention_of_finished_records_is_caught_up(
+    clock: ManualClock,
+) -> None:
+    # Had the 10:00 slot run, its record could be pruned by now: it might run twice.
+    from conveyor.core import RetentionPolicy
+    from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
+
+    hourly = minutely(schedule="0 * * * *", missed="catch_up_one")
+    clock.set(slot(30))
+    store = MemoryJobStore()
+    short = Config(provider="memory", retention=RetentionPolicy(completed_ms=600_000))
+    rt = Runtime(short, MemoryJobQueue(store), store, Registry(), clock=clock)
+    rt.cron.add(hourly)
+    assert rt.cron.tick() == []
+    kept = node(MemoryJobQueue(store), store, clock, hourly)
+    assert [j.id for j in kept.cron.tick()] == [slot_id("report", slot(0))]
+
+
+def test_a_tick_later_than_the_grace_treats_the_older_slots_as_missed(
+    backend: Backend, clock: ManualClock
+) -> None:
+    rt = node(backend.queue, backend.store, clock, minutely())
+    rt.cron.tick()
+    clock.set(slot(10))  # asleep for ten slots; the grace is one minute
+    jobs = rt.cron.tick()
+    assert [j.id for j in jobs] == [slot_id("report", slot(9)), slot_id("report", slot(10))]
+
+
+def test_an_enqueue_that_fails_is_retried_at_the_next_tick(
+    backend: Backend, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = node(backend.queue, backend.store, clock, minutely())
+    rt.cron.tick()
+    clock.set(slot(1))
+    real = rt.enqueue
+
+    def down(*args: object, **kwargs: object) -> object:
+        raise ConnectionError("server unreachable")
+
+    monkeypatch.setattr(rt, "enqueue", down)
+    assert rt.cron.tick() == []
+    monkeypatch.setattr(rt, "enqueue", real)
+    clock.advance(seconds=5)
+    assert [j.id for j in rt.cron.tick()] == [slot_id("report", slot(1))]
+
+
+# ---- many nodes ----------------------------------------------------------------------
+
+
+def test_two_nodes_ticking_through_the_same_slots_store_one_job_per_slot(
+    two_nodes: tuple[Runtime, Runtime], clock: ManualClock
+) -> None:
+    a, b = two_nodes
+    for rt in (a, b):
+        rt.cron.add(minutely())
+        rt.cron.tick()
+    for minutes in (1, 2, 3):
+        clock.set(slot(minutes))
+        (from_a,) = a.cron.tick()
+        (from_b,) = b.cron.tick()
+        assert from_b == from_a, "the second node gets the job the first one stored"
+    assert queued_ids(a) == sorted(str(slot_id("report", slot(m))) for m in (1, 2, 3))
+
+
+def test_a_slot_whose_job_already_finished_is_not_enqueued_again(
+    two_nodes: tuple[Runtime, Runtime], clock: ManualClock
+) -> None:
+    a, b = two_nodes
+    a.cron.add(minutely())
+    a.cron.tick()
+    clock.set(slot(1))
+    a.cron.tick()
+    RAN.clear()
+    assert a.drain().completed == 1
+    # A node starting now catches up the latest slot: the one that already ran.
+    b.cron.add(minutely(missed="catch_up_one"))
+    clock.advance(seconds=20)
+    (job,) = b.cron.tick()
+    assert job.status is JobStatus.COMPLETED
+    assert queued_ids(b) == []
+    assert b.drain().completed == 0
+    assert RAN == [{}]
+
+
+# ---- the operator's view --------------------------------------------------------------
+
+
+def test_cron_list_shows_the_next_run_and_the_last_run_with_its_state(
+    backend: Backend, clock: ManualClock
+) -> None:
+    rt = node(backend.queue, backend.store, clock, minutely(timezone="Europe/Berlin"))
+    (before,) = rt.cron.list()
+    assert before.next_run == slot(1)
+    assert before.last_slot is None
+    rt.cron.tick()
+    clock.set(slot(1))
+    rt.cron.tick()
+    (queued,) = rt.cron.list()
+    assert (queued.last_slot, queued.last_state) == (slot(1), JobStatus.PENDING)
+    rt.drain()
+    clock.advance(seconds=10)
+    (done,) = rt.cron.list()
+    assert done.last_state is JobStatus.COMPLETED
+    assert done.to_dict()["last_run"] == {
+        "slot": slot(1).isoformat(),
+        "job_id": str(slot_id("report", slot(1))),
+        "state": "completed",
+    }
+    assert done.to_dict()["next_run"] == slot(2).isoformat()
+
+
+def test_cron_run_enqueues_the_entry_now_outside_its_schedule(
+    backend: Backend, clock: ManualClock
+) -> None:
+    rt = node(backend.queue, backend.store, clock, minutely())
+    job = rt.cron.run("report")
+    again = rt.cron.run("report")
+    assert job.id != again.id, "each manual run is a job of its own"
+    assert job.id != slot_id("report", slot(1))
+    assert job.status is JobStatus.PENDING
+    with pytest.raises(ValidationError, match="no cron entry 'nightly'"):
+        rt.cron.run("nightly")
+
+
+# ---- entries and config ------------------------------------------------------------------
+
+
+def test_adding_an_entry_checks_its_schedule_time_zone_and_name(clock: ManualClock) -> None:
+    rt = node(None, None, clock, minutely())
+    with pytest.raises(ValidationError) as info:
+        rt.cron.add(minutely(name="other", schedule="every day", timezone="Mars/Olympus"))
+    assert info.value.fields == ("cron.schedule", "cron.timezone")
+    with pytest.raises(ValidationError, match="'report' is already an entry"):
+        rt.cron.add(minutely())
+
+
+def test_cron_tables_in_the_config_become_entries() -> None:
+    config = parse_config(
+        {
+            "cron": [
+                {"name": "nightly", "schedule": "0 2 * * *", "job_type": "report"},
+                {
+                    "name": "hourly",
+                    "schedule": "@hourly",
+                    "timezone": "Europe/Berlin",
+                    "job_type": "sync",
+                    "args": {"full": True},
+                    "queue": "sync",
+                    "priority": "low",
+                    "max_retries": 0,
+                    "missed": "catch_up_one",
+                },
+            ]
+        }
+    )
+    nightly, hourly = config.cron
+    assert nightly == CronEntry("nightly", "0 2 * * *", "report", {}, missed=Missed.SKIP)
+    assert (hourly.timezone, hourly.queue, hourly.priority) == (
+        "Europe/Berlin",
+        "sync",
+        Priority.LOW,
+    )
+    assert (dict(hourly.args), hourly.max_retries) == ({"full": True}, 0)
+    assert hourly.missed is Missed.CATCH_UP_ONE
+
+
+def test_a_bad_cron_table_is_named_by_its_index_and_field() -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_config(
+            {
+                "cron": [
+                    {"name": "ok", "schedule": "* * * * *", "job_type": "a"},
+                    {"name": "ok", "schedule": "61 * * * *", "job_type": "a", "missed": "all"},
+                    {"schedule": "* * * * *", "job_type": "a", "timezone": "Nowhere"},
+                ]
+            }
+        )
+    assert str(info.value) == (
+        "cron[1].schedule: '61 * * * *' is not a cron expression: bad minute "
+        "(five fields, or six with seconds first, or @hourly/@daily/@weekly/...); "
+        "cron[1].missed: must be one of skip, catch_up_one, got 'all'; "
+        "cron[2].name: is required; "
+        "cron[2].timezone: unknown time zone 'Nowhere'; use an IANA name such as "
+        "'Europe/Berlin' or 'UTC'; "
+        "cron[1].name: 'ok' is already cron[0]'s name"
+    )
+
+
+# ---- time zones --------------------------------------------------------------------------
+
+
+def berlin(*fields: int) -> datetime:
+    return datetime(*fields, tzinfo=ZoneInfo("Europe/Berlin"))  # type: ignore[misc]
+
+
+def test_a_slot_in_the_hour_the_clocks_skip_runs_when_that_hour_ends() -> None:
+    # 29 March 2026: Berlin's clocks jump from 02:00 to 03:00; 02:30 never happens.
+    schedule = CronSchedule("30 2 * * *", ZoneInfo("Europe/Berlin"))
+    slot_of_the_day = schedule.next_after(berlin(2026, 3, 29, 0, 0))
+    assert slot_of_the_day == berlin(2026, 3, 29, 3, 0).astimezone(UTC)
+    assert schedule.next_after(slot_of_the_day) == berlin(2026, 3, 30, 2, 30).astimezone(UTC)
+
+
+def test_a_daily_slot_in_the_hour_the_clocks_repeat_runs_once() -> None:
+    # 25 October 2026: Berlin's 02:00-03:00 happens twice; a 02:30 job runs once.
+    schedule = CronSchedule("30 2 * * *", ZoneInfo("Europe/Berlin"))
+    first = schedule.next_after(berlin(2026, 10, 25, 0, 0))
+    assert first == datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
+    assert schedule.next_after(first) == datetime(2026, 10, 26, 1, 30, tzinfo=UTC)
+
+
+def test_slots_are_read_in_the_entry_s_time_zone_and_come_back_in_utc() -> None:
+    schedule = CronSchedule("0 9 * * MON-FRI", ZoneInfo("America/New_York"))
+    after = datetime(2026, 6, 5, 14, 0, tzinfo=UTC)  # a Friday, 10:00 in New York
+    assert schedule.next_after(after) == datetime(2026, 6, 8, 13, 0, tzinfo=UTC)
+    assert schedule.last_before(after) == datetime(2026, 6, 5, 13, 0, tzinfo=UTC)
+
+
+def test_a_tick_on_the_night_the_clocks_go_forward_enqueues_the_skipped_slot_at_three(
+    clock: ManualClock,
+) -> None:
+    from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
+
+    store = MemoryJobStore()
+    entry = minutely(schedule="30 2 * * *", timezone="Europe/Berlin")
+    rt = node(MemoryJobQueue(store), store, clock, entry)
+    clock.set(berlin(2026, 3, 29, 1, 59).astimezone(UTC))
+    assert rt.cron.tick() == []
+    clock.set(berlin(2026, 3, 29, 3, 0).astimezone(UTC))
+    (job,) = rt.cron.tick()
+    assert job.id == slot_id("report", datetime(2026, 3, 29, 1, 0, tzinfo=UTC))
+
+
+def test_a_running_ticker_that_fell_behind_says_which_slot_it_skipped(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
+
+    store = MemoryJobStore()
+    rt = node(MemoryJobQueue(store), store, clock, minutely())
+    rt.cron.tick()
+    clock.set(slot(5))
+    with caplog.at_level("WARNING", logger="conveyor.cron"):
+        rt.cron.tick()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"cron 'report': slot {slot(3).isoformat()} came more than 0:01:00 ago; "
+        "skipped (missed = skip)"
+    ]
+
+
+# ---- the ticker thread -------------------------------------------------------------------
+
+
+def test_a_started_worker_process_enqueues_slots_on_its_own(tmp_path: object) -> None:
+    rt = conveyor.build(
+        {
+            "provider": "memory",
+            "entry_points": False,
+            "workers": {"count": 1, "poll_interval_ms": 50},
+            "cron": [{"name": "tick", "schedule": "* * * * * *", "job_type": "report"}],
+        },
+        handlers={"report": report},
+    )
+    with rt:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and rt.cron.list()[0].last_state is None:
+            time.sleep(0.1)
+        row = rt.cron.list()[0]
+    assert row.last_state is not None, "no slot was enqueued within 5 s"
+    stopped = rt.status()
+    time.sleep(1.5)
+    assert rt.status() == stopped, "a stopped runtime enqueues no more slots"
+
+
+def test_a_web_node_with_no_workers_enqueues_no_slots() -> None:
+    rt = conveyor.build(
+        {
+            "provider": "memory",
+            "entry_points": False,
+            "workers": {"count": 0},
+            "cron": [{"name": "tick", "schedule": "* * * * * *", "job_type": "report"}],
+        },
+        handlers={"report": report},
+    )
+    with rt:
+        time.sleep(1.5)
+        assert rt.cron.list()[0].last_state is None
+
+
+# ---- the command line ----------------------------------------------------------------------
+
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "conveyor.toml").write_text(
+        textwrap.dedent(f"""
+        provider = "db"
+        url = "sqlite:///{tmp_path / "jobs.db"}"
+        entry_points = false
+
+        [[cron]]
+        name = "every-second"
+        schedule = "* * * * * *"
+        job_type = "report"
+
+        [[cron]]
+        name = "nightly"
+        schedule = "30 2 * * *"
+        timezone = "Europe/Berlin"
+        job_type = "report"
+        args = {{ full = true }}
+        """)
+    )
+    return tmp_path
+
+
+def conveyor_cli(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CONVEYOR, *args], cwd=folder, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_cron_list_prints_each_entry_with_its_next_and_last_run(project: Path) -> None:
+    rt = conveyor.build(project / "conveyor.toml")
+    rt.cron.tick()
+    deadline = time.monotonic() + 3
+    while not rt.cron.tick() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    rt.close()
+    done = conveyor_cli(project, "cron", "list", "--json")
+    assert done.returncode == 0, done.stderr
+    every, nightly = json.loads(done.stdout)
+    assert every["last_run"]["state"] == "pending"
+    assert nightly["name"] == "nightly" and nightly["timezone"] == "Europe/Berlin"
+    assert nightly["last_run"] is None
+    assert datetime.fromisoformat(nightly["next_run"]).astimezone(
+        ZoneInfo("Europe/Berlin")
+    ).strftime("%H:%M") in ("02:30", "03:00")
+    table = conveyor_cli(project, "cron", "list")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[0].split() == [
+        "name",
+        "schedule",
+        "timezone",
+        "job",
+        "type",
+        "next",
+        "run",
+        "last",
+        "run",
+        "state",
+    ]
+    assert "every-second" in table.stdout and "pending" in table.stdout
+
+
+def test_cron_run_enqueues_the_entry_now_and_prints_the_job_id(project: Path) -> None:
+    done = conveyor_cli(project, "cron", "run", "nightly")
+    assert done.returncode == 0, done.stderr
+    rt = conveyor.build(project / "conveyor.toml")
+    view = rt.get(done.stdout.strip())
+    rt.close()
+    assert view is not None and view.job is not None
+    assert view.state is JobStatus.PENDING and dict(view.job.args) == {"full": True}
+
+
+def test_cron_run_of_an_unknown_entry_is_bad_input(project: Path) -> None:
+    done = conveyor_cli(project, "cron", "run", "weekly")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "conveyor: invalid input: name: no cron entry 'weekly' (entries: every-second, nightly)"
+    )
+
+
+def test_a_bad_cron_table_stops_the_command_with_one_line_naming_it(project: Path) -> None:
+    config = project / "conveyor.toml"
+    config.write_text(config.read_text().replace('"30 2 * * *"', '"30 25 * * *"'))
+    done = conveyor_cli(project, "cron", "list")
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith(
+        "conveyor: invalid input: cron[1].schedule: '30 25 * * *' is not a cron expression: "
+        "bad hour"
+    )

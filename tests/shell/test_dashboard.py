@@ -1,0 +1,728 @@
+"""The web dashboard over every backend, through Starlette's test client: each page
+renders what the runtime holds, filters and paging work, actions act, and the
+safety rules hold (read-only, authentication, CSRF, escaping, `/healthz`)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import conveyor
+import pytest
+import redis
+from backends import REDIS_TEST_DB, Backend
+from conveyor.core import CronEntry, JobStatus
+from conveyor.dashboard import CSRF_COOKIE, CSRF_FIELD, BasicAuth, create_app
+from conveyor.shell.config import Config
+from conveyor.shell.dashboard import views
+from conveyor.shell.presence import MemoryPresence, Presence, WorkerInfo
+from conveyor.shell.registry import Registry
+from conveyor.shell.runtime import Runtime
+from conveyor.testing.clock import ManualClock
+from helpers import T0
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from starlette.testclient import TestClient
+
+SCRIPT = "<script>window.__xss=1</script>"
+IMG = '<img src=x onerror="window.__xss=1">'
+
+
+def ok(args: dict[str, Any]) -> dict[str, Any]:
+    return {"echo": args}
+
+
+def declined(args: dict[str, Any]) -> None:
+    raise conveyor.Permanent(f"card declined {SCRIPT}{IMG}")
+
+
+def _presence(backend: Backend) -> Presence:
+    if backend.name in ("sqlite", "postgresql"):
+        from conveyor.shell.presence import WORKERS, SqlPresence
+
+        engine = backend.queue.engine
+        with engine.begin() as conn:
+            conn.execute(WORKERS.delete())
+        return SqlPresence(engine)
+    if backend.name == "redis":
+        from conveyor.shell.presence import RedisPresence
+        from conveyor.testing.redis_server import redis_url
+
+        return RedisPresence(redis.Redis.from_url(redis_url(REDIS_TEST_DB)))
+    return MemoryPresence()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0 + timedelta(minutes=30, seconds=10))
+
+
+@pytest.fixture
+def rt(backend: Backend, clock: ManualClock) -> Runtime:
+    """A runtime over the backend polling `default` and `mail`, with one cron entry."""
+    config = Config(
+        provider="memory",
+        workers=attrs_evolve_workers(("default", "mail")),
+        cron=(CronEntry(name="nightly", schedule="30 2 * * *", job_type="ok"),),
+    )
+    registry = Registry({"ok": ok, "declined": declined, "flaky": flaky})
+    return Runtime(
+        config,
+        backend.queue,
+        backend.store,
+        registry,
+        presence=_presence(backend),
+        clock=clock,
+        jitter=lambda: 0.5,
+    )
+
+
+def flaky(args: dict[str, Any]) -> None:
+    raise ConnectionError("upstream timed out")
+
+
+def attrs_evolve_workers(queues: tuple[str, ...]) -> Any:
+    import attrs
+
+    return attrs.evolve(Config().workers, queues=queues)
+
+
+def client_for(rt: Runtime, **options: Any) -> TestClient:
+    return TestClient(create_app(rt, **options))
+
+
+@pytest.fixture
+def client(rt: Runtime) -> TestClient:
+    return client_for(rt)
+
+
+def token(client: TestClient) -> str:
+    """The CSRF token: the cookie a page sets, as its forms repeat it."""
+    client.get("/")
+    found = client.cookies.get(CSRF_COOKIE)
+    assert found
+    return found
+
+
+def dead_letter(rt: Runtime, **options: Any) -> conveyor.Job:
+    job = rt.enqueue("declined", {"card": "4242"}, max_retries=0, **options)
+    rt.drain()
+    view = rt.get(job.id)
+    assert view is not None and view.dead
+    return job
+
+
+def post(client: TestClient, path: str, **form: str) -> Any:
+    return client.post(path, data={CSRF_FIELD: token(client), **form}, follow_redirects=False)
+
+
+# ---- pages render ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "heading"),
+    [
+        ("/", "Overview"),
+        ("/jobs", "Jobs"),
+        ("/dead", "Dead letters"),
+        ("/dead/confirm?action=retry", "Retry dead letters"),
+        ("/workers", "Workers"),
+        ("/cron", "Cron"),
+    ],
+)
+def test_each_page_renders(rt: Runtime, client: TestClient, path: str, heading: str) -> None:
+    rt.enqueue("ok", {"n": 1})
+    dead_letter(rt)
+    answer = client.get(path)
+    assert answer.status_code == 200
+    assert f"<h1>{heading}</h1>" in answer.text
+
+
+def test_healthz_answers_ok_without_authentication(rt: Runtime) -> None:
+    answer = client_for(rt, auth=BasicAuth("ops", "pw")).get("/healthz")
+    assert (answer.status_code, answer.json()) == (200, {"status": "ok"})
+
+
+def test_healthz_is_503_when_the_backend_fails(rt: Runtime, monkeypatch: Any) -> None:
+    def down(job_id: object) -> None:
+        raise ConnectionError("server gone")
+
+    monkeypatch.setattr(rt, "get", down)
+    answer = client_for(rt).get("/healthz")
+    assert answer.status_code == 503 and answer.json()["status"] == "unavailable"
+
+
+# ---- overview -------------------------------------------------------------------------
+
+
+def queue_row(html: str, queue: str) -> list[str]:
+    row = re.search(rf'<tr data-queue="{queue}".*?</tr>', html, re.S)
+    assert row is not None, html
+    return [
+        re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<td.*?</td>", row[0], re.S)
+    ]
+
+
+def test_the_overview_counts_each_queue_by_state(rt: Runtime, client: TestClient) -> None:
+    dead_letter(rt, queue="mail")
+    rt.enqueue("ok", {}, queue="mail")
+    rt.enqueue("ok", {}, queue="mail", delay=3600)
+    cells = queue_row(client.get("/").text, "mail")
+    # queue, ready, scheduled, in flight, dead
+    assert cells[:5] == ["mail", "1", "1", "0", "1"]
+
+
+def test_the_overview_splits_depth_by_priority(rt: Runtime, client: TestClient) -> None:
+    rt.enqueue("ok", {}, queue="mail", priority="high")
+    rt.enqueue("ok", {}, queue="mail", priority="high")
+    rt.enqueue("ok", {}, queue="mail", priority="low")
+    table = re.search(r'<table id="priorities">.*?</table>', client.get("/").text, re.S)
+    assert table is not None
+    rows = re.findall(r"<tr><td>mail</td><td>(\w+)</td><td class=\"num\">(\d+)</td>", table[0])
+    assert rows == [("high", "2"), ("low", "1")]
+
+
+def test_the_overview_shows_the_oldest_ready_jobs_age(
+    rt: Runtime, client: TestClient, clock: ManualClock
+) -> None:
+    rt.enqueue("ok", {}, queue="mail")
+    clock.advance(timedelta(seconds=90))
+    assert queue_row(client.get("/").text, "mail")[5] == "1.5 min"
+
+
+def test_the_overview_flags_a_queue_no_live_worker_polls(rt: Runtime, client: TestClient) -> None:
+    rt.enqueue("ok", {}, queue="mail")
+    page = client.get("/").text
+    assert 'role="alert">No live worker polls mail' in page
+    assert "no live worker polls this queue" in page
+
+
+def test_the_overview_lists_live_workers_and_clears_the_flag(
+    rt: Runtime, client: TestClient
+) -> None:
+    rt.enqueue("ok", {}, queue="mail")
+    rt.presence.beat(WorkerInfo("web-1:42:abc", "web-1", 42, ("mail",), rt.clock.now()))
+    page = client.get("/").text
+    assert "<code>web-1:42:abc</code> polling mail" in page
+    assert 'role="alert"' not in page
+    assert queue_row(page, "mail")[6] == "1"
+
+
+def test_the_throughput_chart_counts_finished_jobs_per_minute(
+    rt: Runtime, client: TestClient, clock: ManualClock
+) -> None:
+    for _ in range(3):
+        rt.enqueue("ok", {})
+    rt.drain()
+    minute = clock.now().strftime("%H:%M")
+    clock.advance(timedelta(minutes=2))
+    dead_letter(rt)
+    page = client.get("/").text
+    assert f"<title>{minute}: 3 completed</title>" in page
+    assert f"<title>{clock.now().strftime('%H:%M')}: 1 failed</title>" in page
+    assert "4 finished in the last hour" in page
+
+
+def test_the_throughput_chart_leaves_out_jobs_finished_over_an_hour_ago(
+    rt: Runtime, client: TestClient, clock: ManualClock
+) -> None:
+    rt.enqueue("ok", {})
+    rt.drain()
+    clock.advance(timedelta(minutes=61))
+    assert "0 finished in the last hour" in client.get("/").text
+
+
+def test_the_live_fragment_is_the_overview_without_the_page_around_it(
+    rt: Runtime, client: TestClient
+) -> None:
+    rt.enqueue("ok", {}, queue="mail")
+    fragment = client.get("/live/overview")
+    assert fragment.status_code == 200
+    assert "<html" not in fragment.text and 'data-queue="mail"' in fragment.text
+    assert 'data-live="/live/overview"' in client.get("/").text
+
+
+# ---- jobs -----------------------------------------------------------------------------
+
+
+def listed_ids(html: str) -> list[str]:
+    table = re.search(r'<table id="jobs">.*?</table>', html, re.S)
+    assert table is not None
+    return re.findall(r'<a href="/jobs/([0-9a-f-]{36})">', table[0])
+
+
+@pytest.mark.parametrize(
+    ("query", "wanted"),
+    [
+        ("queue=mail", {"mail-ready"}),
+        ("state=failed", {"dead"}),
+        ("state=dead", {"dead"}),
+        ("state=pending", {"mail-ready", "tenant-ready"}),
+        ("type=declined", {"dead"}),
+        ("tenant=acme", {"tenant-ready", "tenant-done"}),
+        ("state=completed&tenant=acme", {"tenant-done"}),
+    ],
+)
+def test_the_jobs_listing_filters_by_queue_state_type_and_tenant(
+    rt: Runtime, client: TestClient, query: str, wanted: set[str]
+) -> None:
+    done = rt.enqueue("ok", {}, tenant_id="acme")
+    rt.drain()
+    made = {
+        "tenant-done": done,
+        "dead": dead_letter(rt),
+        "mail-ready": rt.enqueue("ok", {}, queue="mail"),
+        "tenant-ready": rt.enqueue("ok", {}, tenant_id="acme"),
+    }
+    names = {str(job.id): name for name, job in made.items()}
+    shown = [names.get(i, i) for i in listed_ids(client.get(f"/jobs?{query}").text)]
+    assert set(shown) == wanted
+
+
+def test_the_jobs_listing_is_paged_and_the_next_link_keeps_the_filters(
+    rt: Runtime, client: TestClient
+) -> None:
+    jobs = rt.enqueue_many("ok", [{"n": n} for n in range(views.PAGE_SIZE + 5)], queue="mail")
+    first = client.get("/jobs?queue=mail").text
+    assert len(listed_ids(first)) == views.PAGE_SIZE
+    assert 'href="/jobs?queue=mail&amp;page=2"' in first
+    second = client.get("/jobs?queue=mail&page=2").text
+    assert len(listed_ids(second)) == 5
+    assert set(listed_ids(first)) | set(listed_ids(second)) == {str(j.id) for j in jobs}
+    assert 'rel="next"' not in second
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("state=finished", "state"), ("queue=no%20spaces", "queue"), ("page=0", "page")],
+)
+def test_a_bad_filter_is_a_400_naming_it(client: TestClient, query: str, field: str) -> None:
+    answer = client.get(f"/jobs?{query}")
+    assert answer.status_code == 400 and f"{field}:" in answer.text
+
+
+# ---- one job --------------------------------------------------------------------------
+
+
+def test_the_job_page_shows_the_attempt_timeline(rt: Runtime, client: TestClient) -> None:
+    job = rt.enqueue("flaky", {}, max_retries=1)
+    rt.drain()
+    view = rt.get(job.id)
+    assert view is not None and len(view.attempts) == 1
+    first = view.attempts[0]
+    page = client.get(f"/jobs/{job.id}").text
+    assert "#1 retried" in page
+    assert f"worker <code>{first.worker}</code>" in page
+    assert 'ConnectionError: <span class="error-message">upstream timed out' in page
+    assert "<summary>traceback</summary>" in page and "Traceback (most recent call last)" in page
+
+
+def test_the_job_page_shows_a_running_jobs_claim_and_lease(rt: Runtime, client: TestClient) -> None:
+    job = rt.enqueue("ok", {})
+    claim = rt.queue.dequeue("default", rt.clock.now())
+    assert claim is not None
+    page = client.get(f"/jobs/{job.id}").text
+    assert "running" in page and f"<code>{claim.token}</code>" in page
+    lease_end = (claim.locked_at + rt._lease()).isoformat(timespec="seconds")
+    assert f"<th>lease expires</th><td>{lease_end}</td>" in page
+
+
+def test_the_job_page_shows_args_and_result_only_on_request(
+    rt: Runtime, client: TestClient
+) -> None:
+    job = rt.enqueue("ok", {"secret": "hunter2"})
+    rt.drain()
+    plain = client.get(f"/jobs/{job.id}").text
+    assert "hunter2" not in plain
+    assert 'id="show-args"' in plain and 'id="show-result"' in plain
+    shown = client.get(f"/jobs/{job.id}?args=1&result=1").text
+    assert '<pre id="args">' in shown and "hunter2" in shown
+    assert '<pre id="result">' in shown and "echo" in shown
+
+
+@pytest.mark.parametrize("job_id", [str(uuid4()), "not-a-uuid"])
+def test_an_unknown_job_is_a_404(client: TestClient, job_id: str) -> None:
+    assert client.get(f"/jobs/{job_id}").status_code == 404
+
+
+def test_cancel_cancels_a_queued_job(rt: Runtime, client: TestClient) -> None:
+    job = rt.enqueue("ok", {}, delay=3600)
+    answer = post(client, f"/jobs/{job.id}/cancel")
+    assert answer.status_code == 303 and answer.headers["location"].endswith("done=cancelled")
+    view = rt.get(job.id)
+    assert view is not None and view.state is JobStatus.CANCELLED
+
+
+# ---- dead letters ---------------------------------------------------------------------
+
+
+def test_the_dead_letter_page_lists_and_counts_them(rt: Runtime, client: TestClient) -> None:
+    jobs = [dead_letter(rt) for _ in range(2)]
+    page = client.get("/dead").text
+    assert "2 dead letter(s) match." in page
+    assert all(str(job.id) in page for job in jobs)
+
+
+def test_the_dead_letter_page_filters_by_queue_type_and_tenant(
+    rt: Runtime, client: TestClient
+) -> None:
+    mail = dead_letter(rt, queue="mail")
+    acme = dead_letter(rt, tenant_id="acme")
+    plain = dead_letter(rt)
+    by_queue = client.get("/dead?queue=mail").text
+    assert "1 dead letter(s) match." in by_queue and str(mail.id) in by_queue
+    assert str(plain.id) not in by_queue
+    by_tenant = client.get("/dead?tenant=acme").text
+    assert str(acme.id) in by_tenant and str(mail.id) not in by_tenant
+    assert "3 dead letter(s) match." in client.get("/dead?type=declined").text
+    assert "0 dead letter(s) match." in client.get("/dead?type=ok").text
+
+
+def test_retry_revives_one_dead_letter(rt: Runtime, client: TestClient) -> None:
+    job = dead_letter(rt)
+    answer = post(client, "/dead/retry", job_id=str(job.id))
+    assert answer.status_code == 303
+    assert answer.headers["location"] == f"/jobs/{job.id}?done=retried&n=1"
+    view = rt.get(job.id)
+    assert view is not None and view.state is JobStatus.PENDING
+
+
+def test_retrying_a_job_that_is_not_a_dead_letter_is_a_400(rt: Runtime, client: TestClient) -> None:
+    job = rt.enqueue("ok", {})
+    answer = post(client, "/dead/retry", job_id=str(job.id))
+    assert answer.status_code == 400 and "is not a dead letter" in answer.text
+
+
+def test_purge_deletes_one_dead_letter(rt: Runtime, client: TestClient) -> None:
+    gone, kept = dead_letter(rt), dead_letter(rt)
+    answer = post(client, "/dead/purge", job_id=str(gone.id))
+    assert answer.status_code == 303 and "done=purged&n=1" in answer.headers["location"]
+    assert rt.get(gone.id) is None and rt.get(kept.id) is not None
+
+
+def test_a_bulk_action_first_shows_how_many_it_will_affect(rt: Runtime, client: TestClient) -> None:
+    for _ in range(3):
+        dead_letter(rt, queue="mail")
+    dead_letter(rt)
+    page = client.get("/dead/confirm?action=purge&queue=mail").text
+    assert "This will purge <strong>3</strong> dead letter(s) matching" in page
+    assert '<input type="hidden" name="queue" value="mail">' in page
+    assert len(rt.list_dead()) == 4  # the confirmation page changes nothing
+
+
+def test_bulk_retry_revives_every_dead_letter_matching_the_filter(
+    rt: Runtime, client: TestClient
+) -> None:
+    matching = [dead_letter(rt, tenant_id="acme") for _ in range(3)]
+    other = dead_letter(rt)
+    answer = post(client, "/dead/bulk", action="retry", tenant="acme")
+    assert answer.status_code == 303 and "done=retried&n=3" in answer.headers["location"]
+    for job in matching:
+        view = rt.get(job.id)
+        assert view is not None and view.state is JobStatus.PENDING
+    assert [j.id for j in rt.list_dead()] == [other.id]
+
+
+def test_bulk_purge_with_no_filter_purges_every_dead_letter(
+    rt: Runtime, client: TestClient
+) -> None:
+    for queue in ("default", "mail"):
+        dead_letter(rt, queue=queue)
+    answer = post(client, "/dead/bulk", action="purge")
+    assert "done=purged&n=2" in answer.headers["location"]
+    assert rt.list_dead() == []
+
+
+def test_bulk_purge_by_type_leaves_other_dead_letters(rt: Runtime, client: TestClient) -> None:
+    dead_letter(rt)
+    post(client, "/dead/bulk", action="purge", type="ok")
+    assert len(rt.list_dead()) == 1
+
+
+# ---- workers and cron ---------------------------------------------------------------
+
+
+def test_the_workers_page_shows_heartbeats_queues_and_running_jobs(
+    rt: Runtime, client: TestClient, clock: ManualClock
+) -> None:
+    rt.presence.beat(WorkerInfo("node-7:99:f00", "node-7", 99, ("default", "mail"), clock.now()))
+    job = rt.enqueue("ok", {})
+    assert rt.queue.dequeue("default", clock.now()) is not None
+    clock.advance(timedelta(seconds=4))
+    page = client.get("/workers").text
+    assert "<code>node-7:99:f00</code>" in page and "default, mail" in page
+    assert "4.0 s ago" in page
+    running = re.search(r'<table id="running">.*?</table>', page, re.S)
+    assert running is not None and str(job.id) in running[0]
+
+
+def test_a_worker_whose_heartbeat_stopped_is_not_listed(
+    rt: Runtime, client: TestClient, clock: ManualClock
+) -> None:
+    rt.presence.beat(WorkerInfo("gone:1:abc", "gone", 1, ("default",), clock.now()))
+    clock.advance(timedelta(minutes=5))
+    assert "gone:1:abc" not in client.get("/workers").text
+
+
+def test_the_cron_page_shows_each_entry_with_its_next_and_last_run(
+    rt: Runtime, client: TestClient
+) -> None:
+    page = client.get("/cron").text
+    assert "nightly" in page and "<code>30 2 * * *</code>" in page
+    assert (T0 + timedelta(hours=2, minutes=30)).isoformat(timespec="seconds") in page
+
+
+def test_run_now_enqueues_the_cron_entrys_job(rt: Runtime, client: TestClient) -> None:
+    answer = post(client, "/cron/run", name="nightly")
+    assert answer.status_code == 303
+    job_id = answer.headers["location"].split("/jobs/")[1].split("?")[0]
+    view = rt.get(job_id)
+    assert view is not None and view.job is not None and view.job.job_type == "ok"
+
+
+def test_run_now_of_an_unknown_entry_is_a_400(client: TestClient) -> None:
+    answer = post(client, "/cron/run", name="nope")
+    assert answer.status_code == 400 and "no cron entry" in answer.text
+
+
+# ---- read-only ------------------------------------------------------------------------
+
+ACTIONS = [
+    ("/dead/retry", {}),
+    ("/dead/purge", {}),
+    ("/dead/bulk", {"action": "purge"}),
+    ("/cron/run", {"name": "nightly"}),
+    ("/jobs/{id}/cancel", {}),
+]
+
+
+@pytest.mark.parametrize(("path", "form"), ACTIONS)
+def test_read_only_mode_refuses_every_action(rt: Runtime, path: str, form: dict[str, str]) -> None:
+    job = dead_letter(rt)
+    client = client_for(rt, read_only=True)
+    answer = post(client, path.format(id=job.id), job_id=str(job.id), **form)
+    assert answer.status_code == 403 and "read-only" in answer.text
+    assert [j.id for j in rt.list_dead()] == [job.id]
+    assert rt.queue.counts(rt.clock.now()) == {} or all(
+        c.ready == 0 for c in rt.queue.counts(rt.clock.now()).values()
+    )
+
+
+def test_read_only_pages_offer_no_action_buttons(rt: Runtime) -> None:
+    job = dead_letter(rt)
+    client = client_for(rt, read_only=True)
+    for path in ("/dead", f"/jobs/{job.id}", "/cron"):
+        page = client.get(path).text
+        assert 'method="post"' not in page and "read-only" in page
+
+
+# ---- authentication -------------------------------------------------------------------
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    encoded = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"authorization": f"Basic {encoded}"}
+
+
+@pytest.mark.parametrize("path", ["/", "/jobs", "/dead", "/workers", "/cron", "/live/overview"])
+def test_a_page_without_basic_auth_is_refused_with_a_challenge(rt: Runtime, path: str) -> None:
+    answer = client_for(rt, auth=BasicAuth("ops", "s3cret")).get(path)
+    assert answer.status_code == 401
+    assert answer.headers["www-authenticate"].startswith("Basic ")
+
+
+def test_wrong_basic_auth_credentials_are_refused(rt: Runtime) -> None:
+    client = client_for(rt, auth=BasicAuth("ops", "s3cret"))
+    assert client.get("/", headers=basic("ops", "guess")).status_code == 401
+    assert client.get("/", headers={"authorization": "Basic %%%"}).status_code == 401
+
+
+def test_right_basic_auth_credentials_are_let_through(rt: Runtime) -> None:
+    client = client_for(rt, auth=BasicAuth("ops", "s3cret"))
+    assert client.get("/", headers=basic("ops", "s3cret")).status_code == 200
+
+
+def test_an_action_without_authentication_is_refused(rt: Runtime) -> None:
+    job = dead_letter(rt)
+    client = client_for(rt, auth=BasicAuth("ops", "s3cret"))
+    client.cookies.set(CSRF_COOKIE, "t" * 43)
+    answer = client.post(
+        "/dead/purge", data={CSRF_FIELD: "t" * 43, "job_id": str(job.id)}, follow_redirects=False
+    )
+    assert answer.status_code == 401
+    assert rt.get(job.id) is not None
+
+
+def test_an_auth_hook_decides_per_request(rt: Runtime) -> None:
+    client = client_for(rt, auth=lambda request: request.headers.get("x-team") == "ops")
+    assert client.get("/").status_code == 403
+    assert client.get("/", headers={"x-team": "ops"}).status_code == 200
+
+
+def test_basic_auth_parses_user_and_password() -> None:
+    assert isinstance(BasicAuth.parse("ops:s3:cret"), BasicAuth)
+    for bad in ("ops", ":pw", "ops:"):
+        problem = BasicAuth.parse(bad)
+        assert isinstance(problem, conveyor.core.FieldError) and problem.field == "--basic-auth"
+
+
+# ---- CSRF -----------------------------------------------------------------------------
+
+
+def test_pages_set_a_strict_same_site_http_only_csrf_cookie(client: TestClient) -> None:
+    cookie = client.get("/").headers["set-cookie"].lower()
+    assert cookie.startswith(f"{CSRF_COOKIE}=")
+    assert "samesite=strict" in cookie and "httponly" in cookie
+
+
+def test_forms_carry_the_csrf_token_of_the_cookie(rt: Runtime, client: TestClient) -> None:
+    dead_letter(rt)
+    page = client.get("/dead").text
+    value = client.cookies.get(CSRF_COOKIE)
+    assert f'name="{CSRF_FIELD}" value="{value}"' in page
+
+
+@pytest.mark.parametrize("field", [None, "", "forged-token-forged-token-forged-token-x"])
+def test_an_action_without_the_right_csrf_token_is_refused(
+    rt: Runtime, client: TestClient, field: str | None
+) -> None:
+    job = dead_letter(rt)
+    token(client)
+    form = {"job_id": str(job.id)} | ({} if field is None else {CSRF_FIELD: field})
+    answer = client.post("/dead/retry", data=form, follow_redirects=False)
+    assert answer.status_code == 403 and "CSRF" in answer.text
+    view = rt.get(job.id)
+    assert view is not None and view.dead
+
+
+def test_a_csrf_cookie_that_is_not_a_token_is_refused_even_when_the_field_repeats_it(
+    rt: Runtime, client: TestClient
+) -> None:
+    job = dead_letter(rt)
+    client.cookies.set(CSRF_COOKIE, "x")
+    answer = client.post(
+        "/dead/retry", data={CSRF_FIELD: "x", "job_id": str(job.id)}, follow_redirects=False
+    )
+    assert answer.status_code == 403
+
+
+def test_an_oversized_action_form_is_refused(rt: Runtime, client: TestClient) -> None:
+    job = dead_letter(rt)
+    answer = post(client, "/dead/retry", job_id=str(job.id), padding="x" * 20_000)
+    assert answer.status_code == 413
+    view = rt.get(job.id)
+    assert view is not None and view.dead
+
+
+def test_an_action_without_the_csrf_cookie_is_refused(rt: Runtime, client: TestClient) -> None:
+    job = dead_letter(rt)
+    value = token(client)
+    client.cookies.clear()
+    answer = client.post(
+        "/dead/retry", data={CSRF_FIELD: value, "job_id": str(job.id)}, follow_redirects=False
+    )
+    assert answer.status_code == 403
+    view = rt.get(job.id)
+    assert view is not None and view.dead
+
+
+# ---- escaping -------------------------------------------------------------------------
+
+
+def test_markup_in_args_and_errors_comes_out_escaped(rt: Runtime, client: TestClient) -> None:
+    job = rt.enqueue("declined", {"note": SCRIPT, "pic": IMG}, tenant_id="t1", max_retries=0)
+    rt.drain()
+    pages = [
+        client.get(path).text
+        for path in ("/dead", f"/jobs/{job.id}?args=1&result=1", "/jobs?state=failed", "/")
+    ]
+    for page in pages:
+        assert "<script>window" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in pages[0]
+    assert "&lt;img src=x onerror=" in pages[1]
+
+
+def test_every_response_carries_a_content_security_policy(client: TestClient) -> None:
+    headers = client.get("/").headers
+    assert "script-src 'self'" in headers["content-security-policy"]
+    assert headers["x-frame-options"] == "DENY"
+
+
+# ---- mounting -------------------------------------------------------------------------
+
+
+def test_the_app_mounts_under_a_prefix_and_links_within_it(rt: Runtime) -> None:
+    job = dead_letter(rt)
+    host = Starlette(routes=[Mount("/ops/jobs", app=create_app(rt))])
+    client = TestClient(host)
+    page = client.get("/ops/jobs/dead").text
+    assert f'href="/ops/jobs/jobs/{job.id}"' in page
+    assert 'action="/ops/jobs/dead/retry"' in page
+    assert "/ops/jobs" in client.cookies.jar.__iter__().__next__().path
+    answer = client.post(
+        "/ops/jobs/dead/retry",
+        data={CSRF_FIELD: client.cookies.get(CSRF_COOKIE), "job_id": str(job.id)},
+        follow_redirects=False,
+    )
+    assert answer.headers["location"].startswith("/ops/jobs/jobs/")
+
+
+# ---- the listing behind the jobs page, and the command line ---------------------------
+
+
+def test_list_jobs_keeps_only_the_tenants_jobs_queued_and_finished(rt: Runtime) -> None:
+    done = rt.enqueue("ok", {}, tenant_id="acme")
+    rt.drain()
+    queued = rt.enqueue("ok", {}, tenant_id="acme")
+    rt.enqueue("ok", {}, tenant_id="globex")
+    rt.enqueue("ok", {})
+    listed = [v.job_id for v in rt.list_jobs(tenant_id="acme")]
+    assert listed == [str(queued.id), str(done.id)]
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["dashboard", "--basic-auth", "no-colon"], "--basic-auth"),
+        (["dashboard", "--port", "70000"], "--port"),
+    ],
+)
+def test_the_dashboard_command_refuses_bad_input_in_one_line(
+    argv: list[str], field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from conveyor.shell import cli
+
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"conveyor: invalid input: {field}") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("missing", ["starlette", "jinja2", "uvicorn"])
+def test_the_dashboard_command_without_its_extra_says_which_to_install(
+    missing: str, tmp_path: Path
+) -> None:
+    # A None entry makes `import missing` fail as if it were not installed.
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None\n"
+        "from conveyor.shell.cli import main\n"
+        "sys.exit(main(['dashboard']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "CONVEYOR_PROVIDER": "memory"},
+    )
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"needs {missing}: pip install 'conveyor-jobs[dashboard]'" in lines[0]

@@ -1,0 +1,244 @@
+"""The dashboard in a real browser: `conveyor dashboard` on a SQLite file, driven by
+headless Chromium through Playwright.
+
+Playwright's own browser download is not used: the browser is the system's
+`chromium` package. On a machine without it (a fresh CI runner, as root) the
+session fixture installs it with apt once; only where apt itself is missing is the
+module skipped, saying so.
+
+With `CONVEYOR_UPDATE_SCREENSHOTS=1` the page screenshots are also written to
+docs/images/dashboard-<page>.png, the ones docs/dashboard.md shows.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import conveyor
+import pytest
+from conveyor.shell.presence import WorkerInfo
+from playwright.sync_api import Browser, Page, sync_playwright
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES = ROOT / "docs" / "images"
+
+XSS_ARGS = {
+    "note": "<script>window.__xss = 'args'</script><img src=x onerror=\"window.__xss='img'\">"
+}
+XSS_ERROR = "<img src=x onerror=\"window.__xss='error'\"><script>window.__xss='error'</script>"
+
+#: Installing Chromium on a fresh machine (the first test's setup) can take minutes.
+pytestmark = pytest.mark.timeout(900)
+
+PAGES = {
+    "overview": ("/", "Overview"),
+    "jobs": ("/jobs", "Jobs"),
+    "dead": ("/dead", "Dead letters"),
+    "workers": ("/workers", "Workers"),
+    "cron": ("/cron", "Cron"),
+}
+
+
+def _install_chromium() -> str:
+    """The path of the system's Chromium, installed with apt when missing."""
+    found = shutil.which("chromium")
+    if found is not None:
+        return found
+    apt = shutil.which("apt-get")
+    if apt is None:
+        pytest.skip("chromium is not installed and apt-get is not available to install it")
+    if os.geteuid() != 0:
+        pytest.skip("chromium is not installed and installing it with apt-get needs root")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = [apt, "install", "-y", "--no-install-recommends", "chromium"]
+    if subprocess.run(install, env=env, capture_output=True, timeout=800).returncode != 0:
+        # A fresh machine's package lists may be empty or stale.
+        subprocess.run([apt, "update"], env=env, capture_output=True, check=True, timeout=300)
+        subprocess.run(install, env=env, capture_output=True, check=True, timeout=800)
+    found = shutil.which("chromium")
+    if found is None:
+        pytest.fail("apt-get installed chromium, but no `chromium` command is on PATH")
+    return found
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    executable = _install_chromium()
+    with sync_playwright() as playwright:
+        # As root (CI containers) Chromium refuses to start sandboxed.
+        launched = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=["--no-sandbox"]
+        )
+        yield launched
+        launched.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def fail_with_markup(args: dict[str, Any]) -> None:
+    raise conveyor.Permanent(XSS_ERROR)
+
+
+def decline(args: dict[str, Any]) -> None:
+    raise conveyor.Permanent(f"card {args['n']} declined: insufficient funds")
+
+
+def succeed(args: dict[str, Any]) -> dict[str, Any]:
+    return {"echo": args}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """`conveyor dashboard` serving a SQLite file that holds completed, dead, queued
+    and cron jobs; the test process writes to the same file through its runtime."""
+    folder = tmp_path_factory.mktemp("dashboard")
+    config = folder / "conveyor.toml"
+    config.write_text(
+        f'provider = "db"\nurl = "sqlite:///{folder / "jobs.db"}"\n'
+        'workers = { queues = ["default", "mail"] }\n\n'
+        '[[cron]]\nname = "nightly-report"\nschedule = "30 2 * * *"\njob_type = "succeed"\n'
+    )
+    runtime = conveyor.build(
+        str(config), handlers={"fail": fail_with_markup, "decline": decline, "succeed": succeed}
+    )
+    for n in range(12):
+        runtime.enqueue("succeed", {"n": n})
+    poisoned = runtime.enqueue("fail", XSS_ARGS, max_retries=0)
+    plain_dead = [runtime.enqueue("decline", {"n": n}, max_retries=0) for n in range(3)]
+    runtime.drain()
+    runtime.enqueue("succeed", {"later": True}, queue="mail", priority="high")
+    # One job claimed and one worker heartbeat, for the workers page.
+    runtime.enqueue("succeed", {"slow": True}, priority="critical")
+    runtime.queue.dequeue("default", runtime.clock.now())
+    worker = WorkerInfo("web-1:4242:9f3a1c", "web-1", 4242, ("default",), runtime.clock.now())
+    runtime.presence.beat(worker)
+    port = _free_port()
+    command = [sys.executable, "-m", "conveyor.shell.cli", "--config", str(config)]
+    server = subprocess.Popen(
+        [*command, "dashboard", "--port", str(port)],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as answer:
+                if answer.status == 200:
+                    break
+        except OSError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            output = server.stdout.read().decode() if server.stdout else ""
+            pytest.fail(f"conveyor dashboard did not start:\n{output}")
+        time.sleep(0.1)
+    try:
+        yield {
+            "url": url,
+            "runtime": runtime,
+            "poisoned": poisoned,
+            "dead": plain_dead,
+        }
+    finally:
+        server.terminate()
+        server.wait(10)
+        runtime.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    opened = context.new_page()
+    problems: list[str] = []
+    opened.on("pageerror", lambda error: problems.append(str(error)))
+    opened.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    yield opened
+    context.close()
+    # A script error or a Content-Security-Policy violation shows up here.
+    assert problems == []
+
+
+@pytest.mark.parametrize("name", list(PAGES))
+def test_each_page_loads_in_the_browser(
+    served: dict[str, Any], page: Page, name: str, tmp_path: Path
+) -> None:
+    path, heading = PAGES[name]
+    answer = page.goto(served["url"] + path)
+    assert answer is not None and answer.status == 200
+    assert page.locator("h1").inner_text() == heading
+    shot = tmp_path / f"dashboard-{name}.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 0
+    if os.environ.get("CONVEYOR_UPDATE_SCREENSHOTS") == "1":
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, IMAGES / shot.name)
+
+
+def test_the_job_page_loads_in_the_browser_with_its_attempts(
+    served: dict[str, Any], page: Page, tmp_path: Path
+) -> None:
+    job = served["dead"][0]
+    page.goto(f"{served['url']}/jobs/{job.id}")
+    assert page.locator("h1").inner_text() == f"Job {job.id}"
+    assert page.locator("#attempts li").count() == 1
+    assert "dead_lettered" in page.locator("#attempts").inner_text()
+    page.click("#show-args")
+    assert '"n": 0' in page.locator("#args").inner_text()
+    shot = tmp_path / "dashboard-job.png"
+    page.screenshot(path=str(shot), full_page=True)
+    if os.environ.get("CONVEYOR_UPDATE_SCREENSHOTS") == "1":
+        shutil.copyfile(shot, IMAGES / shot.name)
+
+
+def test_the_overview_updates_live_without_a_reload(served: dict[str, Any], page: Page) -> None:
+    page.goto(served["url"] + "/")
+    page.evaluate("window.__loaded_once = true")
+    cell = page.locator('#queues tr[data-queue="mail"] td.ready')
+    before = int(cell.inner_text())
+    served["runtime"].enqueue("succeed", {"live": True}, queue="mail")
+    page.wait_for_function(
+        "n => Number(document.querySelector('#queues tr[data-queue=\"mail\"] td.ready')"
+        ".textContent) === n",
+        arg=before + 1,
+        timeout=15_000,
+    )
+    # The same document: a reload would have dropped this flag.
+    assert page.evaluate("window.__loaded_once") is True
+
+
+def test_the_retry_button_revives_a_dead_letter(served: dict[str, Any], page: Page) -> None:
+    job = served["dead"][1]
+    page.goto(served["url"] + "/dead")
+    row = page.locator("#dead tr", has_text=str(job.id))
+    row.locator("button.retry").click()
+    page.wait_for_url(f"**/jobs/{job.id}?*")
+    assert "Retried 1 dead letter" in page.locator(".notice").inner_text()
+    view = served["runtime"].get(job.id)
+    assert view is not None and view.state is conveyor.JobStatus.PENDING
+
+
+def test_markup_in_args_and_errors_does_not_execute(served: dict[str, Any], page: Page) -> None:
+    job = served["poisoned"]
+    for path in ("/dead", f"/jobs/{job.id}?args=1", "/jobs?state=failed"):
+        page.goto(served["url"] + path)
+        page.wait_for_load_state("load")
+        assert page.evaluate("typeof window.__xss") == "undefined", path
+    # The markup is shown as text.
+    page.goto(f"{served['url']}/jobs/{job.id}?args=1")
+    assert "<script>window.__xss = 'args'</script>" in page.locator("#args").inner_text()
+    assert XSS_ERROR in page.locator("p.error .error-message").inner_text()

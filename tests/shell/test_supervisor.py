@@ -1,0 +1,181 @@
+"""`conveyor worker --processes N`: N worker processes under one supervisor, run as a
+user runs it (subprocesses, a real SQLite file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conveyor.shell.supervisor import child_argv
+
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
+
+HANDLERS = """
+import json, os, pathlib, time
+OUT = pathlib.Path(os.environ["JOBS_OUT"])
+def work(args):
+    time.sleep(0.05)
+    with OUT.open("a") as f:
+        f.write(json.dumps({"n": args["n"], "pid": os.getpid()}) + "\\n")
+HANDLERS = {"work": work}
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "supervised_handlers.py").write_text(HANDLERS)
+    (tmp_path / "conveyor.toml").write_text(
+        textwrap.dedent(f"""
+        provider = "db"
+        url = "sqlite:///{tmp_path / "jobs.db"}"
+        handlers = ["supervised_handlers:HANDLERS"]
+        entry_points = false
+        [workers]
+        count = 1
+        queues = ["default"]
+        poll_interval_ms = 20
+        """)
+    )
+    return tmp_path
+
+
+def _env(project: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(project) + os.pathsep + env.get("PYTHONPATH", "")
+    env["JOBS_OUT"] = str(project / "out.jsonl")
+    env.pop("CONVEYOR_URL", None)
+    return env
+
+
+def _enqueue(project: Path, numbers: range) -> None:
+    for n in numbers:
+        subprocess.run(
+            [*CONVEYOR, "enqueue", "work", json.dumps({"n": n})],
+            cwd=project,
+            env=_env(project),
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+
+def _done(project: Path) -> list[dict[str, int]]:
+    out = project / "out.jsonl"
+    return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+
+
+def _wait_for(project: Path, count: int, timeout_s: float = 60) -> list[dict[str, int]]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done = _done(project)
+        if len(done) >= count:
+            return done
+        time.sleep(0.05)
+    raise AssertionError(f"only {len(_done(project))} of {count} jobs ran")
+
+
+def _children(parent: int) -> set[int]:
+    found = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(parent)], capture_output=True, text=True
+    ).stdout
+    return {int(pid) for pid in found.split()}
+
+
+def test_the_child_command_drops_processes_and_gives_each_copy_its_metrics_port() -> None:
+    argv = ["--config", "c.toml", "worker", "--processes", "3", "--metrics-port", "9100", "-q", "a"]
+    assert child_argv(argv, 0) == [
+        "--config",
+        "c.toml",
+        "worker",
+        "--metrics-port",
+        "9100",
+        "-q",
+        "a",
+    ]
+    assert child_argv(argv, 2)[3:5] == ["--metrics-port", "9102"]
+    assert child_argv(["worker", "--processes=2", "--metrics-port=9000"], 1) == [
+        "worker",
+        "--metrics-port=9001",
+    ]
+
+
+def test_two_processes_share_the_jobs_and_stop_together_on_sigterm(project: Path) -> None:
+    _enqueue(project, range(30))
+    supervisor = subprocess.Popen(
+        [*CONVEYOR, "worker", "--processes", "2"],
+        cwd=project,
+        env=_env(project),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        done = _wait_for(project, 30)
+        children = _children(supervisor.pid)
+    finally:
+        supervisor.send_signal(signal.SIGTERM)
+        code = supervisor.wait(timeout=60)
+    assert code == 0, supervisor.stderr.read() if supervisor.stderr else ""
+    assert sorted(job["n"] for job in done) == list(range(30)), "each job once"
+    assert len(children) == 2
+    assert {job["pid"] for job in done} == children, "both processes ran jobs"
+    assert not any(_alive(pid) for pid in children), "the copies stopped with it"
+
+
+def test_a_copy_that_dies_is_replaced_and_the_work_goes_on(project: Path) -> None:
+    supervisor = subprocess.Popen(
+        [*CONVEYOR, "worker", "--processes", "2"],
+        cwd=project,
+        env=_env(project),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(before := _children(supervisor.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        victim = min(before)
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            now = _children(supervisor.pid)
+            if len(now) == 2 and victim not in now:
+                break
+            time.sleep(0.1)
+        assert len(now) == 2 and victim not in now, "a fresh copy took the dead one's place"
+        _enqueue(project, range(10))
+        done = _wait_for(project, 10)
+    finally:
+        supervisor.send_signal(signal.SIGTERM)
+        supervisor.wait(timeout=60)
+    assert sorted(job["n"] for job in done) == list(range(10))
+    stderr = supervisor.stderr.read() if supervisor.stderr else ""
+    assert f"(pid {victim}) exited with code -9" in stderr
+
+
+def test_processes_below_one_is_refused_naming_the_flag(project: Path) -> None:
+    result = subprocess.run(
+        [*CONVEYOR, "worker", "--processes", "0"],
+        cwd=project,
+        env=_env(project),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and "--processes" in result.stderr
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its dead parent's init) counts as gone.
+    status = Path(f"/proc/{pid}/stat")
+    return status.exists() and status.read_text().split()[2] != "Z"

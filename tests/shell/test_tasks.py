@@ -1,0 +1,299 @@
+"""Tasks as functions: `@tasks.task(...)` registers a handler whose job type cannot be
+misspelt at the call site, and `.enqueue` applies the task's defaults."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import textwrap
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import conveyor
+import pytest
+from conveyor import Priority, Tasks, ValidationError
+from conveyor.shell.runtime import Runtime
+from conveyor.shell.tasks import TaskNotBound
+from conveyor.testing import ManualClock
+
+BACKENDS = ("memory", "sqlite")
+
+
+def config_for(backend: str, folder: Path) -> dict[str, Any]:
+    if backend == "memory":
+        return {"provider": "memory", "entry_points": False}
+    return {"provider": "db", "url": f"sqlite:///{folder / 'jobs.db'}", "entry_points": False}
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def build(backend: str, tmp_path: Path) -> Iterator[Any]:
+    made: list[Runtime] = []
+
+    def make(handlers: Any = None, **options: Any) -> Runtime:
+        folder = tmp_path / f"runtime{len(made)}"  # each its own SQLite database
+        folder.mkdir()
+        runtime = conveyor.build(
+            config_for(backend, folder), handlers=handlers, clock=ManualClock(), **options
+        )
+        made.append(runtime)
+        return runtime
+
+    yield make
+    for runtime in made:
+        runtime.close()
+
+
+# A collection at module level, as an application declares one.
+tasks = Tasks()
+
+
+@tasks.task
+def module_level_task(args: Any) -> str:
+    return "ran"
+
+
+# ---- declaring --------------------------------------------------------------
+
+
+def test_a_task_is_named_by_its_module_and_qualified_name() -> None:
+    assert module_level_task.job_type == f"{__name__}.module_level_task"
+    assert list(tasks) == [f"{__name__}.module_level_task"]
+
+
+def test_name_sets_the_job_type() -> None:
+    mine = Tasks()
+
+    @mine.task(name="send-receipt")
+    def send(args: Any) -> None:
+        return None
+
+    assert send.job_type == "send-receipt"
+    assert list(mine) == ["send-receipt"]
+
+
+def test_a_function_defined_inside_a_function_needs_a_name() -> None:
+    mine = Tasks()
+    with pytest.raises(ValidationError) as info:
+
+        @mine.task
+        def inner(args: Any) -> None:
+            return None
+
+    assert info.value.fields == ("job_type",)
+    assert "pass name=" in str(info.value)
+
+
+def test_the_collection_maps_each_job_type_to_the_function_itself() -> None:
+    mine = Tasks()
+
+    def send(args: Any, context: Any = None) -> None:
+        return None
+
+    task = mine.task(name="send")(send)
+    assert mine["send"] is send
+    assert dict(mine) == {"send": send}
+    # Whatever inspects the handler (a context parameter, `async def`) sees the function.
+    assert inspect.signature(task) == inspect.signature(send)
+
+
+def test_calling_a_task_runs_the_function_in_process() -> None:
+    assert module_level_task({}) == "ran"
+
+
+def test_an_unknown_option_is_refused_when_the_task_is_declared() -> None:
+    mine = Tasks()
+    with pytest.raises(TypeError, match="quue"):
+        mine.task(name="send", quue="emails")(lambda args: None)
+
+
+def test_a_bad_default_is_refused_when_the_task_is_declared() -> None:
+    mine = Tasks()
+    with pytest.raises(ValidationError) as info:
+        mine.task(name="send", queue="no spaces allowed", priority="urgent")(lambda args: None)
+    assert set(info.value.fields) == {"queue", "priority"}
+
+
+def test_two_tasks_of_one_name_in_a_collection_are_refused() -> None:
+    mine = Tasks()
+    mine.task(name="send")(lambda args: None)
+    with pytest.raises(ValueError, match="already"):
+        mine.task(name="send")(lambda args: None)
+
+
+# ---- enqueueing -------------------------------------------------------------
+
+
+def test_enqueue_uses_the_task_defaults(build: Any) -> None:
+    mine = Tasks()
+    send = mine.task(name="send", queue="emails", priority="high", max_retries=7)(lambda args: None)
+    build(mine)
+    job = send.enqueue({"to": "a@example.com"})
+    assert (job.job_type, job.queue, job.priority, job.max_retries) == (
+        "send",
+        "emails",
+        Priority.HIGH,
+        7,
+    )
+    assert dict(job.args) == {"to": "a@example.com"}
+
+
+def test_options_given_at_the_call_override_the_task_defaults(build: Any) -> None:
+    mine = Tasks()
+    send = mine.task(name="send", queue="emails", priority="high")(lambda args: None)
+    runtime = build(mine)
+    job = send.enqueue({"to": "a"}, priority="low", delay=60)
+    assert (job.queue, job.priority) == ("emails", Priority.LOW)
+    assert job.run_at == runtime.clock.now() + timedelta(seconds=60)
+
+
+def test_options_a_task_does_not_name_pass_through_as_defaults(build: Any) -> None:
+    mine = Tasks()
+    send = mine.task(name="send", tenant_id="acme")(lambda args: None)
+    build(mine)
+    assert send.enqueue().tenant_id == "acme"
+
+
+def test_enqueue_many_uses_the_task_defaults(build: Any) -> None:
+    mine = Tasks()
+    send = mine.task(name="send", queue="emails")(lambda args: None)
+    build(mine)
+    jobs = send.enqueue_many([{"n": 1}, {"n": 2}], priority="critical")
+    assert [(j.job_type, j.queue, j.priority, j.args["n"]) for j in jobs] == [
+        ("send", "emails", Priority.CRITICAL, 1),
+        ("send", "emails", Priority.CRITICAL, 2),
+    ]
+
+
+def test_a_worker_runs_the_function_of_an_enqueued_task(build: Any) -> None:
+    mine = Tasks()
+    seen: list[Any] = []
+
+    @mine.task(name="send")
+    def send(args: Any) -> dict[str, Any]:
+        seen.append(args["to"])
+        return {"sent": args["to"]}
+
+    runtime = build(mine)
+    job = send.enqueue({"to": "a@example.com"})
+    assert runtime.drain().completed == 1
+    assert seen == ["a@example.com"]
+    view = runtime.get(job.id)
+    assert view is not None and view.job is not None
+    assert view.job.result == {"sent": "a@example.com"}
+
+
+def test_bad_args_at_enqueue_raise_a_validation_error(build: Any) -> None:
+    mine = Tasks()
+    send = mine.task(name="send")(lambda args: None)
+    build(mine)
+    with pytest.raises(ValidationError) as info:
+        send.enqueue({"when": object()})
+    assert info.value.fields == ("args",)
+
+
+# ---- which runtime ------------------------------------------------------------
+
+
+def test_build_binds_a_collection_given_as_handlers(build: Any) -> None:
+    mine = Tasks()
+    send = mine.task(name="send")(lambda args: None)
+    runtime = build(mine)
+    assert mine.runtime is runtime
+    assert runtime.registry.job_types() == {"send"}
+    send.enqueue()
+    assert runtime.status().queues[0].ready == 1
+
+
+def test_the_last_build_with_a_collection_is_the_one_its_tasks_use(build: Any) -> None:
+    mine = Tasks()
+    send = mine.task(name="send")(lambda args: None)
+    first, second = build(mine), build(mine)
+    job = send.enqueue()
+    assert second.get(job.id) is not None
+    assert first.get(job.id) is None
+
+
+def test_an_explicit_runtime_overrides_the_bound_one(build: Any) -> None:
+    mine = Tasks()
+    send = mine.task(name="send")(lambda args: None)
+    bound = build(mine)
+    other = build()
+    job = send.enqueue(runtime=other)
+    assert other.get(job.id) is not None
+    assert bound.get(job.id) is None
+    [many] = send.enqueue_many([{}], runtime=other)
+    assert other.get(many.id) is not None
+
+
+def test_bind_binds_a_collection_by_hand(build: Any) -> None:
+    mine = Tasks()
+    send = mine.task(name="send")(lambda args: None)
+    runtime = build()
+    mine.bind(runtime)
+    assert runtime.get(send.enqueue().id) is not None
+
+
+def test_enqueue_without_a_runtime_says_how_to_give_one() -> None:
+    mine = Tasks()
+    send = mine.task(name="send")(lambda args: None)
+    with pytest.raises(TaskNotBound, match="'send' has no runtime"):
+        send.enqueue({})
+
+
+@pytest.fixture
+def app_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    (tmp_path / "billing_jobs.py").write_text(
+        textwrap.dedent(
+            """
+            import conveyor
+
+            tasks = conveyor.Tasks()
+
+            @tasks.task(queue="billing")
+            def charge(args):
+                return {"charged": args["cents"]}
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("billing_jobs", None)
+
+
+def test_build_binds_a_collection_listed_in_the_config_handlers(
+    app_module: Path, backend: str, tmp_path: Path
+) -> None:
+    import billing_jobs
+
+    config = {**config_for(backend, tmp_path), "handlers": ["billing_jobs:tasks"]}
+    config["workers"] = {"queues": ["billing"]}
+    runtime = conveyor.build(config)
+    try:
+        assert billing_jobs.tasks.runtime is runtime
+        job = billing_jobs.charge.enqueue({"cents": 250})
+        assert (job.job_type, job.queue) == ("billing_jobs.charge", "billing")
+        assert runtime.drain().completed == 1
+    finally:
+        runtime.close()
+
+
+def test_args_may_be_given_by_keyword(build: Any) -> None:
+    mine = Tasks()
+    send = mine.task(name="send")(lambda args: None)
+    build(mine)
+    assert dict(send.enqueue(args={"to": "a"}).args) == {"to": "a"}
+
+
+def test_a_misspelt_option_at_the_call_is_refused(build: Any) -> None:
+    mine = Tasks()
+    send = mine.task(name="send")(lambda args: None)
+    build(mine)
+    with pytest.raises(TypeError, match="priorty"):
+        send.enqueue({}, priorty="high")
