@@ -118,9 +118,13 @@ class Statements:
             .values(status=PROCESSING, locked_by=bindparam("token"), locked_at=bindparam("at"))
             .returning(*taken)
         )
+        # `status || ''`, not `status`: given `status = ?` SQLite's planner picks the
+        # (status, ...) indexes over the primary key for `id IN (...)` and walks every
+        # ready row (100 ms a claim with 100,000 queued); as an expression the status
+        # test is checked on the rows the key finds.
         self.take_many: Executable = (
             sql_update(t)
-            .where(t.c.id.in_(bindparam("ids", expanding=True)), t.c.status == READY)
+            .where(t.c.id.in_(bindparam("ids", expanding=True)), t.c.status.concat("") == READY)
             .values(
                 status=PROCESSING,
                 locked_by=bindparam("base", type_=String) + t.c.id,
