@@ -70,8 +70,11 @@ def _install_chromium() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    # Module scope, not session: Playwright's sync API keeps an asyncio loop running
+    # in the main thread while it is open, and `asyncio.run` in any later test
+    # would refuse to start.
     executable = _install_chromium()
     with sync_playwright() as playwright:
         # As root (CI containers) Chromium refuses to start sandboxed.
