@@ -10,6 +10,9 @@ passed since it was taken or last renewed.
 
 A renewal that finds the claim gone marks it lost: the worker then skips it if
 it has not started, and its outcome write is refused by the fence if it has.
+The worker writes an outcome and releases its claim inside `writing()`, which
+holds renewals off, so no renewal lands between the two and mistakes a claim
+just written for one lost.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from uuid import UUID
 
 from . import outage
@@ -32,6 +36,8 @@ class Heartbeat:
     def __init__(self, queue: JobQueue, clock: Clock, interval_s: float) -> None:
         self._queue, self._clock, self._interval = queue, clock, interval_s
         self._lock = threading.Lock()
+        #: Held by a renewal pass and by `writing()`: one excludes the other.
+        self._renewing = threading.RLock()
         #: job id -> (claim, monotonic time of the last lease renewal or of the claim)
         self._held: dict[UUID, tuple[Claim, float]] = {}
         self._lost: set[UUID] = set()
@@ -66,6 +72,14 @@ class Heartbeat:
                     del self._held[claim.job.id]
                 self._lost.discard(claim.job.id)
 
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold renewals off while the caller writes outcomes and releases their
+        claims: a renewal between a claim's write and its release would find it gone
+        and report a lease lost that was merely finished."""
+        with self._renewing:
+            yield
+
     def is_lost(self, claim: Claim) -> bool:
         """True once a renewal found `claim` no longer held by this worker."""
         with self._lock:
@@ -99,7 +113,10 @@ class Heartbeat:
             time.sleep(max(self._interval / 4, 0.001))
             for claim in self._due():
                 try:
-                    renewed = self.renew(claim)
+                    with self._renewing:
+                        if not self._still_held(claim):
+                            continue  # written and released while this pass waited
+                        renewed = self.renew(claim)
                 except Exception as exc:
                     # An outage is told once for the process; anything else is a bug.
                     if not self._server.failed(exc):

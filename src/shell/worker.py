@@ -499,7 +499,10 @@ class Worker:
         return decide(job, outcome, self.clock.now(), self.policies, self.jitter())
 
     def _carry_out(self, claim: Claim, decision: Decision) -> None:
-        ok = self.executor.carry_out(claim, decision)
+        with self._heartbeat.writing():
+            ok = self.executor.carry_out(claim, decision)
+            # Written (or left to its lease): no more renewals for it.
+            self._heartbeat.release([claim])
         if ok:
             self._ran.pop(decision.job.id, None)
         if ok or not self._cancelled_instead(claim, decision):
@@ -520,7 +523,9 @@ class Worker:
     def _finish_all(self, finished: Sequence[tuple[Claim, Decision]]) -> None:
         """Carry out completed and dead-lettered jobs together, in one round trip."""
         if finished:
-            results = self.executor.finish_many(finished)
+            with self._heartbeat.writing():
+                results = self.executor.finish_many(finished)
+                self._heartbeat.release(claim for claim, _ in finished)
             for ok, (claim, done) in zip(results, finished, strict=True):
                 if ok:
                     self._ran.pop(done.job.id, None)

@@ -51,8 +51,9 @@ def test_auto_claims_one_job_first_then_batches_short_ones(backend: Backend) -> 
     assert worker.drain() == 300
     assert sizes[0] == 1, "nothing timed yet: one job"
     if isinstance(backend.queue, BatchingJobQueue):
-        assert max(sizes) == 100, sizes
-        assert len(sizes) < 20, f"{len(sizes)} claims for 300 short jobs"
+        # Sized to run in ~100 ms: tens of jobs a claim for no-ops (100 at most).
+        assert 20 <= max(sizes) <= 100, sizes
+        assert len(sizes) < 40, f"{len(sizes)} claims for 300 short jobs"
     else:
         assert set(sizes) == {1}, "a backend without batched claims takes one at a time"
 

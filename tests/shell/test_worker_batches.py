@@ -81,3 +81,48 @@ def test_stopping_hands_unstarted_prefetched_claims_back(backend: Backend) -> No
     assert seen == [0]
     counts = backend.queue.counts(T0)["default"]
     assert (counts.ready, counts.in_flight) == (2, 0)
+
+
+def test_no_renewal_lands_between_an_outcome_write_and_its_release(
+    backend: Backend, caplog: Any
+) -> None:
+    import logging
+    import time
+
+    queue: Any = backend.queue
+    answers: list[bool] = []
+    extend = queue.extend
+
+    def recording(claim: Any, now: Any) -> bool:
+        ok = bool(extend(claim, now))
+        answers.append(ok)
+        return ok
+
+    def slow_reply(write: Any) -> Any:
+        def written(*args: Any, **kwargs: Any) -> Any:
+            result = write(*args, **kwargs)
+            time.sleep(0.01)  # committed; the answer is still on its way back
+            return result
+
+        return written
+
+    queue.extend = recording
+    for name in ("finish", "finish_many", "replace", "ack"):
+        if hasattr(queue, name):
+            setattr(queue, name, slow_reply(getattr(queue, name)))
+    worker = Worker(
+        backend.queue,
+        backend.store,
+        Registry({"w": lambda a: time.sleep(0.005), "r": lambda a: 1 / 0}),
+        clock_check=False,
+        heartbeat_interval_ms=2,  # renewals as often as they can go
+        prefetch=1,
+    )
+    for i in range(20):
+        backend.queue.enqueue(make_job("w" if i % 3 else "r", max_retries=5))
+    with caplog.at_level(logging.WARNING, logger="conveyor.worker"):
+        for _ in range(20):
+            worker.run_once()
+    assert answers, "the heartbeat renewed"
+    assert all(answers), f"{answers.count(False)} renewals found a claim already written"
+    assert "was lost while held" not in caplog.text
