@@ -134,6 +134,38 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
             self.jobs[job.id] = job
             self._to_ready(job.id, priority)
 
+        @rule(queue=st.sampled_from(QUEUES), priority=st.sampled_from(list(Priority)))
+        def enqueue_new_with_a_fresh_id_places_it(self, queue: str, priority: Priority) -> None:
+            job = self._new_job(queue, priority, 0)
+            note(f"enqueue_new {job.id.int} {queue} {priority.value}")
+            assert self.queue.enqueue_new(job) is None, "a fresh id was taken for a known one"
+            self.jobs[job.id] = job
+            self._to_ready(job.id, priority)
+
+        def _known(self) -> list[UUID]:
+            """Ids the adapter still knows: queued, held, or recorded in the store."""
+            return sorted(
+                i
+                for i in self.jobs
+                if i in self.where or (self.store is not None and self.store.get(i) is not None)
+            )
+
+        @precondition(lambda self: bool(self._known()))
+        @rule(data=st.data(), delay_ms=st.sampled_from([0, 500]))
+        def enqueue_new_with_a_known_id_returns_the_job_there(
+            self, data: st.DataObject, delay_ms: int
+        ) -> None:
+            """A second job under a known id writes nothing, in any state: the one there
+            comes back with its own args, and its place in the queue is unchanged."""
+            i = data.draw(st.sampled_from(self._known()))
+            known = self.jobs[i]
+            elsewhere = QUEUES[1] if known.queue == QUEUES[0] else QUEUES[0]
+            other = attrs.evolve(self._new_job(elsewhere, Priority.CRITICAL, delay_ms), id=i)
+            note(f"enqueue_new again {i.int}")
+            there = self.queue.enqueue_new(other)
+            assert there is not None, "a job was written over a known id"
+            assert there.id == i and there.args == known.args, "a known job's args were replaced"
+
         @rule(
             queue=st.sampled_from(QUEUES),
             priority=st.sampled_from(list(Priority)),
