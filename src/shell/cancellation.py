@@ -11,7 +11,7 @@ refused because a cancel request stands becomes a `CancelClaim`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from uuid import UUID
 
@@ -59,9 +59,15 @@ def cancel_requested(queue: JobQueue, job_id: UUID) -> bool:
 
 
 def cancel_job(
-    queue: JobQueue, store: JobStore, executor: Executor, job_id: UUID, now: datetime
+    queue: JobQueue,
+    store: JobStore,
+    executor: Executor,
+    job_id: UUID,
+    now: datetime,
+    on_cancelled: Callable[[Job], object] | None = None,
 ) -> CancelResult:
-    """Cancel one job: at once when queued, by a request when a claim holds it."""
+    """Cancel one job: at once when queued, by a request when a claim holds it.
+    `on_cancelled` hears of the record once it is written (not of a request)."""
     if not executor.cancels:
         raise CancelError(
             f"{type(queue).__name__} with {type(store).__name__} cannot cancel jobs: "
@@ -84,6 +90,8 @@ def cancel_job(
         if executor.carry_out(None, decision):
             if isinstance(decision, RequestCancel):
                 return CancelResult.REQUESTED
+            if on_cancelled is not None:
+                on_cancelled(decision.job)
             return CancelResult.CANCELLED
         again = queue.find(job_id)
         if again is not None and (again.place, again.token) == (found.place, found.token):
@@ -113,6 +121,7 @@ def cancel_many(
     queue_name: str | None = None,
     job_type: str | None = None,
     dry_run: bool = False,
+    on_cancelled: Callable[[Job], object] | None = None,
 ) -> CancelCounts:
     """Cancel every queued or running job of `queue_name` and/or `job_type` (at least
     one must be given), each in its own atomic write. With `dry_run` nothing is
@@ -127,7 +136,7 @@ def cancel_many(
             cancelled += entry.place is not Place.IN_FLIGHT
             continue
         try:
-            result = cancel_job(queue, store, executor, UUID(entry.job_id), now)
+            result = cancel_job(queue, store, executor, UUID(entry.job_id), now, on_cancelled)
         except CancelError as exc:
             log.warning("%s", exc)
             continue

@@ -10,6 +10,7 @@
 | `succeeded` | its completed record is written | `job` (with `result`) |
 | `failed` | an attempt failed and its retry or dead letter is written | `job`, `exc` |
 | `dead_lettered` | its dead letter is written (any reason) | `job`, `error` |
+| `cancelled` | its cancelled record is written (queued, or its holder refused) | `job` |
 
 Callbacks run after the write they report, in the worker's thread, so an
 error tracker never hears of a job the store does not hold; an outcome whose
@@ -72,6 +73,9 @@ class Hooks:
     def on_dead_lettered(self, callback: DeadLetterCallback) -> DeadLetterCallback:
         return self._add("dead_lettered", callback)
 
+    def on_cancelled(self, callback: JobCallback) -> JobCallback:
+        return self._add("cancelled", callback)
+
     # ---- called by the runtime, the workers and the lease keeper -------------
 
     def enqueued(self, job: Job) -> None:
@@ -88,6 +92,9 @@ class Hooks:
 
     def dead_lettered(self, job: Job, error: ErrorInfo) -> None:
         self._call("dead_lettered", job, error)
+
+    def cancelled(self, job: Job) -> None:
+        self._call("cancelled", job)
 
     def _call(self, event: str, job: Job, *rest: Any) -> None:
         # Read without the lock: the tuple is replaced whole, never changed in place.

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from returns.pipeline import is_successful
 
 from ..core import (
+    CancelClaim,
     DeadLetter,
     Decision,
     LeasePolicy,
@@ -127,4 +128,6 @@ class LeaseKeeper:
                 buried += 1
                 log_dead_letter(log, decision.job, decision.error)
                 self.hooks.dead_lettered(decision.job, decision.error)
+            elif isinstance(decision, CancelClaim):
+                self.hooks.cancelled(decision.job)
         return reclaimed, buried

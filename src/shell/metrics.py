@@ -138,7 +138,7 @@ class JobMetrics:
         self.finished = Counter(
             "conveyor_jobs_finished",
             "Outcomes written by this process: succeeded, retried (a failed attempt that "
-            "will run again) or dead_lettered (any reason).",
+            "will run again), dead_lettered (any reason) or cancelled.",
             ["queue", "job_type", "outcome"],
             registry=registry,
         )
@@ -156,6 +156,7 @@ class JobMetrics:
         hooks.on_succeeded(self._on_succeeded)
         hooks.on_failed(self._on_failed)
         hooks.on_dead_lettered(self._on_dead_lettered)
+        hooks.on_cancelled(self._on_cancelled)
 
     def _on_enqueued(self, job: Job) -> None:
         self.enqueued.labels(job.queue, job.job_type).inc()
@@ -172,6 +173,9 @@ class JobMetrics:
 
     def _on_dead_lettered(self, job: Job, _error: ErrorInfo) -> None:
         self.finished.labels(job.queue, job.job_type, "dead_lettered").inc()
+
+    def _on_cancelled(self, job: Job) -> None:
+        self.finished.labels(job.queue, job.job_type, "cancelled").inc()
 
     def _observe(self, job: Job) -> None:
         # From the record, so nothing is kept per job: a retry has no finished_at yet,

@@ -714,7 +714,14 @@ class Runtime:
         >>> runtime.cancel(job.id)  # doctest: +SKIP
         <CancelResult.CANCELLED: 'cancelled'>
         """
-        return cancel_job(self.queue, self.store, self.executor, _job_id(job_id), self.clock.now())
+        return cancel_job(
+            self.queue,
+            self.store,
+            self.executor,
+            _job_id(job_id),
+            self.clock.now(),
+            self.hooks.cancelled,
+        )
 
     def cancel_many(
         self, *, queue: str | None = None, job_type: str | None = None, dry_run: bool = False
@@ -733,6 +740,7 @@ class Runtime:
             queue_name=queue,
             job_type=job_type,
             dry_run=dry_run,
+            on_cancelled=self.hooks.cancelled,
         )
 
     def retry_dead(self, job_id: UUID | str) -> Job:

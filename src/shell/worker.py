@@ -518,6 +518,7 @@ class Worker:
         self._failures.pop(decision.job.id, None)  # its failure is not what was recorded
         log.info("job %s: cancel requested while it ran; recorded cancelled", claim.job.id)
         self._counted(True, cancelled)
+        self.hooks.cancelled(cancelled.job)
         return True
 
     def _finish_all(self, finished: Sequence[tuple[Claim, Decision]]) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import conveyor
 import pytest
+from backends import make_backend
 from conveyor.core import ErrorInfo, Job, JobStatus, Policies, RetryPolicy
 from conveyor.core.policies import LeasePolicy
 from conveyor.shell.executor import Executor
@@ -31,6 +32,7 @@ class Heard:
         hooks.on_succeeded(lambda job: self.calls.append(("succeeded", job.id, job.result)))
         hooks.on_failed(lambda job, exc: self.calls.append(("failed", job.id, exc)))
         hooks.on_dead_lettered(lambda job, err: self.calls.append(("dead_lettered", job.id, err)))
+        hooks.on_cancelled(lambda job, *_: self.calls.append(("cancelled", job.id, job.status)))
 
     def events(self) -> list[str]:
         return [event for event, _, _ in self.calls]
@@ -222,6 +224,66 @@ def test_lease_expired_and_undecodable_dead_letters_reach_the_hook() -> None:
         worker.drain()
         dead = [(i, x.type) for e, i, x in heard.calls if e == "dead_lettered"]
         assert dead == [(killer.id, "lease-expired"), (poisoned.id, "decode-error")]
+    finally:
+        b.cleanup()
+
+
+def test_a_queued_job_cancelled_by_id_or_in_bulk_is_reported_once() -> None:
+    runtime = conveyor.build({"provider": "memory", "entry_points": False})
+    heard = Heard(runtime.hooks)
+    one = runtime.enqueue("mail", {"n": 1})
+    bulk = runtime.enqueue_many("mail", [{"n": 2}, {"n": 3}], queue="bulk")
+    runtime.cancel(one.id)
+    runtime.cancel(one.id)  # already cancelled: nothing new is written, nothing heard
+    runtime.cancel_many(queue="bulk")
+    cancelled = [(i, x) for e, i, x in heard.calls if e == "cancelled"]
+    assert cancelled == [(j.id, JobStatus.CANCELLED) for j in (one, *bulk)]
+    runtime.close()
+
+
+def test_a_running_job_is_reported_cancelled_when_its_worker_records_it() -> None:
+    b = make_backend("memory")
+    hooks = Hooks()
+    heard = Heard(hooks)
+    clock = ManualClock(T0)
+    job = make_job()
+    b.queue.enqueue(job)
+
+    def asked_to_stop(args: Any) -> str:
+        b.queue.request_cancel(job.id, clock.now())  # an operator's cancel while it runs
+        return "done anyway"
+
+    worker = Worker(
+        b.queue, b.store, Registry({job.job_type: asked_to_stop}), clock=clock, hooks=hooks
+    )
+    worker.drain()
+    assert [e for e, i, _ in heard.calls if i == job.id] == ["started", "cancelled"]
+    assert b.store.get(job.id).status is JobStatus.CANCELLED
+
+
+def test_an_abandoned_claim_with_a_cancel_request_is_reported_cancelled() -> None:
+    b = make_backend("sqlite")
+    try:
+        hooks = Hooks()
+        heard = Heard(hooks)
+        clock = ManualClock(T0)
+        policies = Policies(lease=LeasePolicy(lease_ms=1000, max_reclaims=3))
+        worker = Worker(
+            b.queue,
+            b.store,
+            Registry({"work": lambda a: None}),
+            clock=clock,
+            policies=policies,
+            hooks=hooks,
+            clock_check=False,
+        )
+        job = make_job()
+        b.queue.enqueue(job)
+        assert b.queue.dequeue("default", clock.now()) is not None  # its worker then dies
+        b.queue.request_cancel(job.id, clock.now())
+        clock.advance(1001)
+        worker.reclaim_abandoned(clock.now())
+        assert [(e, i) for e, i, _ in heard.calls] == [("cancelled", job.id)]
     finally:
         b.cleanup()
 

@@ -135,6 +135,17 @@ def test_a_scrape_counts_outcomes_succeeded_retried_and_dead_lettered(
     assert finished("ship", "dead_lettered") is None
 
 
+def test_a_scrape_counts_cancelled_jobs(server_backend, exported) -> None:
+    runtime = _runtime(server_backend, {"ship": lambda a: "ok"})
+    _, url = _serve(runtime, exported)
+    runtime.cancel(runtime.enqueue("ship").id)
+    runtime.cancel_many(job_type="ship")  # nothing left to cancel: nothing counted
+    samples = scrape(url)
+    labels = {"queue": "default", "job_type": "ship"}
+    assert sample(samples, "conveyor_jobs_finished_total", outcome="cancelled", **labels) == 1
+    assert sample(samples, "conveyor_jobs_finished_total", outcome="succeeded", **labels) is None
+
+
 def test_the_duration_histogram_observes_every_attempt(server_backend, exported) -> None:
     def slow(args: Any) -> str:
         time.sleep(0.06)
