@@ -21,17 +21,18 @@ none configured the OpenTelemetry API records nothing. This module needs the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import attrs
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from .. import __version__
-from ..core import Failed, FrozenMap, Job, Outcome
-from .registry import catching, caught
+from ..core import Failed, FrozenMap, Job, Outcome, Succeeded
+from .async_jobs import awaitable_of
+from .registry import catching, caught, error_from_exception, outcome_of
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -91,26 +92,26 @@ class JobTracer:
             "conveyor.job.type": job.job_type,
             "conveyor.job.attempt": job.attempt,
         }
-        with self._tracer.start_as_current_span(
+        span = self._tracer.start_span(
             f"process {job.queue}",
             context=parent,
             kind=SpanKind.CONSUMER,
             links=links,
             attributes=attributes,
-        ) as span:
-            with catching() as found:
-                outcome = run(job)
-            if found.exception is not None:
-                # Pass it on to the worker's own `catching()`, for the failure log and hooks.
-                caught(found.exception)
-            if isinstance(outcome, Failed):
-                span.set_attribute("error.type", outcome.error.type)
-                if found.exception is not None:
-                    span.record_exception(found.exception)
-                span.set_status(
-                    Status(StatusCode.ERROR, f"{outcome.error.type}: {outcome.error.message}")
-                )
-            return outcome
+        )
+        with trace.use_span(span, end_on_exit=False), catching() as found:
+            outcome = run(job)
+        pending = awaitable_of(outcome)
+        if pending is not None:
+            # An async handler's attempt ends on the event loop, not here: the span goes
+            # with it and ends when it does.
+            return Succeeded(_traced(span, pending))
+        if found.exception is not None:
+            # Pass it on to the worker's own `catching()`, for the failure log and hooks.
+            caught(found.exception)
+        _settle(span, outcome, found.exception)
+        span.end()
+        return outcome
 
 
 def instrument(runtime: Runtime, tracer_provider: trace.TracerProvider | None = None) -> JobTracer:
@@ -119,3 +120,28 @@ def instrument(runtime: Runtime, tracer_provider: trace.TracerProvider | None = 
     tracer = JobTracer(tracer_provider)
     runtime.tracer = tracer
     return tracer
+
+
+def _settle(span: Span, outcome: Outcome, exception: BaseException | None) -> None:
+    """Mark the span of a failed attempt an error, with its exception when there is one."""
+    if not isinstance(outcome, Failed):
+        return
+    span.set_attribute("error.type", outcome.error.type)
+    if exception is not None:
+        span.record_exception(exception)
+    span.set_status(Status(StatusCode.ERROR, f"{outcome.error.type}: {outcome.error.message}"))
+
+
+async def _traced(span: Span, pending: Awaitable[Any]) -> Any:
+    """Await an async handler inside its attempt's span, then settle and end the span.
+    What the handler returns or raises passes through unchanged."""
+    with trace.use_span(
+        span, end_on_exit=True, record_exception=False, set_status_on_exception=False
+    ):
+        try:
+            returned = await pending
+        except BaseException as exc:
+            _settle(span, Failed(error_from_exception(exc)), exc)
+            raise
+        _settle(span, outcome_of(returned), None)
+        return returned

@@ -3,6 +3,7 @@ linked by the trace context the job carries through SQLite, PostgreSQL and Redis
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -238,6 +239,40 @@ def test_the_memory_backend_links_the_spans_too() -> None:
     (process,) = _spans(exporter, "process default")
     assert process.parent is not None
     assert process.parent.span_id == send.get_span_context().span_id
+
+
+def test_an_async_handler_runs_to_its_end_inside_the_process_span() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    inner = provider.get_tracer("test")
+
+    async def ship(args: Any) -> str:
+        await asyncio.sleep(0)  # across a suspension: the span is still current after it
+        with inner.start_as_current_span("inner"):
+            await asyncio.sleep(0.01)
+        return "ok"
+
+    async def broken(args: Any) -> str:
+        await asyncio.sleep(0)
+        raise ConnectionError("upstream down")
+
+    runtime = _runtime(make_backend("memory"), {"ship": ship, "broken": broken}, None)
+    instrument(runtime, provider)
+    runtime.enqueue("ship", queue="fast")
+    runtime.enqueue("broken", queue="slow", max_retries=0)
+    runtime.worker("fast").drain()
+    runtime.worker("slow").drain()
+    (process,) = _spans(exporter, "process fast")
+    (nested,) = _spans(exporter, "inner")
+    assert nested.parent is not None
+    assert nested.parent.span_id == process.get_span_context().span_id
+    assert process.end_time >= nested.end_time, "the span ended before the handler did"
+    (failed,) = _spans(exporter, "process slow")
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.status.description == "ConnectionError: upstream down"
+    assert [e.attributes["exception.type"] for e in failed.events] == ["ConnectionError"]
+    runtime.close()
 
 
 @pytest.mark.parametrize("name", ["sqlite", "postgresql"])
