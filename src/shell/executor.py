@@ -39,6 +39,7 @@ from ..core import (
     WriteRetryPolicy,
     write_retry_delay_s,
 )
+from . import outage
 from .ports import (
     BadClaim,
     BatchingJobQueue,
@@ -187,12 +188,8 @@ class Executor:
                     step.name,
                 )
                 return False
-            except Exception:
-                log.exception(
-                    "could not %s job %s; leaving it to its lease",
-                    step.name,
-                    _job_id(claim, decision),
-                )
+            except Exception as exc:
+                self._left_to_leases(exc, f"{step.name} job {_job_id(claim, decision)}")
                 return False
             if not ok:
                 return False
@@ -210,8 +207,8 @@ class Executor:
         pairs = [(claim, decision.job) for claim, decision in items]
         try:
             done = self._retrying("finish_many", lambda: queue.finish_many(pairs))
-        except Exception:
-            log.exception("could not finish %d jobs; leaving them to their leases", len(pairs))
+        except Exception as exc:
+            self._left_to_leases(exc, f"finish {len(pairs)} jobs")
             return [False] * len(pairs)
         return [bool(ok) for ok in done]
 
@@ -237,14 +234,24 @@ class Executor:
         while True:
             try:
                 return call()
-            except Exception:
+            except Exception as exc:
                 failures += 1
                 # No jitter sample is drawn: the policy here has none (0.5 = no change).
                 wait = write_retry_delay_s(self.retry, failures, time.monotonic() - began, 0.5)
                 if wait is None:
                     raise
-                log.warning("%s failed (attempt %d), retrying", name, failures, exc_info=True)
+                if not outage.for_queue(self.queue).failed(exc):
+                    log.warning("%s failed (attempt %d), retrying", name, failures, exc_info=True)
                 self.sleep(wait)
+
+    def _left_to_leases(self, exc: Exception, what: str) -> None:
+        """Log a write given up on: its claims run again after their leases. An outage is
+        the one line the server's state logs (a traceback per job would flood the log
+        while every write fails alike); anything else is logged with its traceback."""
+        if outage.for_queue(self.queue).failed(exc):
+            log.info("could not %s while the server is unreachable; left to the leases", what)
+        else:
+            log.exception("could not %s; leaving it to the lease", what)
 
     def _run(self, step: Step) -> bool:
         result = self._retrying(step.name, step.run)

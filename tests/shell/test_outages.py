@@ -21,6 +21,8 @@ from typing import Any
 
 import conveyor
 import pytest
+from conveyor.core import Policies, Succeeded, decide, start
+from conveyor.shell.ports import Claim
 from conveyor.testing.redis_server import RedisServer, _free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
@@ -82,6 +84,35 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None
 
 def conveyor_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name.startswith("conveyor")]
+
+
+def test_an_outcome_write_cut_off_by_an_outage_is_one_warning_without_a_traceback(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server dies between a handler's return and its outcome write: the write is
+    left to the lease as usual, and the log says "unreachable" once, no traceback."""
+    runtime = conveyor.build(config(server.url, workers={"count": 0}))
+    job = runtime.enqueue("note", {"n": 1})
+    now = runtime.clock.now()
+    claims = [runtime.queue.dequeue("default", now)]
+    assert isinstance(claims[0], Claim)
+    running = start(claims[0].job, now).unwrap()
+    decision = decide(running, Succeeded(None), now, Policies(), 0.5)
+    server.down()
+    try:
+        with caplog.at_level(logging.INFO, logger="conveyor"):
+            assert runtime.executor.finish_many([(claims[0], decision)]) == [False]
+            assert runtime.executor.carry_out(claims[0], decision) is False
+    finally:
+        server.up()
+    records = conveyor_records(caplog)
+    lines = "\n".join(f"{r.levelname} {r.name}: {r.getMessage()}" for r in records)
+    assert not [r for r in records if r.exc_info or r.exc_text], f"a traceback:\n{lines}"
+    warnings = [r for r in records if r.levelno >= logging.WARNING]
+    assert [r.name for r in warnings] == ["conveyor.outage"], lines
+    assert "unreachable" in warnings[0].getMessage()
+    assert job.id == claims[0].job.id
+    runtime.close()
 
 
 def test_a_worker_rides_out_a_server_outage_with_one_warning_and_one_info(
