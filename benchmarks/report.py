@@ -195,6 +195,14 @@ def targets(v: View) -> list[tuple[str, str, str, bool | None]]:
         p50 = v.get(f"conveyor-{backend}", "latency_p50_ms")
         at_most(f"Pickup p50 on {backend} ≤ {bound:g} ms", p50, bound, f"{num(p50)} ms")
 
+    wal = v.get("conveyor-postgresql", "pg_wal_per_job")
+    peer_wal = v.get("pgqueuer-postgresql", "pg_wal_per_job")
+    at_most(
+        "PostgreSQL: WAL bytes per job ≤ pgqueuer's",
+        wal if peer_wal is not None else None,
+        peer_wal or 0.0,
+        f"{num(wal, 0)} vs {num(peer_wal, 0)} bytes (enqueue one by one, then processed)",
+    )
     have = v.get("conveyor-postgresql", "enqueue_bulk")
     peer = v.get("pgqueuer-postgresql", "enqueue_bulk")
     at_least(
@@ -394,7 +402,8 @@ def markdown(result: dict[str, Any]) -> str:
     )
     lines += [
         "PostgreSQL (pg_stat_database and pg_stat_user_tables deltas; bytes from "
-        "pg_total_relation_size):",
+        "pg_total_relation_size; WAL bytes from `pg_current_wal_lsn()` before and after, "
+        "the measurement starting right after a CHECKPOINT):",
         "",
     ]
     rows = [
@@ -404,12 +413,27 @@ def markdown(result: dict[str, Any]) -> str:
             v.cell(name, "pg_rows_per_job"),
             "/".join(num(v.get(name, f"pg_{k}_per_job")) for k in ("ins", "upd", "del")),
             v.cell(name, "bytes_per_job", 0),
+            v.cell(name, "pg_wal_enqueue_single_per_job", 0),
+            v.cell(name, "pg_wal_enqueue_bulk_per_job", 0),
+            v.cell(name, "pg_wal_process_per_job", 0),
+            v.cell(name, "pg_wal_per_job", 0),
         ]
         for name in _ordered(v)
         if v.systems[name]["backend"] == "postgresql"
     ]
     lines += _table(
-        ["system", "commits/job", "rows/job", "ins/upd/del", "bytes per queued job"], rows
+        [
+            "system",
+            "commits/job",
+            "rows/job",
+            "ins/upd/del",
+            "bytes per queued job",
+            "WAL/job, enqueue one by one",
+            "WAL/job, bulk enqueue",
+            "WAL/job, processing",
+            "WAL/job, enqueue + processing",
+        ],
+        rows,
     )
     lines += ["## Server limits (same client libraries)", ""]
     rows = [

@@ -165,6 +165,7 @@ class Bench:
         # 1 worker process, with the server-work, RSS and bytes-per-job figures.
         inst.reset()
         inst.next_i = 0
+        inst.checkpoint()
         before = inst.snapshot()
         if default or s.backend == "memory":
             start = time.perf_counter()
@@ -178,6 +179,12 @@ class Bench:
             after = inst.snapshot()
             key = "__used_memory" if s.backend == "redis" else "bytes"
             self.add(s.name, "bytes_per_job", (after.get(key, 0) - before.get(key, 0)) / n)
+        enqueue_wal: float | None = None
+        if s.backend == "postgresql":
+            # Single enqueue for the default variants, bulk (`fill`) for the others.
+            enqueue_wal = (after["wal"] - before["wal"]) / n
+            how = "single" if default else "bulk"
+            self.add(s.name, f"pg_wal_enqueue_{how}_per_job", enqueue_wal)
         extra: dict[str, Any] = {}
         if s.backend == "memory":
             inst.reset()  # the memory backend's jobs are enqueued inside the worker process
@@ -187,6 +194,9 @@ class Bench:
         self.add(s.name, "processed_1p", out.rate)
         self.add(s.name, "rss_mib", out.rss_kib[0] / 1024 if out.rss_kib[0] else None)
         self._server_work(s, out, b, a, n)
+        process_wal = self._wal_per_job(s, b, a, out.processed)
+        if enqueue_wal is not None and process_wal is not None:
+            self.add(s.name, "pg_wal_per_job", enqueue_wal + process_wal)
         self.log(f"{s.name:30s} 1 process  {out.rate:9.0f} jobs/s")
         if not default:
             return
@@ -197,8 +207,12 @@ class Bench:
         inst.reset()
         inst.next_i = 0
         if inst.bulk_label:
+            wal_before = inst.snapshot().get("wal") if s.backend == "postgresql" else None
             took = inst.fill(n)
             self.add(s.name, "enqueue_bulk", n / took)
+            if wal_before is not None:
+                wal = (inst.snapshot()["wal"] - wal_before) / n
+                self.add(s.name, "pg_wal_enqueue_bulk_per_job", wal)
             self.note(s.name, f"bulk enqueue: {inst.bulk_label}")
         else:
             inst.fill(n)
@@ -234,6 +248,18 @@ class Bench:
             self.add(s.name, "pg_rows_per_job", rows / done)
             for k in ("ins", "upd", "del"):
                 self.add(s.name, f"pg_{k}_per_job", (a[k] - b[k]) / done)
+
+    def _wal_per_job(
+        self, s: System, b: dict[str, int], a: dict[str, int], done: int
+    ) -> float | None:
+        """PostgreSQL: WAL bytes per job the workers wrote (claims, finishes, records,
+        and the autovacuum they caused), from the server's WAL position before and
+        after. The position is the whole server's: nothing else runs meanwhile."""
+        if s.backend != "postgresql" or "wal" not in b or "wal" not in a or done <= 0:
+            return None
+        per_job = (a["wal"] - b["wal"]) / done
+        self.add(s.name, "pg_wal_process_per_job", per_job)
+        return per_job
 
     def latency(self, s: System) -> None:
         inst = s.main

@@ -89,18 +89,24 @@ def pg_truncate_all(conninfo: str) -> None:
     with psycopg.connect(conninfo, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT quote_ident(schemaname) || '.' || quote_ident(tablename) FROM pg_tables "
-            "WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
+            "WHERE schemaname NOT IN ('pg_catalog', 'information_schema') "
+            # Another session's temporary tables (a COPY's staging) cannot be truncated.
+            "AND schemaname NOT LIKE 'pg\\_temp\\_%'"
         ).fetchall()
         if rows:
             conn.execute("TRUNCATE " + ", ".join(r[0] for r in rows) + " RESTART IDENTITY CASCADE")
 
 
 def pg_snapshot(conninfo: str) -> dict[str, int]:
-    """Commits, row changes and total relation size of one database, now."""
+    """Commits, row changes and total relation size of one database, and the server's
+    WAL position (bytes since 0/0), now."""
     import psycopg
 
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute("SELECT pg_stat_clear_snapshot()")
+        (wal,) = conn.execute(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
+        ).fetchone()  # type: ignore[misc]
         commits, rollbacks = conn.execute(
             "SELECT xact_commit, xact_rollback FROM pg_stat_database "
             "WHERE datname = current_database()"
@@ -118,7 +124,18 @@ def pg_snapshot(conninfo: str) -> dict[str, int]:
         "del": int(dele),
         "hot": int(hot),
         "bytes": int(size),
+        "wal": int(wal),
     }
+
+
+def pg_checkpoint(conninfo: str) -> None:
+    """Start the next WAL measurement right after a checkpoint, for every system alike:
+    a checkpoint falling inside one measurement would charge it the full-page images of
+    every page it touches next."""
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
 
 
 def pg_wait_idle(conninfo: str, timeout: float = 10.0) -> None:
@@ -211,6 +228,11 @@ class Instance:
         if self.conninfo is not None:
             return pg_snapshot(self.conninfo)
         return {}
+
+    def checkpoint(self) -> None:
+        """PostgreSQL: a checkpoint now, before a WAL measurement (see `pg_checkpoint`)."""
+        if self.conninfo is not None:
+            pg_checkpoint(self.conninfo)
 
     def settle(self) -> None:
         """After the workers are gone: wait until the server has their counters."""

@@ -26,7 +26,7 @@ from .policies import (
     is_poison_pill,
     should_give_up_unhandled,
 )
-from .transitions import Event, hand_back, transition
+from .transitions import Event, hand_back, replace, transition
 
 # Error types the core itself assigns.
 NO_HANDLER = "no-handler"
@@ -183,11 +183,12 @@ def _moved(job: Job, event: Event, now: datetime, **changes: Any) -> Job:
     return transition(job, event, now, **changes).unwrap()
 
 
-def _handled(job: Job) -> Job:
-    """A handler ran, so the job is no longer 'continuously unhandled'."""
+def _handled(job: Job) -> dict[str, Any]:
+    """A handler ran, so the job is no longer 'continuously unhandled': the change to
+    make in the decision's record (none for a job that was never unhandled)."""
     if job.metadata.first_missing_at is None:
-        return job
-    return attrs.evolve(job, metadata=attrs.evolve(job.metadata, first_missing_at=None))
+        return {}
+    return {"metadata": attrs.evolve(job.metadata, first_missing_at=None)}
 
 
 def ended(
@@ -213,15 +214,21 @@ def ended(
 
 
 def dead_letter(
-    job: Job, error: ErrorInfo, now: datetime, *, abandoned_before: datetime | None = None
+    job: Job,
+    error: ErrorInfo,
+    now: datetime,
+    *,
+    abandoned_before: datetime | None = None,
+    **changes: Any,
 ) -> DeadLetter:
     """Give up on a running job with `error` as its reason (guarded by
     `abandoned_before` when the lease keeper gives up on an abandoned claim), its
-    attempt recorded as dead-lettered."""
+    attempt recorded as dead-lettered; `changes` are other fields to set in the
+    same record."""
     history = ended(
         job, now, AttemptOutcome.DEAD_LETTERED, error, abandoned=abandoned_before is not None
     )
-    moved = _moved(job, Event.DEAD_LETTER, now, last_error=error, attempts=history)
+    moved = _moved(job, Event.DEAD_LETTER, now, last_error=error, attempts=history, **changes)
     return DeadLetter(moved, error, abandoned_before)
 
 
@@ -248,14 +255,15 @@ def decide(
                 frozen = freeze(result)
             except ValueError as exc:
                 error = ErrorInfo(INVALID_RESULT, f"handler result is not JSON: {exc}", False)
-                return dead_letter(_handled(job), error, now)
+                return dead_letter(job, error, now, **_handled(job))
             history = ended(job, now, AttemptOutcome.COMPLETED)
-            done = _moved(_handled(job), Event.COMPLETE, now, result=frozen, attempts=history)
+            done = _moved(
+                job, Event.COMPLETE, now, result=frozen, attempts=history, **_handled(job)
+            )
             return Complete(done)
         case Failed(error=error):
-            job = _handled(job)
             if not error.retryable or job.retry_count >= job.max_retries:
-                return dead_letter(job, error, now)
+                return dead_letter(job, error, now, **_handled(job))
             delay = backoff_ms(policies.retry, job.retry_count, jitter_sample)
             run_at = now + timedelta(milliseconds=delay)
             retrying = _moved(
@@ -266,11 +274,12 @@ def decide(
                 last_error=error,
                 run_at=run_at,
                 attempts=ended(job, now, AttemptOutcome.RETRIED, error),
+                **_handled(job),
             )
             return Retry(retrying, run_at)
         case NoHandler():
             first = job.metadata.first_missing_at or now
-            seen = attrs.evolve(job, metadata=attrs.evolve(job.metadata, first_missing_at=first))
+            seen = replace(job, metadata=attrs.evolve(job.metadata, first_missing_at=first))
             if should_give_up_unhandled(policies.requeue, seen, now):
                 window = policies.requeue.max_requeue_age_ms
                 error = ErrorInfo(
@@ -283,8 +292,9 @@ def decide(
             run_at = now + timedelta(milliseconds=policies.requeue.requeue_delay_ms)
             meta = attrs.evolve(seen.metadata, requeue_count=seen.metadata.requeue_count + 1)
             history = ended(seen, now, AttemptOutcome.REQUEUED)
-            moved = _moved(seen, Event.REQUEUE, now, attempts=history)
-            parked = attrs.evolve(moved, metadata=meta, run_at=run_at)
+            parked = _moved(
+                seen, Event.REQUEUE, now, attempts=history, metadata=meta, run_at=run_at
+            )
             return Requeue(parked, run_at)
         case TenantNotFound():
             error = ErrorInfo(TENANT_NOT_FOUND, f"tenant {job.tenant_id!r} does not exist", False)
@@ -330,8 +340,7 @@ def decide_reclaim(
             f"(budget {budget}); the job may be killing its worker",
             False,
         )
-        counted = attrs.evolve(job, metadata=meta)
-        return dead_letter(counted, error, now, abandoned_before=abandoned_before)
+        return dead_letter(job, error, now, abandoned_before=abandoned_before, metadata=meta)
     history = ended(job, now, AttemptOutcome.RECLAIMED, abandoned=True)
     reclaimed = _moved(job, Event.RECLAIM, now, metadata=meta, attempts=history)
     return Reclaim(reclaimed, abandoned_before)
@@ -363,11 +372,6 @@ def undecodable(job_id: str, reason: str) -> ErrorInfo:
 def revive(job: Job, now: datetime) -> Job:
     """A dead letter given a fresh start by an operator: pending, retries reset. Its
     attempts are kept: the history shows what went wrong before the revive."""
-    revived = transition(job, Event.REVIVE, now).unwrap()
-    return attrs.evolve(
-        revived,
-        retry_count=0,
-        run_at=now,
-        finished_at=None,
-        metadata=Metadata(),
-    )
+    return transition(
+        job, Event.REVIVE, now, retry_count=0, run_at=now, finished_at=None, metadata=Metadata()
+    ).unwrap()

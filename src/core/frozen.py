@@ -31,6 +31,14 @@ class FrozenMap(Mapping[str, Any]):
         self._data: dict[str, Any] = dict(data or {})
         self._hash: int | None = None
 
+    @classmethod
+    def _adopt(cls, data: dict[str, Any]) -> FrozenMap:
+        """A map over `data` itself, not a copy: for a dict nobody else holds."""
+        frozen = cls.__new__(cls)
+        frozen._data = data
+        frozen._hash = None
+        return frozen
+
     def __getitem__(self, key: str) -> Any:
         return self._data[key]
 
@@ -85,6 +93,55 @@ def _check_text(value: str, path: str, what: str = "string") -> str:
     return value
 
 
+class _Unusual(Exception):
+    """A value `_freeze_plain` leaves to `freeze`'s careful walk."""
+
+
+#: Integers this small need no digit count (the careful walk checks the rest).
+_PLAIN_INT = 10**18
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _freeze_plain(value: Any, depth: int, max_depth: int) -> Any:
+    """`freeze` for the common case, plain `dict`/`list` JSON of ordinary values,
+    without building an error path per key; raises `_Unusual` for anything else,
+    which `freeze` then walks carefully (and names the path of a bad value)."""
+    kind = type(value)
+    if depth > max_depth:
+        raise _Unusual
+    if kind is str:
+        if value.isascii() or _encodes(value):  # ASCII text holds no lone surrogate
+            return value
+        raise _Unusual
+    if kind is int:
+        if -_PLAIN_INT < value < _PLAIN_INT:
+            return value
+        raise _Unusual
+    if value is None or kind is bool:
+        return value
+    if kind is float:
+        if math.isfinite(value):
+            return value
+        raise _Unusual
+    if kind is dict:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if type(key) is not str or not (key.isascii() or _encodes(key)):
+                raise _Unusual
+            out[key] = _freeze_plain(item, depth + 1, max_depth)
+        return FrozenMap._adopt(out)
+    if kind is list or kind is tuple:
+        return tuple([_freeze_plain(item, depth + 1, max_depth) for item in value])
+    raise _Unusual
+
+
 def freeze(value: Any, *, path: str = "$", depth: int = 0, max_depth: int = 32) -> Any:
     """Return a deeply immutable copy of a JSON value, or raise `NotJson`.
 
@@ -93,6 +150,13 @@ def freeze(value: Any, *, path: str = "$", depth: int = 0, max_depth: int = 32) 
     NaN, infinities) is rejected with the path to it, so a payload can never carry
     something that needs code to rebuild.
     """
+    try:
+        return _freeze_plain(value, depth, max_depth)
+    except _Unusual:
+        return _freeze(value, path, depth, max_depth)
+
+
+def _freeze(value: Any, path: str, depth: int, max_depth: int) -> Any:
     if depth > max_depth:
         raise NotJson(path, f"nested deeper than {max_depth} levels")
     if value is None or type(value) is bool:
@@ -106,7 +170,7 @@ def freeze(value: Any, *, path: str = "$", depth: int = 0, max_depth: int = 32) 
     if isinstance(value, int):
         return _check_int(int(value), path)  # an IntEnum and friends become plain JSON numbers
     if isinstance(value, str):
-        return freeze(str(value), path=path, depth=depth, max_depth=max_depth)
+        return _freeze(str(value), path, depth, max_depth)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise NotJson(path, "NaN and infinities are not JSON")
@@ -117,18 +181,30 @@ def freeze(value: Any, *, path: str = "$", depth: int = 0, max_depth: int = 32) 
             if not isinstance(key, str):
                 raise NotJson(path, f"object keys must be strings, got {type(key).__name__}")
             key = _check_text(str(key), _key_path(path, key), "key")
-            out[key] = freeze(item, path=_key_path(path, key), depth=depth + 1, max_depth=max_depth)
-        return FrozenMap(out)
+            out[key] = _freeze(item, _key_path(path, key), depth + 1, max_depth)
+        return FrozenMap._adopt(out)
     if isinstance(value, list | tuple):
         return tuple(
-            freeze(item, path=f"{path}[{i}]", depth=depth + 1, max_depth=max_depth)
-            for i, item in enumerate(value)
+            _freeze(item, f"{path}[{i}]", depth + 1, max_depth) for i, item in enumerate(value)
         )
     raise NotJson(path, f"{type(value).__name__} is not a JSON type")
 
 
+#: Values `thaw` returns as they are, looked up by exact type before the ABC checks.
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def thaw(value: Any) -> Any:
     """Return plain `dict`/`list` JSON for a frozen value (for encoders and handlers)."""
+    kind = type(value)
+    if kind in _LEAVES:
+        return value
+    if kind is FrozenMap:
+        return {
+            key: item if type(item) in _LEAVES else thaw(item) for key, item in value._data.items()
+        }
+    if kind is tuple:
+        return [item if type(item) in _LEAVES else thaw(item) for item in value]
     if isinstance(value, Mapping):
         return {key: thaw(item) for key, item in value.items()}
     if isinstance(value, tuple | list):
@@ -138,5 +214,8 @@ def thaw(value: Any) -> Any:
 
 def json_size(value: Any) -> int:
     """Bytes of the compact UTF-8 JSON encoding of a (frozen or plain) value."""
-    text = json.dumps(thaw(value), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return len(text.encode("utf-8"))
+    return len(_SIZE_TEXT(thaw(value)).encode("utf-8"))
+
+
+#: Configured once: `json.dumps` with options builds an encoder per call.
+_SIZE_TEXT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode

@@ -205,6 +205,9 @@ class Job:
     #: How long one attempt may run, in milliseconds, before it is recorded as a
     #: `Timeout` failure (see `core.timeouts`); None: the job type's timeout applies.
     timeout_ms: int | None = None
+    #: The partition the job is scheduled and limited in (see `core.limits`); None:
+    #: its tenant's, or the default partition.
+    partition_key: str | None = None
 
     def __repr__(self) -> str:
         return (

@@ -112,14 +112,15 @@ def make_lock(
     long after `now`; `unique_states` (states or their names) replaces
     `DEFAULT_UNIQUE_STATES`.
     """
-    # Here, not at the top: `validation.create_job` calls this module.
-    from .validation import as_delay, later
-
     if key is None:
         for field, given in (("unique_for", unique_for), ("unique_states", unique_states)):
             if given is not None:
                 return FieldError(field, "needs unique_key: it shapes the key's lock")
         return None
+    # Here, not at the top: `validation.create_job` calls this module. After the
+    # common case (no key), which is every plain enqueue: an import costs each call.
+    from .validation import as_delay, later
+
     checked = _check_key(key)
     if isinstance(checked, FieldError):
         return checked

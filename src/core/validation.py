@@ -15,6 +15,7 @@ from returns.result import Failure, Result, Success
 from .errors import FieldError, ValidationError
 from .frozen import FrozenMap, NotJson, freeze, json_size
 from .job import Job, JobStatus, Priority
+from .limits import check_partition
 from .timeouts import parse_timeout
 from .uniqueness import make_lock
 
@@ -158,6 +159,7 @@ def create_job(
     unique_key: str | None = None,
     unique_for: timedelta | float | None = None,
     unique_states: Iterable[JobStatus | str] | None = None,
+    partition: str | None = None,
 ) -> Result[Job, ValidationError]:
     """Validate input and build a new job, or say which fields are wrong and why.
 
@@ -166,7 +168,9 @@ def create_job(
     `scheduled`; otherwise `pending`. `timeout` (seconds or a timedelta, more than
     zero) bounds each attempt; see `core.timeouts`. `id` may be a UUID's text (a
     caller-chosen id). `unique_key`, `unique_for` and `unique_states` make the job
-    hold a `UniqueLock`; see `core.uniqueness`.
+    hold a `UniqueLock`; see `core.uniqueness`. `partition` (a one-line string of
+    at most 200 characters) is the job's partition for fair shares and limits; see
+    `core.limits`.
     Every problem is reported at once, not only the first.
     """
     errors: list[FieldError] = []
@@ -201,6 +205,8 @@ def create_job(
         if span is not None and created is not None:
             due = keep(later("delay", created, span))
     timeout_ms = None if timeout is None else keep(parse_timeout("timeout", timeout))
+    if partition is not None:
+        keep(check_partition(partition))
     lock = None
     if created is not None:
         lock = keep(make_lock(unique_key, created, unique_for, unique_states))
@@ -223,5 +229,6 @@ def create_job(
             tenant_id=tenant_id,
             timeout_ms=timeout_ms,
             unique=lock,
+            partition_key=partition,
         )
     )

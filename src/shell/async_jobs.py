@@ -82,7 +82,12 @@ HANDLER_LOOP = EventLoopThread()
 def awaitable_of(outcome: Outcome) -> Awaitable[Any] | None:
     """The awaitable an async handler returned (its outcome is still to come), or None
     for an outcome already known."""
-    if isinstance(outcome, Succeeded) and inspect.isawaitable(outcome.result):
+    # None first: the common result, and `isawaitable` asks an ABC for it (slow).
+    if (
+        isinstance(outcome, Succeeded)
+        and outcome.result is not None
+        and inspect.isawaitable(outcome.result)
+    ):
         awaitable: Awaitable[Any] = outcome.result
         return awaitable
     return None

@@ -518,26 +518,31 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     _extra("jinja2", "jinja2", "dashboard")
     dashboard = _extra(".dashboard", "starlette", "dashboard")
     uvicorn = _extra("uvicorn", "uvicorn", "dashboard")
+    # The flags win over the environment, which wins over the config file's [dashboard].
+    defaults = load_config(args.config).dashboard
+    host = defaults.host if args.host is None else args.host
+    port = defaults.port if args.port is None else args.port
+    read_only = args.read_only or defaults.read_only
     auth = None
-    credentials = args.basic_auth or os.environ.get(DASHBOARD_AUTH_ENV)
+    credentials = args.basic_auth or os.environ.get(DASHBOARD_AUTH_ENV) or defaults.basic_auth
     if credentials:
         auth = dashboard.BasicAuth.parse(credentials)
         if isinstance(auth, FieldError):
             raise ValidationError((auth,))
         _REDACTING.secrets.add(credentials.partition(":")[2])
-    if not 0 < args.port < 65536:
-        raise ValidationError.of("--port", f"must be from 1 to 65535, got {args.port}")
+    if not 0 < port < 65536:
+        raise ValidationError.of("--port", f"must be from 1 to 65535, got {port}")
     runtime = _runtime(args, startup_timeout_s=None)
     try:
-        if auth is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        if auth is None and host not in ("127.0.0.1", "localhost", "::1"):
             log.warning(
                 "the dashboard listens on %s with no authentication: give --basic-auth "
                 "or %s, or put it behind a proxy that authenticates",
-                args.host,
+                host,
                 DASHBOARD_AUTH_ENV,
             )
-        app = dashboard.create_app(runtime, read_only=args.read_only, auth=auth)
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        app = dashboard.create_app(runtime, read_only=read_only, auth=auth)
+        uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
         runtime.close()
     return 0
@@ -727,8 +732,12 @@ def parser() -> argparse.ArgumentParser:
     cr.set_defaults(func=cmd_cron)
 
     db = sub.add_parser("dashboard", help="serve the web dashboard (needs the dashboard extra)")
-    db.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    db.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    db.add_argument(
+        "--host", default=None, help="address to listen on (default: [dashboard] host, 127.0.0.1)"
+    )
+    db.add_argument(
+        "--port", type=int, default=None, help="port to listen on (default: [dashboard] port, 8000)"
+    )
     db.add_argument("--read-only", action="store_true", help="refuse every action (retry, purge)")
     db.add_argument(
         "--basic-auth",

@@ -22,7 +22,12 @@ from typing import Any, NewType, TypeVar, cast
 
 import attrs
 import cattrs
-from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+from cattrs.errors import (
+    AttributeValidationNote,
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+)
 from cattrs.gen import make_dict_structure_fn
 
 from ..core import (
@@ -34,6 +39,7 @@ from ..core import (
     ValidationError,
 )
 from ..core.cron import CronEntry, check_entry, parse_missed
+from ..core.limits import Cap, QueueLimits, Rate
 from ..core.timeouts import MAX_TIMEOUT_MS
 from ..core.validation import MAX_RETRIES_LIMIT, check_name, freeze_args, parse_priority
 from .cron import expression_problem, timezone_problem
@@ -81,6 +87,20 @@ STRATEGIES = ("shared", "schema")
 
 
 @attrs.frozen(slots=True)
+class DashboardConfig:
+    """`conveyor dashboard`'s defaults (`[dashboard]`); its flags and
+    `CONVEYOR_DASHBOARD_BASIC_AUTH` win over them."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    read_only: bool = False
+    #: "USER:PASSWORD" for HTTP basic auth; None: no authentication.
+    basic_auth: str | None = attrs.field(
+        default=None, repr=lambda v: "None" if v is None else "***"
+    )
+
+
+@attrs.frozen(slots=True)
 class Config:
     """Everything `build` needs."""
 
@@ -108,6 +128,11 @@ class Config:
     cron: tuple[CronEntry, ...] = ()
     #: Run each job at enqueue, in the caller's thread (tests; see `conveyor.shell.inline`).
     inline: bool = False
+    #: Fair shares, caps and rates per queue (`[limits.<queue>]`), as (queue, limits)
+    #: pairs; see `conveyor.core.limits`.
+    limits: tuple[tuple[str, QueueLimits], ...] = ()
+    #: `conveyor dashboard`'s host, port, read-only mode and basic-auth credentials.
+    dashboard: DashboardConfig = DashboardConfig()
 
 
 ENV = {
@@ -154,6 +179,8 @@ _Missed = NewType("_Missed", str)
 _Retries = NewType("_Retries", int)
 _Args = NewType("_Args", dict[str, Any])
 _Timeouts = NewType("_Timeouts", tuple[tuple[str, int], ...])
+_Port = NewType("_Port", int)
+_Credentials = NewType("_Credentials", str)
 
 _KEEP = RetentionPolicy()
 
@@ -227,6 +254,47 @@ class _Cron:
 
 
 _CronTables = NewType("_CronTables", tuple[_Cron, ...])
+_Seconds = NewType("_Seconds", float)
+_Weights = NewType("_Weights", dict[str, float])
+
+
+@attrs.frozen
+class _Cap:
+    max_running: _Positive
+    job_type: _Name | None = None
+    per_partition: _Flag = _Flag(False)
+
+
+@attrs.frozen
+class _Rate:
+    starts: _Positive
+    per_seconds: _Seconds
+    job_type: _Name | None = None
+    per_partition: _Flag = _Flag(False)
+
+
+_CapTables = NewType("_CapTables", tuple[_Cap, ...])
+_RateTables = NewType("_RateTables", tuple[_Rate, ...])
+
+
+@attrs.frozen
+class _QueueLimits:
+    fair: _Flag = _Flag(False)
+    weights: _Weights = attrs.field(factory=lambda: _Weights({}))
+    max_running: _Positive | None = None
+    caps: _CapTables = _CapTables(())
+    rates: _RateTables = _RateTables(())
+
+
+_LimitTables = NewType("_LimitTables", dict[str, _QueueLimits])
+
+
+@attrs.frozen
+class _Dashboard:
+    host: str = "127.0.0.1"
+    port: _Port = _Port(8000)
+    read_only: _Flag = _Flag(False)
+    basic_auth: _Credentials | None = None
 
 
 @attrs.frozen
@@ -249,6 +317,8 @@ class _File:
     auto_migrate: _Flag | None = None
     cron: _CronTables = _CronTables(())
     inline: _Flag = _Flag(False)
+    limits: _LimitTables = attrs.field(factory=lambda: _LimitTables({}))
+    dashboard: _Dashboard = _Dashboard()
 
 
 def _integer(minimum: int) -> Callable[[Any, Any], int]:
@@ -280,6 +350,23 @@ def _integer_up_to(maximum: int) -> Callable[[Any, Any], int]:
         return number
 
     return structure
+
+
+def _port(value: Any, kind: Any) -> int:
+    number = _integer(1)(value, kind)
+    if number > 65535:
+        raise _Bad(f"must be from 1 to 65535, got {number}")
+    return number
+
+
+def _credentials(value: Any, _: Any) -> str:
+    # The password is not repeated in the message: it may be a real one mistyped.
+    if not isinstance(value, str):
+        raise _Bad('must be a string "USER:PASSWORD"')
+    user, colon, password = value.partition(":")
+    if not colon or not user or not password:
+        raise _Bad('must be "USER:PASSWORD", both parts non-empty')
+    return value
 
 
 def _flag(value: Any, _: Any) -> bool:
@@ -408,6 +495,60 @@ def _cron_tables(value: Any, _: Any) -> tuple[_Cron, ...]:
     return entries
 
 
+def _seconds(value: Any, _: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+        raise _Bad(f"must be a number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _weights(value: Any, _: Any) -> dict[str, float]:
+    if not isinstance(value, Mapping):
+        raise _Bad(f"must be a table of partition = weight, got {type(value).__name__}")
+    for key, weight in value.items():
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < 1e9:
+            raise _Bad(f"{key}: must be a number > 0, got {weight!r}")
+    return {str(key): float(weight) for key, weight in value.items()}
+
+
+def _tables(cls: type[_T], what: str) -> Callable[[Any, Any], tuple[_T, ...]]:
+    def structure(value: Any, _: Any) -> tuple[_T, ...]:
+        if not isinstance(value, list | tuple):
+            raise _Bad(f"must be a list of tables ([[{what}]] entries)")
+        entries: tuple[_T, ...] = _converter.structure(value, tuple[cls, ...])  # type: ignore[valid-type]
+        return entries
+
+    return structure
+
+
+def _limit_tables(value: Any, _: Any) -> dict[str, _QueueLimits]:
+    """`[limits.<queue>]` tables: each queue's problems are named under its key."""
+    if not isinstance(value, Mapping):
+        raise _Bad(f"must be a table of queue = limits, got {type(value).__name__}")
+    found: dict[str, _QueueLimits] = {}
+    problems: list[Exception] = []
+    for queue, table in value.items():
+        try:
+            found[_name(queue, None)] = _converter.structure(table, _QueueLimits)
+        except (ClassValidationError, _Bad) as exc:
+            exc.__notes__ = [AttributeValidationNote(str(queue), str(queue), _QueueLimits)]
+            problems.append(exc)
+    if problems:
+        raise ClassValidationError("invalid limits", problems, _QueueLimits)
+    return found
+
+
+def _queue_limits(table: _QueueLimits) -> QueueLimits:
+    caps = [Cap(c.max_running, c.job_type, c.per_partition) for c in table.caps]
+    rates = [Rate(r.starts, r.per_seconds, r.job_type, r.per_partition) for r in table.rates]
+    return QueueLimits(
+        fair=table.fair,
+        weights=table.weights,
+        max_running=table.max_running,
+        caps=caps,
+        rates=rates,
+    )
+
+
 _T = TypeVar("_T")
 
 
@@ -448,6 +589,11 @@ for _type, _hook in (
     (_Args, _args),
     (_CronTables, _cron_tables),
     (_Timeouts, _timeouts),
+    (_Seconds, _seconds),
+    (_Weights, _weights),
+    (_LimitTables, _limit_tables),
+    (_Port, _port),
+    (_Credentials, _credentials),
     (_Queues, _list_of(_Name, "must be a non-empty list of queue names", empty=False)),
     (
         _Handlers,
@@ -455,8 +601,13 @@ for _type, _hook in (
     ),
 ):
     _converter.register_structure_hook(_type, _hook)
-for _cls in (_Retry, _Workers, _Redis, _Requeue, _Retention, _Tenancy, _Cron, _File):
+for _cls in (_Retry, _Workers, _Redis, _Requeue, _Retention, _Tenancy, _Cron, _Dashboard, _File):
     _converter.register_structure_hook(_cls, _table_of(_cls))
+# Each table's field hooks are looked up when its hook is made: lists first.
+_converter.register_structure_hook(_CapTables, _tables(_Cap, "limits.<queue>.caps"))
+_converter.register_structure_hook(_RateTables, _tables(_Rate, "limits.<queue>.rates"))
+for _limit_cls in (_Cap, _Rate, _QueueLimits):
+    _converter.register_structure_hook(_limit_cls, _table_of(_limit_cls))
 
 
 def _problems(exc: BaseException, path: str) -> Iterator[FieldError]:
@@ -499,6 +650,8 @@ def _across(raw: Mapping[str, Any]) -> Iterator[FieldError]:
         yield FieldError(
             "tenancy.url", "is required unless provider is 'db' (then the job database is used)"
         )
+    if raw.get("limits") and provider == "redis":
+        yield FieldError("limits", "are not supported on Redis yet (use provider 'db' or 'memory')")
     # Slot ids derive from the entry's name: two entries of one name would share slots.
     entries = raw.get("cron")
     seen: dict[object, int] = {}
@@ -564,6 +717,8 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
         auto_migrate=file.auto_migrate,
         cron=tuple(check_entry(CronEntry(**attrs.asdict(entry)))[0] for entry in file.cron),
         inline=file.inline,
+        limits=tuple((queue, _queue_limits(table)) for queue, table in file.limits.items()),
+        dashboard=DashboardConfig(**attrs.asdict(file.dashboard)),
     )
 
 

@@ -57,6 +57,11 @@ class Heartbeat:
                 )
                 self._thread.start()
 
+    def running(self) -> tuple[str, ...]:
+        """The ids of the jobs held and started (a prefetched claim waits its turn)."""
+        with self._lock:
+            return tuple(str(i) for i, (claim, _) in self._held.items() if claim.started)
+
     def swap(self, old: Claim, new: Claim) -> None:
         """`old` became `new` (a prefetched claim was started under a new token)."""
         with self._lock:

@@ -27,14 +27,25 @@ from returns.result import Failure, Success
 
 from ..core import MAX_ATTEMPTS_KEPT, Attempt, ErrorInfo, FieldError, Job, JobStatus, thaw
 from .codec import decode
-from .ports import CancellingJobQueue, JobQueue, JobStore, Place, QueuedJob, is_prefetched
+from .ports import (
+    CancellingJobQueue,
+    HistoryFilter,
+    JobQueue,
+    JobStore,
+    Place,
+    QueuedJob,
+    is_prefetched,
+)
 
 #: Names `--state` accepts: the `JobStatus` values, and `dead` for `failed`.
 STATE_NAMES: dict[str, JobStatus] = {s.value: s for s in JobStatus} | {"dead": JobStatus.FAILED}
 
-#: How many of the newest records a filtered listing of finished jobs looks through:
-#: the store indexes records by status and tenant, not by queue or job type.
-HISTORY_SCAN = 10_000
+#: Extra records a listing not filtered by state reads, for the revived records it
+#: skips (their queued selves are listed instead).
+_REVIVED_SLACK = 50
+
+#: The most queued jobs a listing reads per round trip.
+_SCAN_BATCH = 500
 
 _PLACE_OF: dict[JobStatus, Place] = {
     JobStatus.RUNNING: Place.IN_FLIGHT,
@@ -265,8 +276,7 @@ def list_jobs(
 ) -> list[JobView]:
     """Up to `limit` jobs matching every filter given: queued work first (running,
     pending, then parked, as `JobQueue.scan` orders it), then finished records,
-    newest first. Finished records filtered by queue or job type are looked for
-    among the newest `HISTORY_SCAN` records (of `tenant_id`, when given)."""
+    newest first, read from the store already filtered (`JobStore.find_history`)."""
     if limit <= 0:
         return []
     out: list[JobView] = []
@@ -281,7 +291,10 @@ def list_jobs(
             return False
         return job_type is None or (view.job is not None and view.job.job_type == job_type)
 
-    for view in _queued_views(queue, queue_name, state, lease):
+    # Queue and state are filtered by the scan itself, type and tenant only here: with
+    # neither, the first `limit` jobs read are the ones listed.
+    batch = limit + 1 if job_type is None and tenant_id is None else _SCAN_BATCH
+    for view in _queued_views(queue, queue_name, state, lease, batch):
         if wanted(view):
             seen.add(view.job_id)
             out.append(view)
@@ -289,9 +302,9 @@ def list_jobs(
                 return out
     if state is not None and not state.is_terminal:
         return out
-    unfiltered = queue_name is None and job_type is None and state is not None
-    scan = limit if unfiltered else HISTORY_SCAN
-    records = store.list_history(status=state, tenant_id=tenant_id, limit=scan)
+    where = HistoryFilter(state, queue_name, job_type, tenant_id)
+    slack = 0 if state is not None else _REVIVED_SLACK
+    records = store.find_history(where, limit=limit + slack)
     for record in records:
         view = view_of_record(record)
         # A record that is not final belongs to a revived job: its queued self is listed.
@@ -304,12 +317,17 @@ def list_jobs(
 
 
 def _queued_views(
-    queue: JobQueue, queue_name: str | None, state: JobStatus | None, lease: timedelta
+    queue: JobQueue,
+    queue_name: str | None,
+    state: JobStatus | None,
+    lease: timedelta,
+    batch: int,
 ) -> Iterator[JobView]:
     if state is not None and state.is_terminal:
         return
     place = None if state is None else _PLACE_OF[state]
-    for entry in queue.scan(queue_name, place):
+    # Read no more than a short listing needs: each job read is decoded.
+    for entry in queue.scan(queue_name, place, batch=min(_SCAN_BATCH, batch)):
         yield view_of_entry(entry, lease)
 
 

@@ -57,6 +57,10 @@ class WorkerPool:
             thread.start()
             self._threads.append(thread)
 
+    def running(self) -> tuple[str, ...]:
+        """The ids of the jobs the pool's workers are running now."""
+        return tuple(job for worker in self.workers for job in worker.running())
+
     def stop(self, grace_s: float = 30.0) -> bool:
         """Stop every worker; True if all finished within `grace_s`."""
         for worker in self.workers:

@@ -21,6 +21,7 @@ from uuid import UUID
 import attrs
 
 from ..core import PRIORITY_ORDER, Job, JobStatus, Priority, PruneOrder
+from ..core.limits import QueueLimits
 
 
 @attrs.frozen(slots=True)
@@ -105,6 +106,32 @@ class QueueCounts:
     by_priority: Mapping[Priority, PriorityCounts] = attrs.field(
         factory=dict, converter=_priority_map, hash=False
     )
+
+
+#: How many index entries Redis examines at most for a history filter no one index
+#: answers (a tenant with a queue or type, or a queue with a type).
+HISTORY_FILTER_SCAN = 10_000
+
+
+@attrs.frozen(slots=True)
+class HistoryFilter:
+    """Which records a history listing or count keeps: those matching every field
+    given (None: any)."""
+
+    status: JobStatus | None = None
+    queue: str | None = None
+    job_type: str | None = None
+    tenant_id: str | None = None
+
+
+@attrs.frozen(slots=True)
+class FinishedPerMinute:
+    """Completed and failed (dead-lettered) records per minute of their `finished_at`,
+    one count per minute from `start` on, oldest first."""
+
+    start: datetime
+    completed: tuple[int, ...]
+    failed: tuple[int, ...]
 
 
 class Place(enum.Enum):
@@ -249,6 +276,22 @@ class JobStore(Protocol):
     def count_dead(self, *, tenant_id: str | None = None) -> Mapping[str, int]:
         """Dead letters per queue name."""
 
+    def find_history(
+        self, where: HistoryFilter, *, offset: int = 0, limit: int = 100
+    ) -> Sequence[Job]:
+        """Up to `limit` records matching `where`, newest first, skipping the first
+        `offset`: read through the store's indexes, not filtered after reading. Redis
+        keeps one index per status and queue, type or tenant: two or more of those
+        filters together are matched among the newest `HISTORY_FILTER_SCAN` entries
+        of the smallest index that applies."""
+
+    def count_history(self, where: HistoryFilter) -> int:
+        """How many records match `where` (bounded on Redis as `find_history` is)."""
+
+    def finished_per_minute(self, start: datetime, minutes: int) -> FinishedPerMinute:
+        """Completed and failed records per minute of `finished_at`, for the `minutes`
+        whole minutes from `start` (which is cut to its minute)."""
+
     def purge_dead(self, job_id: UUID | None = None) -> int:
         """Delete one dead letter, or all of them. Returns how many went."""
 
@@ -320,6 +363,33 @@ class BatchingJobQueue(FinishingJobQueue, Protocol):
     def start_claim(self, claim: Claim, now: datetime) -> Claim | None:
         """Mark a prefetched claim started: swap its token for a plain one and renew its
         lease to `now`, fenced by the old token. The started claim, or None if lost."""
+
+
+@attrs.frozen(slots=True)
+class LimitedClaims:
+    """What one claim of a limited queue took (`claims`, prefetched tokens, in claim
+    order) and, when ready jobs were held back only by rate limits, the instant the
+    first of them may start (`wait_until`; None otherwise)."""
+
+    claims: Sequence[Claim | BadClaim]
+    wait_until: datetime | None = None
+    #: True when caps or rates held back some ready job: waiting for new work would
+    #: wake at once, so a worker that took nothing sleeps instead.
+    held_back: bool = False
+
+
+@runtime_checkable
+class LimitedJobQueue(BatchingJobQueue, Protocol):
+    """A queue that claims under a queue's fair shares, caps and rates (see
+    `conveyor.core.limits`), atomically across every worker that shares it."""
+
+    def dequeue_limited(
+        self, queue: str, now: datetime, want: int, limits: QueueLimits
+    ) -> LimitedClaims:
+        """`dequeue_many` of up to `want` jobs, chosen by `core.limits.plan_claim` from
+        the queue's ready jobs, running counts and stored limit state, all in one
+        atomic step serialised with the other claimers of `queue`; the state the plan
+        says is stored in the same step."""
 
 
 @runtime_checkable

@@ -19,6 +19,9 @@ import sqlalchemy as sa
 
 from .adapters.sql_schema import SCHEMA
 
+#: At most this many running jobs' ids go in one heartbeat, to keep it small.
+MAX_BEAT_JOBS = 100
+
 
 @attrs.frozen(slots=True)
 class WorkerInfo:
@@ -29,6 +32,8 @@ class WorkerInfo:
     pid: int
     queues: tuple[str, ...]
     last_seen: datetime
+    #: The ids of the jobs the process was running at that heartbeat.
+    jobs: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(
@@ -38,6 +43,7 @@ class WorkerInfo:
                 "pid": self.pid,
                 "queues": list(self.queues),
                 "last_seen": self.last_seen.isoformat(),
+                "jobs": list(self.jobs),
             }
         )
 
@@ -51,6 +57,8 @@ class WorkerInfo:
                 int(d["pid"]),
                 tuple(str(q) for q in d["queues"]),
                 datetime.fromisoformat(d["last_seen"]).astimezone(UTC),
+                # A heartbeat from a version that did not send its jobs has none.
+                tuple(str(j) for j in d.get("jobs", ())),
             )
         except (ValueError, KeyError, TypeError):
             return None

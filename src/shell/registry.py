@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from datetime import timedelta
 from traceback import format_exception
@@ -233,16 +232,24 @@ class Caught:
 _catching: ContextVar[Caught | None] = ContextVar("conveyor_catching", default=None)
 
 
-@contextmanager
-def catching() -> Iterator[Caught]:
+class _Catching:
+    # A plain context manager, not `@contextmanager`: it is entered once per job, and a
+    # generator-based one costs several calls more each time.
+    __slots__ = ("_token",)
+
+    def __enter__(self) -> Caught:
+        found = Caught()
+        self._token = _catching.set(found)
+        return found
+
+    def __exit__(self, *exc: object) -> None:
+        _catching.reset(self._token)
+
+
+def catching() -> _Catching:
     """Collect the exception behind a failure produced inside the block: a handler's
     raise, a returned `Failure(exc)`, or whatever a caller notes with `caught`."""
-    found = Caught()
-    token = _catching.set(found)
-    try:
-        yield found
-    finally:
-        _catching.reset(token)
+    return _Catching()
 
 
 def caught(exc: BaseException) -> None:
@@ -255,6 +262,8 @@ def caught(exc: BaseException) -> None:
 
 def outcome_of(returned: Any) -> Outcome:
     """Interpret what a handler returned."""
+    if returned is None:  # the common case, without the two class checks below
+        return Succeeded(None)
     match returned:
         case Success():
             return Succeeded(returned.unwrap())

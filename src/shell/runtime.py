@@ -41,6 +41,7 @@ from ..core import (
     prune_order,
 )
 from ..core.errors import FieldError
+from ..core.limits import QueueLimits
 from ..core.validation import parse_job_id
 from . import outage
 from .async_enqueue import THREAD, AsyncWriters
@@ -54,8 +55,8 @@ from .inline import InlineRunner
 from .lease_keeper import check_clock
 from .lookup import JobView, find_job, list_jobs, parse_state
 from .pool import WorkerPool
-from .ports import Clock, JobQueue, JobStore, SystemClock, is_transactional
-from .presence import MemoryPresence, Presence, WorkerInfo
+from .ports import Clock, JobQueue, JobStore, QueueCounts, SystemClock, is_transactional
+from .presence import MAX_BEAT_JOBS, MemoryPresence, Presence, WorkerInfo
 from .redact import backend_url
 from .registry import Registry
 from .retention import Pruner, prune_all
@@ -207,13 +208,13 @@ def _once(options: Mapping[str, Any]) -> bool:
 #: The keyword options every enqueue method takes (`Runtime.enqueue` documents them).
 ENQUEUE_OPTIONS = frozenset(
     {"queue", "priority", "max_retries", "run_at", "delay", "tenant_id", "timeout"}
-    | {"id", "unique_key", "unique_for", "unique_states"}
+    | {"id", "unique_key", "unique_for", "unique_states", "partition"}
 )
 
 
 #: The options `aenqueue` writes through the asyncio driver: they shape the job only.
 _PLAIN_OPTIONS = frozenset(
-    {"queue", "priority", "max_retries", "run_at", "delay", "tenant_id", "timeout"}
+    {"queue", "priority", "max_retries", "run_at", "delay", "tenant_id", "timeout", "partition"}
 )
 
 
@@ -266,6 +267,9 @@ class Runtime:
         self.cron = Cron(self, config.cron)
         #: How `aenqueue` writes: `async_writers.driver` names the path (docs/asyncio.md).
         self.async_writers = AsyncWriters(config, queue)
+        #: Each queue's fair shares, caps and rates (`[limits.<queue>]`, or `build`'s
+        #: `limits`); its workers claim under them (docs/limits.md).
+        self.limits: dict[str, QueueLimits] = dict(config.limits)
 
     # ---- enqueue ----------------------------------------------------------
 
@@ -285,6 +289,7 @@ class Runtime:
         unique_key: str | None = None,
         unique_for: timedelta | float | None = None,
         unique_states: Sequence[JobStatus | str] | None = None,
+        partition: str | None = None,
     ) -> Job:
         """Validate and enqueue a job; raises `ValidationError` naming bad fields.
         `delay` may be a timedelta or seconds. `timeout` (a timedelta or seconds)
@@ -299,7 +304,11 @@ class Runtime:
         enqueue with the same key returns the holder instead of writing a second job.
         Either check is atomic with the write on every backend (docs/unique.md). The
         job returned is the one stored; for a job already there, the `enqueued` hook
-        is not called (a tracing `send` span is still recorded)."""
+        is not called (a tracing `send` span is still recorded).
+
+        `partition` (a one-line string, at most 200 characters) is the job's partition
+        for its queue's fair shares, caps and rates; by default its `tenant_id`, else
+        the default partition (docs/limits.md)."""
         options = dict(
             queue=queue,
             priority=priority,
@@ -312,6 +321,7 @@ class Runtime:
             unique_key=unique_key,
             unique_for=unique_for,
             unique_states=unique_states,
+            partition=partition,
         )
         job = self._new_job(job_type, args, options)
         self._warn_if_unpolled(job.queue)
@@ -476,6 +486,9 @@ class Runtime:
         if reason is not None:
             self._warned_types.add(job_type)
             log.warning("%s", reason)
+        elif self.registry.registration(job_type) is not None:
+            # Registered here, so never misspelt: the next enqueue need not ask again.
+            self._warned_types.add(job_type)
 
     def _warn_if_unpolled(self, queue: str) -> None:
         if self.inline or queue in self.config.workers.queues or queue in self._warned:
@@ -497,6 +510,8 @@ class Runtime:
         calling thread (`worker.drain()`); `start` runs pools of them instead. `options`
         are `Worker` keyword arguments that replace this runtime's."""
         merged = {**self._worker_options(), **options}
+        if queue_name in self.limits:
+            merged.setdefault("limits", self.limits[queue_name])
         return Worker(self.queue, self.store, self.registry, queue_name=queue_name, **merged)
 
     def _run_inline(self, jobs: Sequence[Job]) -> None:
@@ -543,6 +558,7 @@ class Runtime:
                 self.registry,
                 worker_count=self.config.workers.count,
                 queue_name=name,
+                limits=self.limits.get(name),
                 **self._worker_options(),
             )
             pool.start()
@@ -564,6 +580,7 @@ class Runtime:
             os.getpid(),
             tuple(p.queue_name for p in self.pools),
             self.clock.now(),
+            tuple(job for p in self.pools for job in p.running())[:MAX_BEAT_JOBS],
         )
 
     def _beat(self) -> None:
@@ -638,7 +655,13 @@ class Runtime:
         when given), the oldest ready job's age, and the live workers polling it; queues
         that receive work but no configured pool polls are flagged. Reads only."""
         now = self.clock.now()
-        counts = self.queue.counts(now)
+        return self.status_of(self.queue.counts(now), now, tenant_id=tenant_id)
+
+    def status_of(
+        self, counts: Mapping[str, QueueCounts], now: datetime, *, tenant_id: str | None = None
+    ) -> Status:
+        """`status` from queue counts already read at `now` (`queue.counts(now)`), for a
+        caller that shows them too and need not count the queues twice."""
         dead = self.store.count_dead(tenant_id=tenant_id)
         live = tuple(self.presence.live(now, PRESENCE_TTL))
         names = sorted(set(counts) | set(dead) | set(self.config.workers.queues))
@@ -820,6 +843,7 @@ def build(
     hooks: Hooks | None = None,
     startup_timeout_s: float | None = None,
     inline: bool | None = None,
+    limits: Mapping[str, QueueLimits] | None = None,
 ) -> Runtime:
     """Build a `Runtime` from a config mapping, a TOML file, or the nearest config file.
     `hooks` may be given here or registered later on `runtime.hooks`.
@@ -835,8 +859,15 @@ def build(
 
     It runs no DDL unless `auto_migrate` says so (by default only on SQLite): on a SQL
     database whose schema is missing or from another version it raises
-    `SchemaNotCurrent`, whose one line says to run `conveyor migrate`."""
+    `SchemaNotCurrent`, whose one line says to run `conveyor migrate`.
+
+    `limits` (queue name -> `conveyor.core.limits.QueueLimits`) add to or replace the
+    config's `[limits.<queue>]` tables (docs/limits.md)."""
     cfg = load_config(config, env=env)
+    if limits:
+        cfg = attrs.evolve(cfg, limits=tuple({**dict(cfg.limits), **limits}.items()))
+        if cfg.provider == "redis":
+            raise ValidationError.of("limits", "are not supported on Redis yet")
     registry = registry or Registry()
     for job_type, handler in (handlers or {}).items():
         registry.register(job_type, handler)

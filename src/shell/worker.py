@@ -45,6 +45,7 @@ from ..core import (
     timeout_error,
 )
 from ..core.frozen import thaw
+from ..core.limits import QueueLimits
 from ..core.prefetch import PrefetchPolicy, batch_size, observe, should_hand_back
 from . import outage
 from .async_jobs import DEFAULT_CONCURRENCY, AsyncJobs, Finished, awaitable_of
@@ -54,6 +55,7 @@ from .executor import Executor
 from .heartbeat import Heartbeat
 from .hooks import Hooks
 from .lease_keeper import ClockSkewError, LeaseKeeper, check_clock
+from .limits import REDIS_REFUSAL
 from .logs import log_dead_letter, log_failed_attempt
 from .placeholder import undecodable_dead_letter
 from .ports import (
@@ -64,6 +66,7 @@ from .ports import (
     Jitter,
     JobQueue,
     JobStore,
+    LimitedJobQueue,
     SystemClock,
 )
 from .registry import Registry, catching, caught, run_handler
@@ -75,6 +78,13 @@ if TYPE_CHECKING:
     from .tracing import JobTracer
 
 log = logging.getLogger("conveyor.worker")
+
+
+def limits_refusal(queue: object) -> str:
+    """The one line refusing limits on a backend that cannot claim under them."""
+    if type(queue).__name__.startswith("Redis"):
+        return REDIS_REFUSAL
+    return f"limits are not supported by {type(queue).__name__}"
 
 
 def _prefetch_policy(prefetch: int | str | PrefetchPolicy) -> PrefetchPolicy:
@@ -153,6 +163,7 @@ class Worker:
         pruner: Pruner | None = None,
         tracer: JobTracer | None = None,
         async_concurrency: int = DEFAULT_CONCURRENCY,
+        limits: QueueLimits | None = None,
     ) -> None:
         """`promote_interval_ms` is accepted for old configurations and unused: claims
         promote due jobs themselves. `clock_check=False` skips the comparison with the
@@ -163,7 +174,9 @@ class Worker:
         `async_concurrency` is how many `async def` handlers run at once on the event
         loop (see `conveyor.shell.async_jobs`). `prefetch` is how many jobs one claim
         takes: a number, `"auto"` (batches sized to the jobs' running time, see
-        `conveyor.core.prefetch`) or a `PrefetchPolicy`."""
+        `conveyor.core.prefetch`) or a `PrefetchPolicy`. `limits` are the queue's fair
+        shares, caps and rates (see `conveyor.core.limits`): its claims then go through
+        `LimitedJobQueue.dequeue_limited`, and a backend without it is refused here."""
         self.tracer = tracer
         self.hooks = hooks if hooks is not None else Hooks()
         self.pruner = pruner
@@ -199,6 +212,8 @@ class Worker:
         self._heartbeat = Heartbeat(queue, self.clock, self.heartbeat_s)
         #: Claims started under a new token in the batch being processed (old token -> new).
         self._started: dict[str, Claim] = {}
+        #: Claims a queue handed over with its wake-up (`_wait`), run by the next round.
+        self._woken: list[Claim | BadClaim] = []
         #: Failed attempts decided but not yet written, by job id: the error and the
         #: exception behind it, reported once the decision is carried out.
         self._failures: dict[uuid.UUID, tuple[ErrorInfo, BaseException | None]] = {}
@@ -211,12 +226,23 @@ class Worker:
         self._async = AsyncJobs(async_concurrency)
         #: Attempts with a timeout run here, in threads of their own.
         self.overruns = DeadlineRunner()
+        if limits is not None and not isinstance(queue, LimitedJobQueue):
+            raise ValueError(limits_refusal(queue))
+        self.limits = limits
+        #: Set when the last limited claim took nothing while caps or rates held ready
+        #: jobs back: the worker then sleeps (until `_throttled_until` at most).
+        self._held_back = False
+        self._throttled_until: datetime | None = None
 
     # ---- the loop ---------------------------------------------------------
 
     @property
     def stats(self) -> WorkerStats:
         return WorkerStats(**self._counts)
+
+    def running(self) -> tuple[str, ...]:
+        """The ids of the jobs this worker is running now (its started claims)."""
+        return self._heartbeat.running()
 
     def stop(self) -> None:
         """Finish the current job, hand back prefetched ones, then return from `run()`."""
@@ -283,10 +309,15 @@ class Worker:
                 idle = min(timeout, ASYNC_POLL_S) if self._async.free else timeout
                 self._conclude(self._async.wait(idle))
                 continue
+            if self._held_back:
+                # Ready jobs wait for a cap slot or a rate token: a wake-up would come
+                # at once, so sleep to the next token (or one poll interval).
+                self._stop.wait(timeout)
+                continue
             if wait is not None:
                 began = time.monotonic()
                 try:
-                    if wait(self.queue_name, timeout) or time.monotonic() - began > timeout / 2:
+                    if self._wait(wait, timeout) or time.monotonic() - began > timeout / 2:
                         continue  # woken, or waited out the interval on the signal
                 except Exception as exc:
                     if not server.failed(exc):
@@ -294,15 +325,33 @@ class Worker:
             # No wake-up signal here: poll fast for a moment after work, then ease off.
             recent = time.monotonic() - last_work < FAST_POLL_WINDOW_S
             self._stop.wait(min(FAST_POLL_S, timeout) if recent else timeout)
+        # Claims handed over by a wake-up just as the worker stopped go back unstarted.
+        woken, self._woken = self._woken, []
+        self._hand_back(woken)
         # Stopping: async jobs still running are awaited and written, as a stopping
         # worker finishes its sync job.
         while self._async.running:
             self._conclude(self._async.wait(self.heartbeat_s))
 
+    def _wait(self, wait: Any, timeout: float) -> bool:
+        """Block until work may be ready (True) or `timeout` passes. A queue that claims
+        in the wake-up's own round trip (`wait_and_dequeue`) hands its claims over here;
+        the next `run_once` runs them, so an idle worker picks a job up in one round trip."""
+        claim_on_wake = getattr(self.queue, "wait_and_dequeue", None)
+        if claim_on_wake is None or self.limits is not None:  # limited claims go one way
+            return bool(wait(self.queue_name, timeout))
+        size = batch_size(self.prefetch_policy, self.mean_job_ms)
+        want = size if isinstance(self.queue, BatchingJobQueue) else 1
+        self._woken = list(claim_on_wake(self.queue_name, self.clock.now(), want, timeout))
+        return True
+
     def _idle_timeout_s(self) -> float:
         """How long an idle worker may wait: the poll interval, or less when a parked job
         of this queue comes due sooner (so retries and delays start on time)."""
         timeout = self.poll_interval_ms / 1000
+        if self._throttled_until is not None:
+            left = (self._throttled_until - self.clock.now()).total_seconds()
+            timeout = min(timeout, max(0.0, left))
         try:
             due = self.queue.next_due(self.queue_name)
         except Exception:
@@ -336,11 +385,20 @@ class Worker:
         now = self.clock.now()
         self.maintain(now)
         self._conclude(self._async.finished())
-        if not self._async.free:
+        woken, self._woken = self._woken, []
+        if not woken and not self._async.free:
             return 0
         size = batch_size(self.prefetch_policy, self.mean_job_ms)
         want = size if limit is None else max(1, min(size, limit))
-        if want > 1 and isinstance(self.queue, BatchingJobQueue):
+        if woken:
+            claims = woken
+        elif self.limits is not None:
+            assert isinstance(self.queue, LimitedJobQueue)  # checked at construction
+            got = self.queue.dequeue_limited(self.queue_name, now, want, self.limits)
+            claims = list(got.claims)
+            self._held_back = got.held_back and not claims
+            self._throttled_until = got.wait_until if self._held_back else None
+        elif want > 1 and isinstance(self.queue, BatchingJobQueue):
             claims = list(self.queue.dequeue_many(self.queue_name, now, want))
         else:
             claim = self.queue.dequeue(self.queue_name, now)

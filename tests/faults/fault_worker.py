@@ -132,6 +132,8 @@ class FaultQueue:
 
     def __init__(self, inner: Any, ledger: Ledger, failpoint: Failpoint) -> None:
         self._inner, self._ledger, self._fp = inner, ledger, failpoint
+        if hasattr(inner, "wait_and_dequeue"):  # a claim taken with the wake-up, recorded
+            self.wait_and_dequeue = self._wait_and_dequeue
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -150,6 +152,14 @@ class FaultQueue:
 
     def dequeue_many(self, queue: str, now: datetime, limit: int) -> Any:
         claims = self._inner.dequeue_many(queue, now, limit)
+        for claim in claims:
+            self._claimed(claim)
+        if claims:
+            self._fp.hit("after-claim")
+        return claims
+
+    def _wait_and_dequeue(self, queue: str, now: datetime, limit: int, timeout_s: float) -> Any:
+        claims = self._inner.wait_and_dequeue(queue, now, limit, timeout_s)
         for claim in claims:
             self._claimed(claim)
         if claims:

@@ -68,7 +68,8 @@ def make_backend(name: str) -> Backend:
         engine = make_engine(url)
         create_tables(engine)
         with engine.begin() as conn:
-            for table in (SCHEMA.job_queue, SCHEMA.job_store, SCHEMA.cancel_requests):
+            tables = (SCHEMA.job_queue, SCHEMA.job_store, SCHEMA.cancel_requests)
+            for table in (*tables, SCHEMA.limit_state):
                 conn.execute(table.delete())
         engines = [engine]
 

@@ -45,8 +45,12 @@ from conveyor.testing.clock import ManualClock
 from helpers import T0, make_job
 from returns.result import Failure
 from sweep_asyncio import ASYNCIO_CASES
+from sweep_bulk import BULK_CASES
 from sweep_cancel import CANCEL_CASES
 from sweep_cron import CRON_CASES
+from sweep_dashboard_store import DASHBOARD_STORE_CASES
+from sweep_hotpath import HOTPATH_CASES
+from sweep_limits import LIMIT_CASES
 from sweep_operations import OPERATION_CASES
 from sweep_timeouts import TIMEOUT_CASES
 from sweep_trust import TRUST_CASES
@@ -441,6 +445,10 @@ CASES: dict[str, Callable[[Backend], None]] = {
         *TIMEOUT_CASES,
         *CRON_CASES,
         *ASYNCIO_CASES,
+        *DASHBOARD_STORE_CASES,
+        *LIMIT_CASES,
+        *HOTPATH_CASES,
+        *BULK_CASES,
     )
 }
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+import attrs
 import conveyor
 import pytest
 import redis
@@ -726,3 +727,236 @@ def test_the_dashboard_command_without_its_extra_says_which_to_install(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert f"needs {missing}: pip install 'conveyor-jobs[dashboard]'" in lines[0]
+
+
+# ---- the store reads behind the pages ---------------------------------------------------
+
+
+def test_the_chart_counts_every_job_finished_in_the_hour_however_many(
+    rt: Runtime, client: TestClient, clock: ManualClock
+) -> None:
+    # More records than the chart once read (the newest 2,000), all in one minute.
+    job = rt.enqueue("ok", {})
+    rt.drain()
+    record = rt.store.get(job.id)
+    assert record is not None
+    for _ in range(2_100):
+        rt.store.record(attrs.evolve(record, id=uuid4()))
+    page = client.get("/").text
+    assert f"<title>{clock.now().strftime('%H:%M')}: 2101 completed</title>" in page
+    assert "2101 finished in the last hour" in page
+
+
+def test_dead_letters_filtered_by_type_are_counted_and_paged_by_the_store(
+    rt: Runtime, client: TestClient
+) -> None:
+    for _ in range(views.PAGE_SIZE + 2):
+        dead_letter(rt)
+    rt.enqueue("flaky", {}, max_retries=0)
+    rt.drain()
+    assert client.get("/dead?type=declined&page=2").status_code == 200
+    listed = views.dead_listing(rt, views.Filters(job_type="declined"), 2)
+    assert listed[1] == views.PAGE_SIZE + 2
+    assert len(listed[0].rows) == 2 and not listed[0].has_next
+    other = views.dead_listing(rt, views.Filters(job_type="flaky"), 1)
+    assert other[1] == 1 and other[0].rows[0].job_type == "flaky"
+
+
+# ---- workers' current jobs --------------------------------------------------------------
+
+
+def test_the_workers_page_shows_the_jobs_each_worker_is_running(
+    rt: Runtime, client: TestClient, clock: ManualClock
+) -> None:
+    job = rt.enqueue("ok", {})
+    assert rt.queue.dequeue("default", clock.now()) is not None
+    info = WorkerInfo("node-7:99:f00", "node-7", 99, ("default",), clock.now(), (str(job.id),))
+    rt.presence.beat(info)
+    page = client.get("/workers").text
+    workers = re.search(r'<table id="workers">.*?</table>', page, re.S)
+    assert workers is not None and f'href="/jobs/{job.id}"' in workers[0]
+    running = re.search(r'<table id="running">.*?</table>', page, re.S)
+    assert running is not None
+    row = next(r for r in running[0].split("<tr>") if str(job.id) in r)
+    assert "<code>node-7:99:f00</code>" in row
+
+
+def test_a_running_job_no_heartbeat_names_shows_no_worker(
+    rt: Runtime, client: TestClient, clock: ManualClock
+) -> None:
+    rt.presence.beat(WorkerInfo("node-7:99:f00", "node-7", 99, ("default",), clock.now()))
+    job = rt.enqueue("ok", {})
+    assert rt.queue.dequeue("default", clock.now()) is not None
+    page = client.get("/workers").text
+    running = re.search(r'<table id="running">.*?</table>', page, re.S)
+    assert running is not None
+    row = next(r for r in running[0].split("<tr>") if str(job.id) in r)
+    assert "node-7" not in row
+    assert "idle" in page
+
+
+def test_a_heartbeat_from_an_older_version_names_no_jobs() -> None:
+    text = (
+        '{"worker_id": "w:1:a", "host": "w", "pid": 1, "queues": ["default"],'
+        ' "last_seen": "2026-01-01T00:00:00+00:00"}'
+    )
+    info = WorkerInfo.from_json(text)
+    assert info is not None and info.jobs == ()
+
+
+def test_a_working_process_heartbeat_names_the_job_it_is_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    from conveyor.shell import runtime as runtime_module
+
+    monkeypatch.setattr(runtime_module, "PRESENCE_INTERVAL", timedelta(milliseconds=20))
+    began, release = threading.Event(), threading.Event()
+
+    def slow(args: dict[str, Any]) -> None:
+        began.set()
+        release.wait(10)
+
+    rt = conveyor.build({"provider": "memory", "workers": {"prefetch": 1}})
+    rt.registry.register("slow", slow)
+    job = rt.enqueue("slow", {})
+    rt.start()
+    try:
+        assert began.wait(10)
+        seen: tuple[str, ...] = ()
+        for _ in range(200):
+            seen = tuple(
+                j for w in rt.presence.live(rt.clock.now(), timedelta(minutes=1)) for j in w.jobs
+            )
+            if seen:
+                break
+            release.wait(0.02)
+        assert seen == (str(job.id),)
+    finally:
+        release.set()
+        rt.stop(5)
+
+
+# ---- [dashboard] in the config file -----------------------------------------------------
+
+
+def _served(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Runs `conveyor dashboard` up to the server start, capturing what it would serve."""
+    import uvicorn
+
+    served: dict[str, Any] = {}
+
+    def run(app: Any, *, host: str, port: int, **_: Any) -> None:
+        served.update(app=app, host=host, port=port)
+
+    monkeypatch.setattr(uvicorn, "run", run)
+    return served
+
+
+def _config_file(tmp_path: Path, table: str) -> str:
+    path = tmp_path / "conveyor.toml"
+    path.write_text(f'provider = "memory"\n\n[dashboard]\n{table}\n')
+    return str(path)
+
+
+def test_the_dashboard_takes_its_defaults_from_the_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conveyor.shell import cli
+
+    monkeypatch.delenv("CONVEYOR_DASHBOARD_BASIC_AUTH", raising=False)
+    served = _served(monkeypatch)
+    table = 'host = "0.0.0.0"\nport = 9090\nread_only = true\nbasic_auth = "ops:s3cret"'
+    assert cli.main(["--config", _config_file(tmp_path, table), "dashboard"]) == 0
+    assert (served["host"], served["port"]) == ("0.0.0.0", 9090)
+    client = TestClient(served["app"])
+    assert client.get("/").status_code == 401
+    assert client.get("/", auth=("ops", "s3cret")).status_code == 200
+    answer = client.post("/dead/purge", auth=("ops", "s3cret"), data={})
+    assert answer.status_code == 403  # read-only
+
+
+def test_the_dashboard_flags_and_environment_win_over_the_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conveyor.shell import cli
+
+    served = _served(monkeypatch)
+    config = _config_file(tmp_path, 'host = "0.0.0.0"\nport = 9090\nbasic_auth = "ops:file"')
+    monkeypatch.setenv("CONVEYOR_DASHBOARD_BASIC_AUTH", "ops:env")
+    assert cli.main(["--config", config, "dashboard", "--host", "127.0.0.1", "--port", "8181"]) == 0
+    assert (served["host"], served["port"]) == ("127.0.0.1", 8181)
+    client = TestClient(served["app"])
+    assert client.get("/", auth=("ops", "file")).status_code == 401
+    assert client.get("/", auth=("ops", "env")).status_code == 200
+    argv = ["--config", config, "dashboard", "--basic-auth", "ops:flag"]
+    assert cli.main(argv) == 0
+    assert TestClient(served["app"]).get("/", auth=("ops", "flag")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ('basic_auth = "no-colon"', "dashboard.basic_auth"),
+        ("port = 70000", "dashboard.port"),
+        ('read_only = "yes"', "dashboard.read_only"),
+        ('user = "ops"', "dashboard.user"),
+    ],
+)
+def test_a_bad_dashboard_table_is_refused_naming_the_key(
+    table: str, key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from conveyor.shell import cli
+
+    assert cli.main(["--config", _config_file(tmp_path, table), "dashboard"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"conveyor: invalid input: {key}") and err.count("\n") == 1
+    assert "no-colon" not in err
+
+
+def _finished(rt: Runtime, *, dead: bool = False) -> conveyor.Job:
+    """A finished record to copy (it finished now, at the test clock)."""
+    job = rt.enqueue("declined" if dead else "ok", {}, max_retries=0)
+    rt.drain()
+    record = rt.store.get(job.id)
+    assert record is not None
+    return record
+
+
+def _copy_at(rt: Runtime, record: conveyor.Job, when: Any) -> conveyor.Job:
+    copy = attrs.evolve(record, id=uuid4(), finished_at=when)
+    rt.store.record(copy)
+    return copy
+
+
+def test_the_chart_counts_settled_minutes_once_and_new_records_on_each_refresh(
+    rt: Runtime, clock: ManualClock
+) -> None:
+    chart = views.ThroughputCounts(rt)
+    done = _finished(rt)
+    old = clock.now() - timedelta(minutes=10)
+    _copy_at(rt, done, old)
+    assert sum(chart.read(clock.now()).completed) == 2
+    _copy_at(rt, done, old)  # late, in a settled minute: counted at the next recount
+    _copy_at(rt, done, clock.now())  # in the current minute: counted at once
+    assert sum(chart.read(clock.now()).completed) == 3
+    clock.advance(views.THROUGHPUT_REUSE + timedelta(seconds=1))
+    assert sum(chart.read(clock.now()).completed) == 4
+
+
+def test_an_action_on_the_dashboard_recounts_the_chart(
+    rt: Runtime, client: TestClient, clock: ManualClock
+) -> None:
+    dead = _copy_at(rt, _finished(rt, dead=True), clock.now() - timedelta(minutes=10))
+    assert "2 finished in the last hour" in client.get("/").text
+    assert post(client, "/dead/purge", job_id=str(dead.id)).status_code == 303
+    assert "1 finished in the last hour" in client.get("/").text
+
+
+def test_the_dashboard_password_from_the_config_file_is_masked_in_its_repr() -> None:
+    from conveyor.shell.config import parse_config
+
+    config = parse_config({"dashboard": {"basic_auth": "ops:s3cret"}})
+    assert config.dashboard.basic_auth == "ops:s3cret"
+    assert "s3cret" not in repr(config)

@@ -124,9 +124,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     runtime.drain()
     runtime.enqueue("succeed", {"later": True}, queue="mail", priority="high")
     # One job claimed and one worker heartbeat, for the workers page.
-    runtime.enqueue("succeed", {"slow": True}, priority="critical")
+    slow = runtime.enqueue("succeed", {"slow": True}, priority="critical")
     runtime.queue.dequeue("default", runtime.clock.now())
-    worker = WorkerInfo("web-1:4242:9f3a1c", "web-1", 4242, ("default",), runtime.clock.now())
+    worker = WorkerInfo(
+        "web-1:4242:9f3a1c", "web-1", 4242, ("default",), runtime.clock.now(), (str(slow.id),)
+    )
     runtime.presence.beat(worker)
     port = _free_port()
     command = [sys.executable, "-m", "conveyor.shell.cli", "--config", str(config)]
@@ -156,6 +158,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             "runtime": runtime,
             "poisoned": poisoned,
             "dead": plain_dead,
+            "running": slow,
         }
     finally:
         server.terminate()
@@ -245,3 +248,16 @@ def test_markup_in_args_and_errors_does_not_execute(served: dict[str, Any], page
     page.goto(f"{served['url']}/jobs/{job.id}?args=1")
     assert "<script>window.__xss = 'args'</script>" in page.locator("#args").inner_text()
     assert XSS_ERROR in page.locator("p.error .error-message").inner_text()
+
+
+def test_a_worker_links_to_the_job_it_is_running(served: dict[str, Any], page: Page) -> None:
+    runtime, running = served["runtime"], served["running"]
+    # Beat again: the fixture's heartbeat may have aged out while other tests ran.
+    worker = WorkerInfo(
+        "web-1:4242:9f3a1c", "web-1", 4242, ("default",), runtime.clock.now(), (str(running.id),)
+    )
+    runtime.presence.beat(worker)
+    page.goto(f"{served['url']}/workers")
+    page.locator("#workers td.jobs a").first.click()
+    page.wait_for_url(f"**/jobs/{served['running'].id}")
+    assert str(served["running"].id) in page.content()

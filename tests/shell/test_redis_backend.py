@@ -536,6 +536,7 @@ def test_every_key_is_documented_and_all_share_one_cluster_slot(
     claimed(queue)
     queue.enqueue(make_job())
     queue.enqueue_new(make_job(unique_key="nightly-report"))
+    queue.dequeue_many("jobs", T0, 1)  # a prefetched claim, in its call's held set
     store.record(finished(make_job(tenant_id="acme"), JobStatus.COMPLETED, 1))
     store.record(dead(make_job(tenant_id="acme")))
     keys = [k.decode() for k in client.keys("*")]

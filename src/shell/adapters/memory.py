@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -22,16 +21,22 @@ import attrs
 
 from ...core import PRIORITY_ORDER, Job, JobStatus, Priority, PruneOrder, promotion_key
 from ...core.job import UniqueLock
+from ...core.limits import QueueLimits, plan_claim
 from ...core.uniqueness import lock_holds
+from ..limits import LimitState, first_of_each_partition, running_counts
 from ..ports import (
     BadClaim,
     Claim,
+    FinishedPerMinute,
+    HistoryFilter,
+    LimitedClaims,
     Place,
     PriorityCounts,
     QueueCounts,
     QueuedJob,
     prefetch_token,
 )
+from ..tokens import fresh_token
 from ..unique import found_in_queue
 
 #: At most this many due jobs are promoted by one claim.
@@ -73,6 +78,8 @@ class MemoryJobQueue:
         self._cancel_requests: dict[UUID, datetime] = {}
         #: Unique key -> (the lock, its holder's id); a stale entry is taken over.
         self._unique: dict[str, tuple[UniqueLock, UUID]] = {}
+        #: Per queue: the buckets and passes of its limits (see `core.limits`).
+        self._limit_state: dict[str, LimitState] = {}
         if store is not None:
             store._queue = self  # so its prune spares the records of jobs still here
 
@@ -172,7 +179,7 @@ class MemoryJobQueue:
     def dequeue(self, queue: str, now: datetime) -> Claim | None:
         with self._lock:
             self._promote(now, queue, PROMOTE_PER_CLAIM)
-            return self._take(queue, now, uuid.uuid4().hex)
+            return self._take(queue, now, fresh_token())
 
     def _take(self, queue: str, now: datetime, token: str) -> Claim | None:
         """Claim the best ready job of `queue` under `token` (caller holds the lock)."""
@@ -241,18 +248,46 @@ class MemoryJobQueue:
         with self._lock:
             self._promote(now, queue, PROMOTE_PER_CLAIM)
             for _ in range(limit):
-                claim = self._take(queue, now, prefetch_token(uuid.uuid4().hex))
+                claim = self._take(queue, now, prefetch_token(fresh_token()))
                 if claim is None:
                     break
                 claims.append(claim)
         return claims
+
+    def dequeue_limited(
+        self, queue: str, now: datetime, want: int, limits: QueueLimits
+    ) -> LimitedClaims:
+        """Claim up to `want` jobs as `core.limits.plan_claim` chooses, under the lock."""
+        with self._lock:
+            self._promote(now, queue, PROMOTE_PER_CLAIM)
+            lanes = self._ready.get(queue, {})
+            ready = [entry for p in PRIORITY_ORDER for entry in lanes.get(p, ())]
+            held = (e.job for e in self._in_flight.values() if e.job.queue == queue)
+            state = self._limit_state.setdefault(queue, LimitState())
+            found = first_of_each_partition(ready, want)
+            candidates = [c for c, _ in found.values()]
+            plan = plan_claim(
+                limits, candidates, running_counts(held), *state.view(), _us(now), want
+            )
+            state.apply(plan)
+            claims: list[Claim | BadClaim] = []
+            for job_id in plan.take:
+                seq, job = found[job_id][1]
+                self._lanes(queue)[job.priority].remove((seq, job))
+                del self._ready_ids[job.id]
+                token = prefetch_token(fresh_token())
+                self._in_flight[job.id] = _InFlight(job, token, now)
+                claims.append(Claim(job=job, token=token, queue=queue, locked_at=now))
+        wait = plan.wait_until_us
+        until = None if wait is None else _EPOCH + timedelta(microseconds=wait)
+        return LimitedClaims(claims, until, plan.held_back > 0)
 
     def start_claim(self, claim: Claim, now: datetime) -> Claim | None:
         with self._lock:
             entry = self._held(claim)
             if entry is None:
                 return None
-            entry.token, entry.locked_at = uuid.uuid4().hex, now
+            entry.token, entry.locked_at = fresh_token(), now
             return attrs.evolve(claim, token=entry.token, locked_at=now)
 
     def finishes_with(self, store: object) -> bool:
@@ -501,6 +536,45 @@ class MemoryJobStore:
 
     def list_dead(self, *, tenant_id: str | None = None, limit: int = 100) -> Sequence[Job]:
         return self.list_history(status=JobStatus.FAILED, tenant_id=tenant_id, limit=limit)
+
+    def _matching(self, where: HistoryFilter) -> list[Job]:
+        with self._lock:
+            rows = sorted(self._jobs.values(), key=lambda e: e[0], reverse=True)
+        return [
+            job
+            for _, job in rows
+            if (where.status is None or job.status is where.status)
+            and (where.queue is None or job.queue == where.queue)
+            and (where.job_type is None or job.job_type == where.job_type)
+            and (where.tenant_id is None or job.tenant_id == where.tenant_id)
+        ]
+
+    def find_history(
+        self, where: HistoryFilter, *, offset: int = 0, limit: int = 100
+    ) -> Sequence[Job]:
+        """Records matching `where`, newest first, from the `offset`-th."""
+        return self._matching(where)[max(offset, 0) : max(offset, 0) + max(limit, 0)]
+
+    def count_history(self, where: HistoryFilter) -> int:
+        """How many records match `where`."""
+        return len(self._matching(where))
+
+    def finished_per_minute(self, start: datetime, minutes: int) -> FinishedPerMinute:
+        """Completed and failed records per minute of `finished_at` from `start`."""
+        start = start.replace(second=0, microsecond=0)
+        counts = {JobStatus.COMPLETED: [0] * minutes, JobStatus.FAILED: [0] * minutes}
+        with self._lock:
+            jobs = [job for _, job in self._jobs.values()]
+        for job in jobs:
+            bucket = counts.get(job.status)
+            if bucket is None or job.finished_at is None or job.finished_at < start:
+                continue
+            minute = int((job.finished_at - start).total_seconds() // 60)
+            if minute < minutes:
+                bucket[minute] += 1
+        return FinishedPerMinute(
+            start, tuple(counts[JobStatus.COMPLETED]), tuple(counts[JobStatus.FAILED])
+        )
 
     def count_dead(self, *, tenant_id: str | None = None) -> Mapping[str, int]:
         out: dict[str, int] = {}

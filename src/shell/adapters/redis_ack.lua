@@ -8,4 +8,5 @@ local queue = redis.call('HGET', jk, 'queue')
 redis.call('ZREM', key('inflight'), id)
 redis.call('ZREM', key('inflight', queue), id)
 redis.call('DEL', jk)
+unhold(token, id)
 return 1

@@ -1,5 +1,6 @@
--- claim (dequeue). ARGV: base, queue, token, hi_ms, now_ms, now_us, receipt_ttl_ms
--- (now three ways: see `promote` in the prelude)
+-- claim (dequeue). ARGV: base, queue, token, hi_ms, now_ms, now_us, receipt_ttl_ms,
+-- [locked_ms] (now three ways: see `promote` in the prelude; locked_ms, when given, is
+-- the lock time to record instead of now_ms: see `lock_time` in the prelude)
 -- Atomic: the queue's due parked jobs are promoted (up to CLAIM_PROMOTE_CAP, in
 -- promotion order, behind the ready ones), then the pop from a ready list and the
 -- entry into the in-flight sets are one step, so a claimed job is never in neither
@@ -7,6 +8,7 @@
 -- Idempotent by token: a re-send of this call returns what the token holds.
 -- Returns {id, body} or nil.
 local queue, token, now, ttl = ARGV[2], ARGV[3], ARGV[5], ARGV[7]
+local locked = lock_time(ARGV[8], now)
 local again = replay(token, ttl, function() return token end)
 if again then
   return #again > 0 and again or nil
@@ -21,9 +23,9 @@ for _, priority in ipairs(PRIORITIES) do
     local f = redis.call('HMGET', jk, 'status', 'body')
     if f[1] == 'ready' and f[2] then
       redis.call('ZREM', key('ready_at', queue), id)
-      redis.call('HSET', jk, 'status', 'processing', 'token', token, 'locked_at', now)
-      redis.call('ZADD', key('inflight'), now, id)
-      redis.call('ZADD', key('inflight', queue), now, id)
+      redis.call('HSET', jk, 'status', 'processing', 'token', token, 'locked_at', locked)
+      redis.call('ZADD', key('inflight'), locked, id)
+      redis.call('ZADD', key('inflight', queue), locked, id)
       write_receipt(token, {id}, ttl)
       return {id, f[2]}
     end

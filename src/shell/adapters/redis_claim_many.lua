@@ -1,14 +1,17 @@
 -- claim_many (batched dequeue).
--- ARGV: base, queue, token_base, hi_ms, now_ms, now_us, receipt_ttl_ms, limit
+-- ARGV: base, queue, token_base, hi_ms, now_ms, now_us, receipt_ttl_ms, limit,
+-- [locked_ms] (as in claim)
 -- The same atomic step as claim (promotion of the queue's due jobs first), for up to
 -- `limit` jobs in one round trip. Each claim gets its own token, token_base .. ':' ..
 -- id, where token_base is fresh per call and carries the prefetch mark: these claims
--- have not started. Per job only its hash is read and written; the list pops and the
--- ready_at and in-flight set changes are one command each for the whole batch.
+-- have not started. Per job only its hash is read and written; the list pops, the
+-- ready_at and in-flight set changes and the held set (see `held_key` in the prelude)
+-- are one command each for the whole batch.
 -- Idempotent by token_base: a re-send returns the claims the first send took.
 -- Returns a flat list {id, body, id, body, ...}.
 local queue, token_base, now, limit = ARGV[2], ARGV[3], ARGV[5], tonumber(ARGV[8])
 local ttl = ARGV[7]
+local locked = lock_time(ARGV[9], now)
 local again = replay(token_base, ttl, function(id) return token_base .. ':' .. id end)
 if again then
   return again
@@ -17,17 +20,21 @@ promote(key('scheduled', queue), ARGV[4], now, ARGV[6], CLAIM_PROMOTE_CAP)
 local out, taken, flight = {}, {}, {}
 for _, priority in ipairs(PRIORITIES) do
   local list = key('queue', queue, priority)
-  while #taken < limit do
-    local ids = redis.call('LPOP', list, limit - #taken)
+  local more = true
+  while more and #taken < limit do
+    local asked = limit - #taken
+    local ids = redis.call('LPOP', list, asked)
     if not ids then break end
+    -- Fewer than asked: the list is empty now, and a second LPOP would only say so.
+    more = #ids == asked
     for _, id in ipairs(ids) do
       local jk = key('job', id)
       local f = redis.call('HMGET', jk, 'status', 'body')
       if f[1] == 'ready' and f[2] then
         redis.call('HSET', jk, 'status', 'processing', 'token', token_base .. ':' .. id,
-                   'locked_at', now)
+                   'locked_at', locked)
         table.insert(taken, id)
-        table.insert(flight, now)
+        table.insert(flight, locked)
         table.insert(flight, id)
         table.insert(out, id)
         table.insert(out, f[2])
@@ -42,6 +49,7 @@ if #taken > 0 then
   call_many('ZREM', key('ready_at', queue), taken)
   call_many('ZADD', key('inflight'), flight)
   call_many('ZADD', key('inflight', queue), flight)
+  call_many('SADD', key('held', token_base), taken)
   write_receipt(token_base, taken, ttl)
 end
 return out

@@ -59,9 +59,28 @@ local function push_ready(id, queue, priority, run_us)
   redis.call('ZADD', key('ready_at', queue), run_us, id)
 end
 
+-- Held sets. Each claim_many call keeps {base}:held:<token_base>, a set of the ids it
+-- claimed, and a member means exactly this: the job's hash is processing under the
+-- token token_base .. ':' .. id, with no cancel request. finish_many then fences a
+-- whole batch with one SMISMEMBER instead of reading every job's hash. So every script
+-- that ends or changes such a claim takes the id out (`unhold`): ack, finish,
+-- finish_many, finish_cancelled, start, request_cancel, and `unplace` for upsert,
+-- replace, reclaim and revive. A set whose claims are all gone is gone too. Only
+-- membership is trusted: an id missing from its set (a claim taken by an earlier
+-- version, or one started under a plain token) is fenced by its hash as before.
+local function held_key(token)
+  local token_base = token and string.match(token, '^(p%-[^:]+):')
+  return token_base and key('held', token_base)
+end
+
+local function unhold(token, id)
+  local hk = held_key(token)
+  if hk then redis.call('SREM', hk, id) end
+end
+
 -- Remove the id from wherever its hash says it is; the hash itself stays.
 local function unplace(id, jk)
-  local f = redis.call('HMGET', jk, 'status', 'queue', 'priority', 'run_us', 'seq')
+  local f = redis.call('HMGET', jk, 'status', 'queue', 'priority', 'run_us', 'seq', 'token')
   local status, queue, priority = f[1], f[2], f[3]
   if status == 'ready' then
     redis.call('LREM', key('queue', queue, priority), 0, id)
@@ -73,6 +92,7 @@ local function unplace(id, jk)
   elseif status == 'processing' then
     redis.call('ZREM', key('inflight'), id)
     redis.call('ZREM', key('inflight', queue), id)
+    unhold(f[6], id)
   end
 end
 
@@ -182,6 +202,15 @@ local function promote(from, hi_ms, now_ms, now_us, limit)
     wake(queue, n)
   end
   return moved
+end
+
+-- The lock time a claim records: `now_ms`, or `locked_ms` when the caller gives one.
+-- A claim sent behind a blocking wait (RedisJobQueue.wait_and_dequeue) runs when the
+-- wait ends, which the caller cannot know; it gives the moment the wait is due to end
+-- at the latest, so a claim taken early in the wait is reclaimed late, not early.
+local function lock_time(locked_ms, now_ms)
+  if locked_ms and locked_ms ~= '' then return locked_ms end
+  return now_ms
 end
 
 -- A claim call's receipt: the ids it took, kept for `ttl_ms` under its token so that

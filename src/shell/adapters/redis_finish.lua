@@ -26,4 +26,5 @@ local queue = f[3]
 redis.call('ZREM', key('inflight'), id)
 redis.call('ZREM', key('inflight', queue), id)
 redis.call('DEL', jk)
+unhold(token, id)
 return 1

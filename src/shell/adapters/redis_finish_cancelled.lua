@@ -18,4 +18,5 @@ redis.call('HSET', key('store', id), 'op', ARGV[9])
 redis.call('ZREM', key('inflight'), id)
 redis.call('ZREM', key('inflight', f[3]), id)
 redis.call('DEL', jk)
+unhold(token, id)
 return 1

@@ -1,47 +1,122 @@
 -- finish_many: `finish` for several claims in one round trip.
--- ARGV: base, nonce, then per job: id, token, body, status, queue, tenant.
+-- ARGV: base, nonce, then per job: id, token, body, status, queue, tenant, claim_queue
+-- (the queue the claim was taken from, whose in-flight set holds it).
 -- A re-send of this call finds the nonce in the records that landed (`op`).
 -- Each job's fence, record and release are one step, as in finish (the whole script
--- is); the index, in-flight and delete commands are shared by the batch.
+-- is); the fence of prefetched claims and the index, in-flight, held-set and delete
+-- commands are shared by the batch.
 -- Returns 1/0 per job.
 local nonce = ARGV[2]
+local STEP = 7
+
+-- Which of `ids` already have a record (every record is in {base}:history): one
+-- ZMSCORE per chunk instead of a hash read per job, since most finished jobs were
+-- never recorded before.
+local function recorded(ids)
+  local known = {}
+  for i = 1, #ids, CHUNK do
+    local last = math.min(i + CHUNK - 1, #ids)
+    local scores = redis.call('ZMSCORE', key('history'), unpack(ids, i, last))
+    for j = i, last do
+      if scores[j - i + 1] then known[ids[j]] = true end
+    end
+  end
+  return known
+end
 
 -- `record` for a batch: one INCRBY for the sequence, one ZADD per index key.
-local function record_many(items)
+local function record_many(items, ids)
   local seq = redis.call('INCRBY', key('seq', 'store'), #items) - #items
-  local adds = {}
+  local adds, known, dead, finished = {}, recorded(ids), {}, {}
   for _, it in ipairs(items) do
     local id, body, status, queue, tenant = it[1], it[2], it[3], it[4], it[5]
-    unindex(id)
+    if known[id] then
+      unindex(id)
+    end
+    -- A batch naming one id twice: its later item replaces the earlier's record.
+    known[id] = true
     seq = seq + 1
+    local jtype, minute = facts(body)
     redis.call('HSET', key('store', id), 'body', body, 'status', status, 'queue', queue,
-               'tenant', tenant, 'seq', seq, 'op', nonce)
-    for _, k in ipairs(index_keys(status, tenant)) do
+               'tenant', tenant, 'seq', seq, 'op', nonce, 'type', jtype, 'minute', minute)
+    for _, k in ipairs(index_keys(status, tenant, queue, jtype)) do
       adds[k] = adds[k] or {}
       table.insert(adds[k], seq)
       table.insert(adds[k], id)
     end
     if status == 'failed' then
-      count_dead(queue, tenant, 1)
+      dead[tenant] = dead[tenant] or {}
+      dead[tenant][queue] = (dead[tenant][queue] or 0) + 1
     end
+    finished[status] = finished[status] or {}
+    finished[status][minute] = (finished[status][minute] or 0) + 1
   end
   for k, pairs_ in pairs(adds) do
     call_many('ZADD', k, pairs_)
   end
+  -- The counters move once per batch, not per job: a batch mostly finishes in one
+  -- minute, on one queue.
+  for tenant, queues in pairs(dead) do
+    for queue, n in pairs(queues) do
+      count_dead(queue, tenant, n)
+    end
+  end
+  for status, minutes in pairs(finished) do
+    for minute, n in pairs(minutes) do
+      count_finished(status, minute, n)
+    end
+  end
 end
 
-local out, items, released, hashes, by_queue = {}, {}, {}, {}, {}
-for i = 3, #ARGV, 6 do
+-- Which items their call's held set vouches for (see `held_key` in the prelude): one
+-- SMISMEMBER per set, instead of a hash read per job.
+local function vouched()
+  local groups, ok = {}, {}
+  for i = 3, #ARGV, STEP do
+    local hk = held_key(ARGV[i + 1])
+    if hk then
+      groups[hk] = groups[hk] or {}
+      table.insert(groups[hk], i)
+    end
+  end
+  for hk, idx in pairs(groups) do
+    for c = 1, #idx, CHUNK do
+      local last = math.min(c + CHUNK - 1, #idx)
+      local ids = {}
+      for j = c, last do
+        table.insert(ids, ARGV[idx[j]])
+      end
+      local member = redis.call('SMISMEMBER', hk, unpack(ids))
+      for j = c, last do
+        if member[j - c + 1] == 1 then ok[idx[j]] = true end
+      end
+    end
+  end
+  return ok
+end
+
+local out, items, released, hashes, by_queue, unheld = {}, {}, {}, {}, {}, {}
+local fast = vouched()
+for i = 3, #ARGV, STEP do
   local id, token = ARGV[i], ARGV[i + 1]
   local jk = key('job', id)
-  local f = redis.call('HMGET', jk, 'token', 'status', 'queue')
-  -- A cancel request refuses the outcome: the holder records the cancel instead.
-  if f[1] == token and f[2] == 'processing' and redis.call('HEXISTS', jk, 'cancel') == 0 then
+  local holds, queue = fast[i], ARGV[i + 6]
+  if not holds then
+    local f = redis.call('HMGET', jk, 'token', 'status', 'queue', 'cancel')
+    -- A cancel request refuses the outcome: the holder records the cancel instead.
+    holds, queue = f[1] == token and f[2] == 'processing' and not f[4], f[3]
+  end
+  if holds then
     table.insert(items, {id, ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]})
     table.insert(released, id)
     table.insert(hashes, jk)
-    by_queue[f[3]] = by_queue[f[3]] or {}
-    table.insert(by_queue[f[3]], id)
+    by_queue[queue] = by_queue[queue] or {}
+    table.insert(by_queue[queue], id)
+    local hk = held_key(token)
+    if hk then
+      unheld[hk] = unheld[hk] or {}
+      table.insert(unheld[hk], id)
+    end
     table.insert(out, 1)
   elseif redis.call('HGET', key('store', id), 'op') == nonce then
     table.insert(out, 1)
@@ -50,10 +125,13 @@ for i = 3, #ARGV, 6 do
   end
 end
 if #items > 0 then
-  record_many(items)
+  record_many(items, released)
   call_many('ZREM', key('inflight'), released)
   for queue, ids in pairs(by_queue) do
     call_many('ZREM', key('inflight', queue), ids)
+  end
+  for hk, ids in pairs(unheld) do
+    call_many('SREM', hk, ids)
   end
   call_many('DEL', nil, hashes)
 end

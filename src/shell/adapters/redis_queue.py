@@ -55,8 +55,11 @@ from ...core.uniqueness import state_names
 from ..codec import decode, encode
 from ..lookup import queued_entry
 from ..ports import (
+    HISTORY_FILTER_SCAN,
     BadClaim,
     Claim,
+    FinishedPerMinute,
+    HistoryFilter,
     Place,
     PriorityCounts,
     QueueCounts,
@@ -392,10 +395,7 @@ class RedisJobQueue:
         """
         token = uuid.uuid4().hex
         reply = self._run(self._claim, queue, token, *_now_args(now), self._receipt_ms)
-        if reply is None:
-            return None
-        raw_id, body = reply
-        return _claim_of(_text(raw_id), body, token, queue, now)
+        return _single_claim(reply, token, queue, now)
 
     def ack(self, claim: Claim | BadClaim) -> bool:
         """Delete the job if `claim.token` still holds it."""
@@ -458,11 +458,72 @@ class RedisJobQueue:
             self._receipt_ms,
             limit,
         )
-        claims: list[Claim | BadClaim] = []
-        for raw_id, body in zip(reply[::2], reply[1::2], strict=True):
-            job_id = _text(raw_id)
-            claims.append(_claim_of(job_id, body, prefetch_token(f"{base}:{job_id}"), queue, now))
-        return claims
+        return _batch_claims(reply, base, queue, now)
+
+    def wait_and_dequeue(
+        self, queue: str, now: datetime, limit: int, timeout_s: float
+    ) -> list[Claim | BadClaim]:
+        """Wait up to `timeout_s` for a wake-up on `queue` (as `wait_for_work`), then
+        claim up to `limit` jobs (as `dequeue` for 1, `dequeue_many` for more), all in
+        one round trip: the claim is pipelined behind the blocking pop, so the server
+        runs it the moment the wait ends, woken or not. `now` is the caller's clock when
+        it sends: due parked jobs are promoted as of `now`, and each claim's lease is
+        taken at `now + timeout_s`, when the wait is due to end at the latest (so a
+        claim taken early in the wait is reclaimed late, not early). Empty when the
+        wait ended with nothing to claim.
+        """
+        wait_s = self._blocking_wait_s(timeout_s)
+        if limit <= 0 or wait_s <= 0:
+            if limit == 1:
+                one = self.dequeue(queue, now)
+                return [] if one is None else [one]
+            return list(self.dequeue_many(queue, now, limit))
+        locked_at = now + timedelta(seconds=wait_s)
+        base = uuid.uuid4().hex
+        script = self._claim if limit == 1 else self._claim_many
+        token = base if limit == 1 else prefetch_token(base)
+        args: list[object] = [queue, token, *_now_args(now), self._receipt_ms]
+        args += [_ms_ceil(locked_at)] if limit == 1 else [limit, _ms_ceil(locked_at)]
+        try:
+            reply = self._blocking_claim(queue, wait_s, script, args)
+        except (redis.ConnectionError, redis.TimeoutError):
+            # The claim may have run with its reply lost: the same call again returns
+            # what its token took (the receipt), or claims now.
+            reply = self._run(script, *args)
+        if limit == 1:
+            one = _single_claim(reply, base, queue, locked_at)
+            return [] if one is None else [one]
+        return _batch_claims(reply, base, queue, locked_at)
+
+    def _blocking_wait_s(self, timeout_s: float) -> float:
+        """`timeout_s`, shortened to half the client's socket timeout if it has one (a
+        wait the socket gives up on would lose the claim's reply), and 0 below a
+        millisecond (BLPOP reads 0 as "for ever")."""
+        socket_s = self._client.connection_pool.connection_kwargs.get("socket_timeout")
+        if socket_s:
+            timeout_s = min(timeout_s, float(socket_s) / 2)
+        return round(timeout_s, 3) if timeout_s >= 0.001 else 0.0
+
+    def _blocking_claim(
+        self, queue: str, wait_s: float, script: _Script, args: list[object]
+    ) -> Any:
+        """BLPOP on the queue's wake list and the claim script in one pipelined send.
+        The script goes by EVALSHA alone (redis-py would first ask SCRIPT EXISTS, a
+        round trip of its own); a server that lost it (restarted) gets it loaded by the
+        ordinary call instead, with the same token, since it did not run."""
+        sha = cast(Any, script).sha
+        argv = [self.keys.base, *args]
+        with self._client.pipeline(transaction=False) as pipe:
+            pipe.blpop([self.keys.wake(queue)], timeout=wait_s)
+            cast(Any, pipe).execute_command("EVALSHA", sha, len(self._anchor), *self._anchor, *argv)
+            woken, reply = pipe.execute(raise_on_error=False)
+        if isinstance(reply, redis.exceptions.NoScriptError):
+            return self._run(script, *args)
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(woken, Exception) and not reply:
+            raise woken  # a failed wait is told, unless its claim took jobs to hand over
+        return reply
 
     def start_claim(self, claim: Claim, now: datetime) -> Claim | None:
         """Swap a prefetched claim's token for a fresh plain one and renew its lease to
@@ -542,7 +603,8 @@ class RedisJobQueue:
         if not items:
             return []
         args: list[object] = [uuid.uuid4().hex]
-        args += [arg for claim, record in items for arg in _finish_args(claim, record)]
+        for claim, record in items:
+            args += [*_finish_args(claim, record), claim.queue]
         return [bool(x) for x in self._run(self._finish_many, *args)]
 
     def promote_due(self, now: datetime, limit: int = 1000) -> int:
@@ -743,6 +805,27 @@ def _finish_args(claim: Claim, record: Job) -> list[object]:
     return [str(record.id), claim.token, encode(record), record.status.value, record.queue, tenant]
 
 
+def _single_claim(
+    reply: Any, token: str, queue: str, locked_at: datetime
+) -> Claim | BadClaim | None:
+    """The claim in a claim script's reply ({id, body} or nil)."""
+    if reply is None:
+        return None
+    raw_id, body = reply
+    return _claim_of(_text(raw_id), body, token, queue, locked_at)
+
+
+def _batch_claims(reply: Any, base: str, queue: str, locked_at: datetime) -> list[Claim | BadClaim]:
+    """The claims in a claim_many reply ({id, body, id, body, ...}), each under its
+    prefetched token built from `base`."""
+    claims: list[Claim | BadClaim] = []
+    for raw_id, body in zip(reply[::2], reply[1::2], strict=True):
+        job_id = _text(raw_id)
+        token = prefetch_token(f"{base}:{job_id}")
+        claims.append(_claim_of(job_id, body, token, queue, locked_at))
+    return claims
+
+
 def _job_id(claim: Claim | BadClaim) -> str:
     return claim.job_id if isinstance(claim, BadClaim) else str(claim.job.id)
 
@@ -791,6 +874,7 @@ class RedisJobStore:
         self._list = script("store_list")
         self._purge = script("store_purge")
         self._prune = script("store_prune")
+        self._find = script("store_find")
 
     def _run(self, script: _Script, *args: object) -> Any:
         argv = [self.keys.base, *args]
@@ -835,6 +919,42 @@ class RedisJobStore:
         key = f"{self.keys.base}:dead_counts" + (f":tenant:{tenant_id}" if tenant_id else "")
         counts = _retrying(self.retry_budget_s, lambda: self._client.hgetall(key))
         return {_text(queue): int(n) for queue, n in sorted(counts.items())}
+
+    def _find_args(self, where: HistoryFilter) -> list[object]:
+        status = "" if where.status is None else where.status.value
+        filters = [where.queue or "", where.job_type or "", where.tenant_id or ""]
+        return [status, *filters]
+
+    def find_history(
+        self, where: HistoryFilter, *, offset: int = 0, limit: int = 100
+    ) -> Sequence[Job]:
+        """Records matching `where`, newest first, from the `offset`-th, read from the
+        per-status queue, type and tenant indexes (see `redis_store_find.lua`)."""
+        if limit <= 0:
+            return []
+        page = [max(offset, 0), limit, "", HISTORY_FILTER_SCAN, *_STATUS_NAMES]
+        bodies = self._run(self._find, *self._find_args(where), *page)
+        return [job for job in map(_decoded, bodies) if job is not None]
+
+    def count_history(self, where: HistoryFilter) -> int:
+        """How many records match `where` (index sizes; a walk of at most
+        `HISTORY_FILTER_SCAN` entries per status for two or more filters)."""
+        page = [0, 0, "1", HISTORY_FILTER_SCAN, *_STATUS_NAMES]
+        return int(self._run(self._find, *self._find_args(where), *page))
+
+    def finished_per_minute(self, start: datetime, minutes: int) -> FinishedPerMinute:
+        """Completed and failed records per minute, from the per-minute counters the
+        record scripts keep (`{prefix}:finished:<minute>`, each expiring two hours
+        after its last count)."""
+        start = start.replace(second=0, microsecond=0)
+        pipe = self._client.pipeline(transaction=False)
+        for n in range(max(minutes, 0)):
+            minute = (start + timedelta(minutes=n)).astimezone(UTC).strftime("%Y%m%d%H%M")
+            pipe.hmget(f"{self.keys.base}:finished:{minute}", "completed", "failed")
+        rows = _retrying(self.retry_budget_s, pipe.execute)
+        completed = tuple(int(done or 0) for done, _ in rows)
+        failed = tuple(int(dead or 0) for _, dead in rows)
+        return FinishedPerMinute(start, completed, failed)
 
     def purge_dead(self, job_id: UUID | None = None) -> int:
         """Delete one dead letter, or all of them (in batches). Returns how many went."""
@@ -881,6 +1001,10 @@ class RedisJobStore:
         """Close the client if this store made it from a URL."""
         if self._owned:
             self._client.close()
+
+
+#: Every status a record may hold, for a listing not filtered by status.
+_STATUS_NAMES = tuple(status.value for status in JobStatus)
 
 
 def _decoded(body: bytes | str) -> Job | None:

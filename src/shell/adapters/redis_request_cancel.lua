@@ -5,6 +5,9 @@
 -- hash and the mark with it. Idempotent: a second request keeps the first's time.
 local id = ARGV[2]
 local jk = key('job', id)
-if redis.call('HGET', jk, 'status') ~= 'processing' then return 0 end
+local f = redis.call('HMGET', jk, 'status', 'token')
+if f[1] ~= 'processing' then return 0 end
 redis.call('HSETNX', jk, 'cancel', ARGV[3])
+-- Its holder's finish_many must now read the hash, and find the request.
+unhold(f[2], id)
 return 1

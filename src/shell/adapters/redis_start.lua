@@ -9,6 +9,7 @@ if f[2] ~= 'processing' then return 0 end
 if f[1] == new then return 1 end
 if f[1] ~= old then return 0 end
 redis.call('HSET', jk, 'token', new, 'locked_at', now)
+unhold(old, id)
 redis.call('ZADD', key('inflight'), now, id)
 redis.call('ZADD', key('inflight', f[3]), now, id)
 return 1

@@ -15,35 +15,7 @@ local status, cutoff, keep = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local limit, dry, offset = tonumber(ARGV[5]), ARGV[6] == '1', tonumber(ARGV[7]) or 0
 local index = status_key(status, '')
 
--- Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's algorithm).
-local function days_from_civil(y, m, d)
-  if m <= 2 then y = y - 1 end
-  local era = math.floor(y / 400)
-  local yoe = y - era * 400
-  local mp = (m + 9) % 12
-  local doy = math.floor((153 * mp + 2) / 5) + d - 1
-  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
-  return era * 146097 + doe - 719468
-end
-
--- An ISO-8601 time as the codec writes it ("2026-01-01T00:00:00.5+00:00") in µs, or nil.
-local function iso_us(text)
-  if type(text) ~= 'string' then return nil end
-  local y, mo, d, h, mi, s, frac, zone =
-    string.match(text, '^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)%.?(%d*)(.*)$')
-  if not y then return nil end
-  local offset_s = 0
-  if zone ~= '' and zone ~= 'Z' then
-    local sign, zh, zm = string.match(zone, '^([+-])(%d%d):(%d%d)')
-    if not sign then return nil end
-    offset_s = (tonumber(zh) * 3600 + tonumber(zm) * 60) * (sign == '-' and -1 or 1)
-  end
-  local seconds = days_from_civil(tonumber(y), tonumber(mo), tonumber(d)) * 86400
-    + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(s) - offset_s
-  local micros = tonumber(string.sub(frac .. '000000', 1, 6))
-  return seconds * 1000000 + micros
-end
-
+-- iso_us comes from redis_store_common.lua.
 local function finished_us(id)
   local body = redis.call('HGET', key('store', id), 'body')
   if not body then return nil end

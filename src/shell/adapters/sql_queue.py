@@ -41,23 +41,23 @@ from sqlalchemy import (
     Connection,
     Engine,
     Row,
-    case,
     delete,
     func,
     insert,
-    null,
     select,
     update,
 )
 from sqlalchemy.exc import DBAPIError
 
 from ...core import Job, JobStatus, Priority, ValidationError
+from ...core.limits import ClaimPlan, QueueLimits, partition_of
 from ..codec import decode, encode
 from ..lookup import queued_entry
 from ..ports import (
     PREFETCH_MARK,
     BadClaim,
     Claim,
+    LimitedClaims,
     Place,
     PriorityCounts,
     QueueCounts,
@@ -65,7 +65,10 @@ from ..ports import (
     is_prefetched,
     prefetch_token,
 )
+from ..tokens import fresh_token
+from .sql_copy import RowCopier
 from .sql_engine import Database, from_micros, to_micros
+from .sql_limits import SqlLimitedClaim, held_rows
 from .sql_schema import (
     JOB_COUNTER,
     PROCESSING,
@@ -110,7 +113,10 @@ class SqlJobQueue:
         # Until a database without the claim function (made by an earlier version and
         # not upgraded with create_tables) says otherwise.
         self._claim_function = self._db.sql.claim is not None
+        #: Claims of queues with limits, made on first use.
+        self._limited: SqlLimitedClaim | None = None
         self._adder = SqlAdder(self._db, self._placement_values)
+        self._copier = RowCopier(schema)
 
     @property
     def engine(self) -> Engine:
@@ -140,6 +146,8 @@ class SqlJobQueue:
             "queue": job.queue,
             "tenant_id": job.tenant_id,
             "payload": encode(job),
+            "job_type": job.job_type,
+            "partition_key": partition_of(job),
         }
 
     def _enqueue(self, conn: Connection, job: Job) -> None:
@@ -154,13 +162,18 @@ class SqlJobQueue:
         self._db.run(lambda conn: self._enqueue(conn, job), single=not self._db.sqlite)
 
     def enqueue_many(self, jobs: Sequence[Job]) -> None:
-        """Upsert several jobs in one transaction and one statement, in list order."""
+        """Upsert several jobs in one transaction, in list order: by COPY on PostgreSQL
+        (see `sql_copy`), in one statement elsewhere."""
         if jobs:
             self._db.run(lambda conn: self._enqueue_many(conn, jobs))
 
     def _enqueue_many(self, conn: Connection, jobs: Sequence[Job]) -> None:
         by_id = {job.id: job for job in jobs}  # one row per id: the last one wins
         batch = list(by_id.values())
+        if self._copier.usable(conn):
+            rows = [{"id": str(job.id), **self._placement_values(job)} for job in batch]
+            self._copier.put_many(conn, rows)
+            return
         seqs = self._db.next_seqs(conn, JOB_COUNTER, len(batch))
         rows = [
             {"id": str(job.id), **self._placement_values(job), "seq": seq}
@@ -210,7 +223,7 @@ class SqlJobQueue:
         """Claim the best ready job of `queue` (priority, then FIFO) under a fresh plain
         token, locked at `now`, after promoting the queue's due parked jobs. An
         undecodable payload comes back as a `BadClaim`."""
-        taken = self._claim(queue, to_micros(now), 1, uuid.uuid4().hex, per_job=False)
+        taken = self._claim(queue, to_micros(now), 1, fresh_token(), per_job=False)
         if not taken:
             return None
         row = taken[0]
@@ -305,6 +318,35 @@ class SqlJobQueue:
         seqs = self._db.next_seqs(conn, JOB_COUNTER, len(ids))
         moves = [{"job_id": job_id, "seq": seq} for job_id, seq in zip(ids, seqs, strict=True)]
         return int(conn.execute(self._db.sql.promote_one, moves).rowcount)
+
+    def dequeue_limited(
+        self, queue: str, now: datetime, want: int, limits: QueueLimits
+    ) -> LimitedClaims:
+        """Claim up to `want` jobs of `queue` as `core.limits.plan_claim` chooses, in one
+        transaction serialised with the queue's other limited claims (see
+        `sql_limits`); tokens as `dequeue_many` gives them."""
+        if self._limited is None:
+            self._limited = SqlLimitedClaim(self._db, self._promote)
+        limited = self._limited
+        at = to_micros(now)
+        base = prefetch_token(uuid.uuid4().hex[:16] + ":")
+        tries = 0
+
+        def work(conn: Connection) -> tuple[list[Any], ClaimPlan | None]:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                # A re-send: its first try may have committed before the answer was lost.
+                held = list(conn.execute(self._db.sql.held_many, {"at": at, "token": base}))
+                if held:
+                    return held_rows(held), None
+            return limited.claim(conn, queue, at, max(1, want), limits, base)
+
+        rows, plan = self._db.run(work)
+        claims = [_as_claim(str(r.id), str(r.locked_by), queue, str(r.payload), now) for r in rows]
+        if plan is None or plan.wait_until_us is None:
+            return LimitedClaims(claims, None, plan is not None and plan.held_back > 0)
+        return LimitedClaims(claims, from_micros(plan.wait_until_us), plan.held_back > 0)
 
     def start_claim(self, claim: Claim, now: datetime) -> Claim | None:
         """Mark a prefetched claim started: its token loses the prefetch mark and its
@@ -602,29 +644,34 @@ class SqlJobQueue:
 
     def counts(self, now: datetime) -> Mapping[str, QueueCounts]:
         """Ready, scheduled and in-flight rows per queue and priority, and the oldest
-        ready `run_at`, in one GROUP BY folded per queue. A due job counts as scheduled
-        until a claim or `promote_due` moves it, so `now` changes nothing here."""
+        ready `run_at`, folded per queue. A due job counts as scheduled until a claim or
+        `promote_due` moves it, so `now` changes nothing here."""
         t = self._t
-
-        def tally(status: str) -> ColumnElement[Any]:
-            return func.sum(case((t.c.status == status, 1), else_=0))
-
-        stmt = (
-            select(
-                t.c.queue,
-                t.c.priority,
-                tally(READY),
-                tally(SCHEDULED),
-                tally(PROCESSING),
-                func.min(case((t.c.status == READY, t.c.run_at), else_=null())),
-            )
-            .group_by(t.c.queue, t.c.priority)
-            .order_by(t.c.queue, t.c.priority)
+        # Counted along the claim index (queue, status, priority) without reading the
+        # rows, and the oldest ready job per queue along the due index: one pass over
+        # the table's rows (payloads and all) would cost far more with many jobs queued.
+        split = select(t.c.queue, t.c.priority, t.c.status, func.count()).group_by(
+            t.c.queue, t.c.status, t.c.priority
         )
-        rows = self._db.run(lambda conn: conn.execute(stmt).all(), write=False)
+
+        def read(conn: Connection) -> tuple[Sequence[Any], dict[str, Any]]:
+            rows = conn.execute(split).all()
+            oldest = {}
+            for name in sorted({str(r[0]) for r in rows if r[2] == READY}):
+                first = select(func.min(t.c.run_at)).where(t.c.queue == name, t.c.status == READY)
+                oldest[name] = conn.execute(first).scalar()
+            return rows, oldest
+
+        rows, oldest = self._db.run(read, write=False)
+        column = {READY: 0, SCHEDULED: 1, PROCESSING: 2}
+        cells: dict[tuple[str, int], list[int]] = {}
+        for name, rank, status, n in rows:
+            cell = cells.setdefault((str(name), int(rank)), [0, 0, 0])
+            if status in column:
+                cell[column[status]] += int(n)
         groups: dict[str, list[tuple[Any, ...]]] = {}
-        for row in rows:
-            groups.setdefault(str(row[0]), []).append(tuple(row))
+        for (name, rank), figures in sorted(cells.items()):
+            groups.setdefault(name, []).append((name, rank, *figures, oldest.get(name)))
         return {name: _fold_counts(group) for name, group in groups.items()}
 
     # --- lookup (read-only, without the write lock) ---------------------------------------

@@ -50,6 +50,8 @@ JOB_COLUMNS = (
     "queue",
     "tenant_id",
     "payload",
+    "job_type",
+    "partition_key",
 )
 #: The job_store columns a record writes, `recorded_seq` apart.
 RECORD_COLUMNS = ("id", "queue", "job_type", "status", "tenant_id", "finished_at", "payload")

@@ -183,6 +183,7 @@ class Dashboard:
         self.auth = auth
         self.live_every_ms = max(250, round(live_every_s * 1000))
         self.env = _environment()
+        self.chart = views.ThroughputCounts(runtime)
 
     # ---- plumbing ---------------------------------------------------------------
 
@@ -249,6 +250,9 @@ class Dashboard:
                 return await handler(request, form)
             except ValidationError as exc:
                 return self._error(request, 400, str(exc))
+            finally:
+                # A retry or purge changes the dead letters the chart counted.
+                self.chart.clear()
 
         return guarded
 
@@ -319,11 +323,11 @@ class Dashboard:
         return JSONResponse({"status": "ok"})
 
     async def overview(self, request: Request) -> Response:
-        data = await run_in_threadpool(views.overview, self.runtime)
+        data = await run_in_threadpool(views.overview, self.runtime, self.chart)
         return self._render(request, "overview.html", self._overview_context(data))
 
     async def overview_live(self, request: Request) -> Response:
-        data = await run_in_threadpool(views.overview, self.runtime)
+        data = await run_in_threadpool(views.overview, self.runtime, self.chart)
         return self._render(request, "_overview_live.html", self._overview_context(data))
 
     def _overview_context(self, data: views.Overview) -> dict[str, Any]:
@@ -336,7 +340,6 @@ class Dashboard:
             "top": top,
             "chart_width": views.CHART_WIDTH,
             "chart_height": views.CHART_HEIGHT,
-            "scan_limit": views.THROUGHPUT_SCAN,
         }
 
     async def jobs(self, request: Request) -> Response:

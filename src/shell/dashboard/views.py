@@ -9,7 +9,8 @@ jobs stored or a hundred thousand.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,7 +18,8 @@ import attrs
 
 from ...core import PRIORITY_ORDER, FieldError, Job, JobStatus, Priority, thaw
 from ...core.validation import check_name
-from ..lookup import JobView, parse_state
+from ..lookup import JobView, parse_state, view_of_record
+from ..ports import HistoryFilter
 from ..presence import WorkerInfo
 from ..runtime import PRESENCE_TTL, QueueStatus, Runtime
 
@@ -27,9 +29,6 @@ PAGE_SIZE = 50
 #: The highest page number a listing serves: listings are read from the newest, so a
 #: deep page costs as much as all the pages before it.
 MAX_PAGE = 200
-
-#: How many of the newest finished records the throughput chart reads at most.
-THROUGHPUT_SCAN = 2_000
 
 #: The chart's span, in one-minute bars.
 THROUGHPUT_MINUTES = 60
@@ -57,16 +56,6 @@ class Filters:
             "tenant": self.tenant,
         }
         return {key: value for key, value in out.items() if value is not None}
-
-    def matches(self, job: Job | None) -> bool:
-        """Whether a job passes the queue, type and tenant filters (state aside)."""
-        if job is None:
-            return self.job_type is None and self.tenant is None and self.queue is None
-        return (
-            (self.queue is None or job.queue == self.queue)
-            and (self.job_type is None or job.job_type == self.job_type)
-            and (self.tenant is None or job.tenant_id == self.tenant)
-        )
 
 
 def parse_filters(params: Mapping[str, str]) -> Filters | FieldError:
@@ -123,8 +112,6 @@ class Throughput:
     start: datetime
     completed: tuple[int, ...]
     failed: tuple[int, ...]
-    #: True when the scan stopped at `THROUGHPUT_SCAN` records before reaching an hour back.
-    partial: bool
 
     @property
     def total(self) -> int:
@@ -142,12 +129,13 @@ class Overview:
     throughput: Throughput
 
 
-def overview(runtime: Runtime) -> Overview:
+def overview(runtime: Runtime, chart: ThroughputCounts | None = None) -> Overview:
     """Per queue: counts by state and priority, oldest ready age, the unpolled-queue
-    flag, live workers; and the last hour's throughput."""
+    flag, live workers; and the last hour's throughput (through `chart`, which keeps
+    settled minutes between refreshes, when given)."""
     now = runtime.clock.now()
-    status = runtime.status()
     counts = runtime.queue.counts(now)
+    status = runtime.status_of(counts, now)
     rows = []
     for row in status.queues:
         split = counts.get(row.queue)
@@ -157,30 +145,73 @@ def overview(runtime: Runtime) -> Overview:
             if split is not None and (c := split.by_priority.get(p)) is not None
         )
         rows.append(QueueRow(row, priorities))
-    history = runtime.store.list_history(limit=THROUGHPUT_SCAN)
-    return Overview(now, tuple(rows), status.workers, throughput(history, now, THROUGHPUT_SCAN))
+    chart_now = throughput(runtime, now) if chart is None else chart.read(now)
+    return Overview(now, tuple(rows), status.workers, chart_now)
 
 
-def throughput(records: Sequence[Job], now: datetime, scanned: int) -> Throughput:
-    """Completed and failed records per minute over the `THROUGHPUT_MINUTES` before
-    `now`, from `records` (newest first, as `list_history` gives them)."""
+def throughput(runtime: Runtime, now: datetime) -> Throughput:
+    """Completed and failed records per minute over the `THROUGHPUT_MINUTES` up to
+    `now` (the current minute last), counted by the store."""
     start = now.replace(second=0, microsecond=0) - timedelta(minutes=THROUGHPUT_MINUTES - 1)
-    completed = [0] * THROUGHPUT_MINUTES
-    failed = [0] * THROUGHPUT_MINUTES
-    for job in records:
-        when = job.finished_at
-        if when is None or when < start:
-            continue
-        minute = int((when - start).total_seconds() // 60)
-        if minute >= THROUGHPUT_MINUTES:
-            continue
-        if job.status is JobStatus.COMPLETED:
-            completed[minute] += 1
-        elif job.status is JobStatus.FAILED:
-            failed[minute] += 1
-    oldest = records[-1].finished_at if records else None
-    partial = len(records) >= scanned and oldest is not None and oldest >= start
-    return Throughput(start, tuple(completed), tuple(failed), partial)
+    counts = runtime.store.finished_per_minute(start, THROUGHPUT_MINUTES)
+    return Throughput(counts.start, counts.completed, counts.failed)
+
+
+#: A minute this long past is settled: the records finished in it have been written
+#: (a worker writes its outcome at once; this leaves room for clocks a little apart).
+SETTLED_AFTER = timedelta(minutes=2)
+
+#: How long settled minutes' counts are reused before they are counted again, so
+#: records pruned, purged or retried by another process show within this time.
+THROUGHPUT_REUSE = timedelta(minutes=5)
+
+_MINUTE = timedelta(minutes=1)
+
+
+class ThroughputCounts:
+    """The chart's counts, with the settled minutes kept between refreshes: a live
+    refresh counts only the records of the last few minutes, not of the whole hour.
+    The dashboard clears it after each of its own actions."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._lock = threading.Lock()
+        self._kept: dict[datetime, tuple[int, int]] = {}
+        self._since: datetime | None = None
+
+    def clear(self) -> None:
+        """Forget the kept minutes: the next read counts the whole hour."""
+        with self._lock:
+            self._kept = {}
+            self._since = None
+
+    def read(self, now: datetime) -> Throughput:
+        """The `THROUGHPUT_MINUTES` up to `now`, as `throughput` counts them."""
+        start = now.replace(second=0, microsecond=0) - (THROUGHPUT_MINUTES - 1) * _MINUTE
+        with self._lock:
+            since = self._since
+            if since is None or now < since or now - since > THROUGHPUT_REUSE:
+                self._kept, self._since = {}, now
+            kept = {minute: n for minute, n in self._kept.items() if minute >= start}
+        first = start
+        while first in kept:
+            first += _MINUTE
+        span = THROUGHPUT_MINUTES - (first - start) // _MINUTE
+        fresh = self._runtime.store.finished_per_minute(first, span)
+        settled = now - SETTLED_AFTER
+        for n, pair in enumerate(zip(fresh.completed, fresh.failed, strict=True)):
+            minute = first + n * _MINUTE
+            if minute + _MINUTE <= settled:
+                kept[minute] = pair
+            else:
+                kept.pop(minute, None)
+        with self._lock:
+            if self._since is not None:  # not cleared meanwhile
+                self._kept = kept
+        old = [kept[start + n * _MINUTE] for n in range(THROUGHPUT_MINUTES - span)]
+        completed = tuple(done for done, _ in old) + tuple(fresh.completed)
+        failed = tuple(dead for _, dead in old) + tuple(fresh.failed)
+        return Throughput(start, completed, failed)
 
 
 @attrs.frozen(slots=True)
@@ -250,6 +281,14 @@ def _paged(items: Iterable[Any], number: int) -> Page:
 def jobs_page(runtime: Runtime, filters: Filters, number: int) -> Page:
     """Page `number` of the jobs matching `filters`: queued work first, then finished
     jobs, newest first (as `Runtime.list_jobs` orders them)."""
+    if filters.state is not None and filters.state.is_terminal:
+        # Only records: the store reads just this page along its indexes.
+        where = HistoryFilter(filters.state, filters.queue, filters.job_type, filters.tenant)
+        found = runtime.store.find_history(
+            where, offset=(number - 1) * PAGE_SIZE, limit=PAGE_SIZE + 1
+        )
+        rows = tuple(view_of_record(job) for job in found[:PAGE_SIZE])
+        return Page(number, rows, len(found) > PAGE_SIZE)
     views = runtime.list_jobs(
         queue=filters.queue,
         state=filters.state,
@@ -260,42 +299,37 @@ def jobs_page(runtime: Runtime, filters: Filters, number: int) -> Page:
     return _paged(views, number)
 
 
-def _dead_letters(runtime: Runtime, filters: Filters, limit: int) -> Iterable[Job]:
-    for job in runtime.store.list_dead(tenant_id=filters.tenant, limit=limit):
-        if filters.matches(job):
-            yield job
+def _dead_filter(filters: Filters) -> HistoryFilter:
+    return HistoryFilter(JobStatus.FAILED, filters.queue, filters.job_type, filters.tenant)
 
 
 def dead_page(runtime: Runtime, filters: Filters, number: int) -> Page:
-    """Page `number` of the dead letters matching `filters`, newest first. Filtered by
-    queue or type, they are looked for among the newest `BULK_LIMIT` dead letters."""
-    narrowed = filters.queue is not None or filters.job_type is not None
-    limit = BULK_LIMIT if narrowed else number * PAGE_SIZE + 1
-    return _paged(_dead_letters(runtime, filters, limit), number)
+    """Page `number` of the dead letters matching `filters`, newest first: one page
+    (and one more row, to know whether a next page exists) read by the store."""
+    offset = (number - 1) * PAGE_SIZE
+    found = runtime.store.find_history(_dead_filter(filters), offset=offset, limit=PAGE_SIZE + 1)
+    return Page(number, tuple(found[:PAGE_SIZE]), len(found) > PAGE_SIZE)
 
 
 def dead_listing(runtime: Runtime, filters: Filters, number: int) -> tuple[Page, int]:
-    """Page `number` of the dead letters matching `filters`, and how many match. A type
-    filter is applied in one scan of the newest `BULK_LIMIT` dead letters."""
-    if filters.job_type is None:
-        return dead_page(runtime, filters, number), count_dead(runtime, filters)
-    matching = matching_dead(runtime, filters)
-    return _paged(matching, number), len(matching)
+    """Page `number` of the dead letters matching `filters`, and how many match."""
+    return dead_page(runtime, filters, number), count_dead(runtime, filters)
 
 
 def matching_dead(runtime: Runtime, filters: Filters) -> list[Job]:
     """The dead letters a bulk action on `filters` acts on: at most `BULK_LIMIT`."""
-    return list(_dead_letters(runtime, filters, BULK_LIMIT))
+    return list(runtime.store.find_history(_dead_filter(filters), limit=BULK_LIMIT))
 
 
 def count_dead(runtime: Runtime, filters: Filters) -> int:
-    """How many dead letters match `filters` (at most `BULK_LIMIT` when filtered by type)."""
+    """How many dead letters match `filters`."""
     if filters.job_type is None:
+        # Kept per queue beside the index on every backend: no count over the rows.
         per_queue = runtime.store.count_dead(tenant_id=filters.tenant)
         if filters.queue is None:
             return sum(per_queue.values())
         return per_queue.get(filters.queue, 0)
-    return len(matching_dead(runtime, filters))
+    return runtime.store.count_history(_dead_filter(filters))
 
 
 # ---- one job --------------------------------------------------------------------
@@ -322,10 +356,21 @@ class WorkerRow:
     seen_ago_s: float
 
 
-def workers(runtime: Runtime) -> tuple[list[WorkerRow], list[JobView]]:
-    """The live worker processes (newest heartbeat first) and the jobs running now."""
+@attrs.frozen(slots=True)
+class RunningRow:
+    """A job running now, and the worker process whose last heartbeat named it (None
+    when no live worker's did: it began since, or its worker stopped beating)."""
+
+    view: JobView
+    worker: WorkerInfo | None
+
+
+def workers(runtime: Runtime) -> tuple[list[WorkerRow], list[RunningRow]]:
+    """The live worker processes (by id), each with the jobs it was running at its
+    last heartbeat, and the jobs running now with the worker running each."""
     now = runtime.clock.now()
     live = sorted(runtime.presence.live(now, PRESENCE_TTL), key=lambda w: w.worker_id)
     rows = [WorkerRow(w, max(0.0, (now - w.last_seen).total_seconds())) for w in live]
+    runs = {job: w for w in live for job in w.jobs}
     running = runtime.list_jobs(state=JobStatus.RUNNING, limit=PAGE_SIZE)
-    return rows, running
+    return rows, [RunningRow(view, runs.get(view.job_id)) for view in running]
