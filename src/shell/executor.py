@@ -189,7 +189,9 @@ class Executor:
                 )
                 return False
             except Exception as exc:
-                self._left_to_leases(exc, f"{step.name} job {_job_id(claim, decision)}")
+                self._left_to_leases(
+                    exc, f"{step.name} job {_job_id(claim, decision)}", "it to its lease"
+                )
                 return False
             if not ok:
                 return False
@@ -208,7 +210,7 @@ class Executor:
         try:
             done = self._retrying("finish_many", lambda: queue.finish_many(pairs))
         except Exception as exc:
-            self._left_to_leases(exc, f"finish {len(pairs)} jobs")
+            self._left_to_leases(exc, f"finish {len(pairs)} jobs", "them to their leases")
             return [False] * len(pairs)
         return [bool(ok) for ok in done]
 
@@ -240,18 +242,21 @@ class Executor:
                 wait = write_retry_delay_s(self.retry, failures, time.monotonic() - began, 0.5)
                 if wait is None:
                     raise
-                if not outage.for_queue(self.queue).failed(exc):
+                if outage.is_outage(exc):
+                    log.debug("%s failed (attempt %d): %s; retrying", name, failures, exc)
+                else:
                     log.warning("%s failed (attempt %d), retrying", name, failures, exc_info=True)
                 self.sleep(wait)
 
-    def _left_to_leases(self, exc: Exception, what: str) -> None:
-        """Log a write given up on: its claims run again after their leases. An outage is
-        the one line the server's state logs (a traceback per job would flood the log
-        while every write fails alike); anything else is logged with its traceback."""
-        if outage.for_queue(self.queue).failed(exc):
-            log.info("could not %s while the server is unreachable; left to the leases", what)
+    def _left_to_leases(self, exc: Exception, what: str, whose: str) -> None:
+        """Log a write given up on: its claims run again after their leases. An outage gets
+        a line without a traceback (one per job would flood the log while every write
+        fails alike; the worker's loop reports the outage itself, once, on its next
+        call); anything else is logged with its traceback."""
+        if outage.is_outage(exc):
+            log.info("could not %s while the server is unreachable; leaving %s", what, whose)
         else:
-            log.exception("could not %s; leaving it to the lease", what)
+            log.exception("could not %s; leaving %s", what, whose)
 
     def _run(self, step: Step) -> bool:
         result = self._retrying(step.name, step.run)

@@ -90,7 +90,8 @@ def test_an_outcome_write_cut_off_by_an_outage_is_one_warning_without_a_tracebac
     server: Server, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The server dies between a handler's return and its outcome write: the write is
-    left to the lease as usual, and the log says "unreachable" once, no traceback."""
+    left to the lease as usual, in a line without a traceback (the worker's loop
+    reports the outage itself, once: see the test below)."""
     runtime = conveyor.build(config(server.url, workers={"count": 0}))
     job = runtime.enqueue("note", {"n": 1})
     now = runtime.clock.now()
@@ -108,10 +109,10 @@ def test_an_outcome_write_cut_off_by_an_outage_is_one_warning_without_a_tracebac
     records = conveyor_records(caplog)
     lines = "\n".join(f"{r.levelname} {r.name}: {r.getMessage()}" for r in records)
     assert not [r for r in records if r.exc_info or r.exc_text], f"a traceback:\n{lines}"
-    warnings = [r for r in records if r.levelno >= logging.WARNING]
-    assert [r.name for r in warnings] == ["conveyor.outage"], lines
-    assert "unreachable" in warnings[0].getMessage()
-    assert job.id == claims[0].job.id
+    assert not [r for r in records if r.levelno >= logging.WARNING], lines
+    left = [r.getMessage() for r in records if r.name == "conveyor.executor"]
+    assert len(left) == 2 and all("server is unreachable" in m for m in left), lines
+    assert str(job.id) in left[1]
     runtime.close()
 
 
