@@ -193,6 +193,20 @@ def test_a_lost_write_is_not_reported(caplog: pytest.LogCaptureFixture) -> None:
     assert not [r for r in caplog.records if r.levelno == logging.ERROR]
 
 
+def _leasing_worker(b: Any, hooks: Hooks, clock: ManualClock, *, max_reclaims: int) -> Worker:
+    """A worker on `b` with a 1 s lease, whose lease keeper the test drives."""
+    policies = Policies(lease=LeasePolicy(lease_ms=1000, max_reclaims=max_reclaims))
+    return Worker(
+        b.queue,
+        b.store,
+        Registry({"work": lambda a: None}),
+        clock=clock,
+        policies=policies,
+        hooks=hooks,
+        clock_check=False,
+    )
+
+
 def test_lease_expired_and_undecodable_dead_letters_reach_the_hook() -> None:
     from backends import make_backend
 
@@ -201,16 +215,7 @@ def test_lease_expired_and_undecodable_dead_letters_reach_the_hook() -> None:
         hooks = Hooks()
         heard = Heard(hooks)
         clock = ManualClock(T0)
-        policies = Policies(lease=LeasePolicy(lease_ms=1000, max_reclaims=1))
-        worker = Worker(
-            b.queue,
-            b.store,
-            Registry({"work": lambda a: None}),
-            clock=clock,
-            policies=policies,
-            hooks=hooks,
-            clock_check=False,
-        )
+        worker = _leasing_worker(b, hooks, clock, max_reclaims=1)
         killer = make_job(max_retries=1)
         b.queue.enqueue(killer)
         for _ in range(2):  # the job kills its worker every time
@@ -267,16 +272,7 @@ def test_an_abandoned_claim_with_a_cancel_request_is_reported_cancelled() -> Non
         hooks = Hooks()
         heard = Heard(hooks)
         clock = ManualClock(T0)
-        policies = Policies(lease=LeasePolicy(lease_ms=1000, max_reclaims=3))
-        worker = Worker(
-            b.queue,
-            b.store,
-            Registry({"work": lambda a: None}),
-            clock=clock,
-            policies=policies,
-            hooks=hooks,
-            clock_check=False,
-        )
+        worker = _leasing_worker(b, hooks, clock, max_reclaims=3)
         job = make_job()
         b.queue.enqueue(job)
         assert b.queue.dequeue("default", clock.now()) is not None  # its worker then dies
