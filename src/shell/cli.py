@@ -21,6 +21,7 @@ from uuid import UUID
 
 from .. import __version__
 from ..core import FieldError, ValidationError
+from ..core.limit_report import LimitReport
 from ..core.validation import as_delay, check_name, parse_job_id
 from .config import Config, load_config
 from .outage import ServerUnreachable, is_outage
@@ -105,6 +106,9 @@ def render_status(status: Status) -> None:
         rows,
     )
     print()
+    for report in status.limits:
+        render_limits(report)
+        print()
     if status.workers:
         _print_table(
             ("worker", "host", "pid", "queues", "last seen"),
@@ -121,6 +125,58 @@ def render_status(status: Status) -> None:
         )
     else:
         print("no live workers")
+
+
+def render_limits(report: LimitReport) -> None:
+    """One limited queue: each partition's share and what its next job waits for, the
+    caps in use (per-partition ones only where used) and the rates' tokens."""
+    kind = "fair shares" if report.fair else "oldest first"
+    print(
+        f"limits of queue {report.queue} ({kind}): {report.running} running,"
+        f" {report.throttled} ready held back by a cap or a rate"
+    )
+    _print_table(
+        ("partition", "weight", "share", "ready", "running", "next job"),
+        [
+            (
+                p.label,
+                f"{p.weight:g}",
+                "-" if p.share is None else f"{p.share:.0%}",
+                p.ready,
+                p.running,
+                p.waits or ("can start" if p.ready else "-"),
+            )
+            for p in report.partitions
+        ]
+        or [("(none)", "-", "-", 0, 0, "no ready or running job")],
+    )
+    caps = [c for c in report.caps if c.partition is None or c.in_use > 0]
+    if caps:
+        _print_table(
+            ("cap", "partition", "in use", "note"),
+            [
+                (
+                    c.label,
+                    "-" if c.partition is None else (c.partition or "(default)"),
+                    f"{c.in_use}/{c.max_running}",
+                    "FULL" if c.full else "",
+                )
+                for c in caps
+            ],
+        )
+    if report.rates:
+        _print_table(
+            ("rate", "partition", "tokens", "note"),
+            [
+                (
+                    r.label,
+                    "-" if r.partition is None else (r.partition or "(default)"),
+                    f"{r.tokens:.1f}/{r.starts}",
+                    "" if r.next_token_s is None else f"next token in {r.next_token_s:.1f}s",
+                )
+                for r in report.rates
+            ],
+        )
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -247,6 +303,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             max_retries=args.max_retries,
             delay=delay,
             tenant_id=args.tenant,
+            partition=args.partition,
             timeout=args.timeout,
             id=args.id,
             unique_key=args.unique_key,
@@ -622,6 +679,9 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--max-retries", type=int, default=3)
     e.add_argument("--delay", type=float, default=None, help="seconds from now")
     e.add_argument("--tenant", default=None)
+    e.add_argument(
+        "--partition", default=None, help="the job's partition under limits (default: the tenant)"
+    )
     e.add_argument(
         "--timeout", type=float, default=None, help="seconds one attempt may run (see handlers)"
     )

@@ -49,6 +49,11 @@ def running_counts(jobs: Iterable[Job]) -> dict[tuple[str, str], int]:
     return dict(Counter((job.job_type, partition_of(job)) for job in jobs))
 
 
+def ready_counts(jobs: Iterable[Job]) -> dict[str, int]:
+    """Ready jobs counted by partition."""
+    return dict(Counter(partition_of(job) for job in jobs))
+
+
 @attrs.define
 class LimitState:
     """One queue's stored buckets and passes, for a backend that keeps them in memory."""

@@ -21,7 +21,7 @@ from uuid import UUID
 import attrs
 
 from ..core import PRIORITY_ORDER, Job, JobStatus, Priority, PruneOrder
-from ..core.limits import QueueLimits
+from ..core.limits import Bucket, Candidate, QueueLimits
 
 
 @attrs.frozen(slots=True)
@@ -378,6 +378,23 @@ class LimitedClaims:
     held_back: bool = False
 
 
+@attrs.frozen(slots=True)
+class LimitUsage:
+    """What a limited queue holds now, read in one consistent step: the inputs a claim
+    would plan from, for `conveyor status` and the dashboard (`core.limits.describe`).
+
+    `running`: claimed jobs (prefetched ones included) by (job type, partition).
+    `ready`: ready jobs by partition. `candidates`: the first ready jobs of each
+    partition, most urgent first (as a claim of one job reads them). `buckets` and
+    `passes`: the stored limit state."""
+
+    running: Mapping[tuple[str, str], int] = attrs.field(factory=dict)
+    ready: Mapping[str, int] = attrs.field(factory=dict)
+    candidates: Sequence[Candidate] = ()
+    buckets: Mapping[str, Bucket] = attrs.field(factory=dict)
+    passes: Mapping[str, float] = attrs.field(factory=dict)
+
+
 @runtime_checkable
 class LimitedJobQueue(BatchingJobQueue, Protocol):
     """A queue that claims under a queue's fair shares, caps and rates (see
@@ -390,6 +407,10 @@ class LimitedJobQueue(BatchingJobQueue, Protocol):
         the queue's ready jobs, running counts and stored limit state, all in one
         atomic step serialised with the other claimers of `queue`; the state the plan
         says is stored in the same step."""
+
+    def limit_usage(self, queue: str, now: datetime) -> LimitUsage:
+        """What `queue` holds now for its limits (see `LimitUsage`); read-only (due
+        parked jobs are counted where they are, not promoted)."""
 
 
 @runtime_checkable

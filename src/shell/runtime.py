@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
@@ -41,6 +41,7 @@ from ..core import (
     prune_order,
 )
 from ..core.errors import FieldError
+from ..core.limit_report import LimitReport, describe
 from ..core.limits import QueueLimits
 from ..core.validation import parse_job_id
 from . import outage
@@ -55,7 +56,15 @@ from .inline import InlineRunner
 from .lease_keeper import check_clock
 from .lookup import JobView, find_job, list_jobs, parse_state
 from .pool import WorkerPool
-from .ports import Clock, JobQueue, JobStore, QueueCounts, SystemClock, is_transactional
+from .ports import (
+    Clock,
+    JobQueue,
+    JobStore,
+    LimitedJobQueue,
+    QueueCounts,
+    SystemClock,
+    is_transactional,
+)
 from .presence import MAX_BEAT_JOBS, MemoryPresence, Presence, WorkerInfo
 from .redact import backend_url
 from .registry import Registry
@@ -99,6 +108,8 @@ class Status:
 
     queues: tuple[QueueStatus, ...]
     workers: tuple[WorkerInfo, ...]
+    #: Each limited queue's shares, caps in use and throttled work (docs/limits.md).
+    limits: tuple[LimitReport, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, as `conveyor status --json` prints it."""
@@ -111,7 +122,23 @@ class Status:
                 {**attrs.asdict(w), "queues": list(w.queues), "last_seen": w.last_seen.isoformat()}
                 for w in self.workers
             ],
+            "limits": [_limit_dict(report) for report in self.limits],
         }
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _limit_dict(report: LimitReport) -> dict[str, Any]:
+    return {
+        "queue": report.queue,
+        "fair": report.fair,
+        "running": report.running,
+        "throttled": report.throttled,
+        "partitions": [attrs.asdict(p) for p in report.partitions],
+        "caps": [{**attrs.asdict(c), "full": c.full} for c in report.caps],
+        "rates": [{**attrs.asdict(r), "empty": r.empty} for r in report.rates],
+    }
 
 
 def _job_id(value: UUID | str) -> UUID:
@@ -681,7 +708,28 @@ class Runtime:
                     configured=name in self.config.workers.queues,
                 )
             )
-        return Status(tuple(rows), live)
+        return Status(tuple(rows), live, self.limit_reports(now))
+
+    def limit_reports(self, now: datetime) -> tuple[LimitReport, ...]:
+        """Each limited queue's shares, caps in use and throttled work at `now` (see
+        `conveyor.core.limit_report`); none when the backend claims without limits."""
+        if not isinstance(self.queue, LimitedJobQueue):
+            return ()
+        reports = []
+        for name, limits in sorted(self.limits.items()):
+            usage = self.queue.limit_usage(name, now)
+            reports.append(
+                describe(
+                    name,
+                    limits,
+                    running=usage.running,
+                    ready=usage.ready,
+                    candidates=usage.candidates,
+                    buckets=usage.buckets,
+                    now_us=(now - _EPOCH) // timedelta(microseconds=1),
+                )
+            )
+        return tuple(reports)
 
     def list_dead(self, *, tenant_id: str | None = None, limit: int = 100) -> Sequence[Job]:
         """Up to `limit` dead letters (jobs in state `failed`), of `tenant_id` only when
@@ -866,8 +914,6 @@ def build(
     cfg = load_config(config, env=env)
     if limits:
         cfg = attrs.evolve(cfg, limits=tuple({**dict(cfg.limits), **limits}.items()))
-        if cfg.provider == "redis":
-            raise ValidationError.of("limits", "are not supported on Redis yet")
     registry = registry or Registry()
     for job_type, handler in (handlers or {}).items():
         registry.register(job_type, handler)

@@ -4,7 +4,8 @@
 random sequences of enqueue, dequeue (which promotes due jobs itself), batched
 claim, start of a prefetched claim, ack, stale ack, extend, replace, schedule,
 promote, reclaim, batched finish, the lease keeper's poison-pill write racing a
-renewal, an operator's revive, and the cancel of a queued or a held job, against
+renewal, an operator's revive, the cancel of a queued or a held job, and a claim
+under caps (for a `LimitedJobQueue`: per partition and for the queue), against
 the adapter and against a model simpler than any adapter: a dict of where each job
 is. Write your own adapter, hand its factory to this machine, and it is held to the
 same contract as the built-in ones::
@@ -53,10 +54,23 @@ from ..core import (
     start,
 )
 from ..core.decisions import decide_reclaim
+from ..core.limits import Cap, QueueLimits
 from ..core.policies import LeasePolicy, Policies
-from ..shell.ports import BadClaim, BatchingJobQueue, CancellingJobQueue, Claim, JobStore
+from ..shell.ports import (
+    BadClaim,
+    BatchingJobQueue,
+    CancellingJobQueue,
+    Claim,
+    JobStore,
+    LimitedJobQueue,
+)
 
 QUEUES = ("q1", "q2")
+#: Model jobs alternate between these partitions.
+PARTITIONS = ("p0", "p1")
+#: The caps of `dequeue_limited_under_caps`: 1 running per partition, 2 in the queue
+#: (small, so that random runs reach them often).
+CAPS = QueueLimits(max_running=2, caps=(Cap(1, per_partition=True),))
 LEASE_MS = 1000
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -120,6 +134,7 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
                 queue=queue,
                 priority=priority,
                 delay=timedelta(milliseconds=delay_ms),
+                partition=PARTITIONS[self.counter % len(PARTITIONS)],
             ).unwrap()
 
         def _to_ready(self, job_id: UUID, priority: Priority) -> None:
@@ -242,6 +257,42 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
             for claim in batch:
                 assert not claim.started, "a batched claim is prefetched until started"
                 self._expect_claim(queue, claim)
+            return batch[-1] if batch else None
+
+        @precondition(lambda self: isinstance(self.queue, LimitedJobQueue))
+        @rule(target=claims, queue=st.sampled_from(QUEUES), want=st.integers(1, 4))
+        def dequeue_limited_under_caps(self, queue: str, want: int) -> Claim | None:
+            """A claim under `CAPS`: the oldest ready jobs in priority order, passing
+            over those whose partition (or the queue) already runs its cap, where
+            running is every held claim of the queue, stale ones included."""
+            got = self.queue.dequeue_limited(queue, self.now, want, CAPS)
+            batch = list(got.claims)
+            note(f"dequeue_limited {queue} {want} -> {[c.job.id.int for c in batch]}")
+            self._promote_model(queue)
+            held = [self.jobs[i] for i, w in self.where.items() if isinstance(w, _Held)]
+            running = [job.partition_key for job in held if job.queue == queue]
+            ready = sorted(
+                ((w.priority.rank, w.seq), i)
+                for i, w in self.where.items()
+                if isinstance(w, _Ready) and self.jobs[i].queue == queue
+            )
+            expected: list[UUID] = []
+            passed_over = False
+            for _, i in ready:
+                if len(expected) == want:
+                    break
+                partition = self.jobs[i].partition_key
+                if len(running) < 2 and running.count(partition) < 1:
+                    expected.append(i)
+                    running.append(partition)
+                else:
+                    passed_over = True
+            assert [c.job.id for c in batch] == expected, "caps or claim order broken"
+            assert got.held_back is passed_over
+            for claim in batch:
+                assert isinstance(claim, Claim) and not claim.started
+                assert claim.job == self.jobs[claim.job.id]
+                self.where[claim.job.id] = _Held(claim.token, self.now)
             return batch[-1] if batch else None
 
         @precondition(lambda self: isinstance(self.queue, BatchingJobQueue))

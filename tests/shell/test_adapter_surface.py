@@ -50,6 +50,7 @@ from sweep_cancel import CANCEL_CASES
 from sweep_cron import CRON_CASES
 from sweep_dashboard_store import DASHBOARD_STORE_CASES
 from sweep_hotpath import HOTPATH_CASES
+from sweep_limit_usage import LIMIT_USAGE_CASES
 from sweep_limits import LIMIT_CASES
 from sweep_operations import OPERATION_CASES
 from sweep_timeouts import TIMEOUT_CASES
@@ -447,6 +448,7 @@ CASES: dict[str, Callable[[Backend], None]] = {
         *ASYNCIO_CASES,
         *DASHBOARD_STORE_CASES,
         *LIMIT_CASES,
+        *LIMIT_USAGE_CASES,
         *HOTPATH_CASES,
         *BULK_CASES,
     )

@@ -20,6 +20,7 @@ import pytest
 import redis
 from backends import REDIS_TEST_DB, Backend
 from conveyor.core import CronEntry, JobStatus
+from conveyor.core.limits import Cap, QueueLimits
 from conveyor.dashboard import CSRF_COOKIE, CSRF_FIELD, BasicAuth, create_app
 from conveyor.shell.config import Config
 from conveyor.shell.dashboard import views
@@ -135,6 +136,7 @@ def post(client: TestClient, path: str, **form: str) -> Any:
         ("/dead", "Dead letters"),
         ("/dead/confirm?action=retry", "Retry dead letters"),
         ("/workers", "Workers"),
+        ("/limits", "Limits"),
         ("/cron", "Cron"),
     ],
 )
@@ -470,6 +472,56 @@ def test_a_worker_whose_heartbeat_stopped_is_not_listed(
     rt.presence.beat(WorkerInfo("gone:1:abc", "gone", 1, ("default",), clock.now()))
     clock.advance(timedelta(minutes=5))
     assert "gone:1:abc" not in client.get("/workers").text
+
+
+# ---- limits ---------------------------------------------------------------------------
+
+
+def _claim_limited(rt: Runtime, queue: str, want: int) -> int:
+    return len(rt.queue.dequeue_limited(queue, rt.clock.now(), want, rt.limits[queue]).claims)
+
+
+def test_the_limits_page_shows_shares_caps_in_use_and_throttled_work(
+    rt: Runtime, client: TestClient
+) -> None:
+    rt.limits["pay"] = QueueLimits(
+        fair=True, weights={"acme": 3}, caps=(Cap(2, "charge", per_partition=True),)
+    )
+    rt.enqueue_many("charge", [{}] * 5, queue="pay", partition="acme")
+    rt.enqueue_many("charge", [{}] * 2, queue="pay", partition="globex")
+    assert _claim_limited(rt, "pay", 10) == 4
+    html = client.get("/limits").text
+    section = re.search(r'<section class="limits" data-queue="pay">.*?</section>', html, re.S)
+    assert section is not None, html
+    rows = {
+        cells[0]: cells[1:]
+        for row in re.findall(r"<tr data-partition=.*?</tr>", section[0], re.S)
+        if (
+            cells := [
+                re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td.*?</td>", row, re.S)
+            ]
+        )
+    }
+    assert rows == {
+        "acme": ["3", "100%", "3", "2", "cap charge per partition full (2/2)"],
+        "globex": ["1", "-", "0", "2", "-"],
+    }
+    assert '<strong class="throttled">3</strong>' in section[0]
+    assert "2 / 2" in section[0] and "<strong>full</strong>" in section[0]
+
+
+def test_the_overview_says_when_limits_hold_work_back(rt: Runtime, client: TestClient) -> None:
+    rt.limits["pay"] = QueueLimits(max_running=1)
+    rt.enqueue_many("ok", [{}] * 3, queue="pay")
+    assert "throttled" not in client.get("/live/overview").text
+    assert _claim_limited(rt, "pay", 5) == 1
+    notice = re.search(r'<p class="notice" id="throttled">(.*?)</p>', client.get("/").text, re.S)
+    assert notice is not None
+    assert re.sub(r"<[^>]+>", "", notice[1]) == "Limits hold back 2 ready jobs of pay: see Limits."
+
+
+def test_the_limits_page_says_when_no_queue_has_limits(client: TestClient) -> None:
+    assert 'id="no-limits"' in client.get("/limits").text
 
 
 def test_the_cron_page_shows_each_entry_with_its_next_and_last_run(

@@ -395,3 +395,50 @@ def test_auto_migrate_must_be_true_or_false() -> None:
     with pytest.raises(ValidationError) as error:
         load_config({"auto_migrate": "yes"}, env={})
     assert error.value.fields == ("auto_migrate",)
+
+
+def test_the_printed_upgrade_sql_fills_the_limit_columns_as_migrate_does(pg_url: str) -> None:
+    """`conveyor migrate --sql` on a table of the version before limits: rows queued
+    then get the job type and partition `conveyor migrate` would give them."""
+    from conveyor.shell.codec import encode
+    from helpers import make_job
+    from test_queue_limits import OLD_QUEUE_TABLE
+
+    rows = {
+        "tenant": make_job("charge", queue="q", tenant_id="acme"),
+        "keyed": make_job("mail", queue="q", tenant_id="acme", partition="p1"),
+        "plain": make_job("mail", queue="q"),
+    }
+    engine = make_engine(pg_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(OLD_QUEUE_TABLE)
+        inserts = [(str(j.id), encode(j), j.tenant_id) for j in rows.values()]
+        inserts.append(("00000000-0000-4000-8000-00000000000b", "not json", "acme"))
+        inserts.append(("00000000-0000-4000-8000-00000000000c", "[1, 2]", None))
+        for row_id, payload, who in inserts:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO conveyor_job_queue (id, queue, status, priority, seq, run_at,"
+                    " tenant_id, payload) VALUES (:id, 'q', 'ready', 2, 1, 0, :who, :payload)"
+                ),
+                {"id": row_id, "who": who, "payload": payload},
+            )
+    with engine.begin() as conn:
+        for statement in migration_sql(config(pg_url)).split(";\n\n"):
+            if statement.strip():
+                conn.exec_driver_sql(statement)
+    assert schema_problem(engine) is None
+    t = SCHEMA.job_queue
+    with engine.connect() as conn:
+        filled = {
+            r.id: (r.job_type, r.partition_key)
+            for r in conn.execute(sa.select(t.c.id, t.c.job_type, t.c.partition_key))
+        }
+    engine.dispose()
+    assert filled == {
+        str(rows["tenant"].id): ("charge", "acme"),
+        str(rows["keyed"].id): ("mail", "p1"),
+        str(rows["plain"].id): ("mail", ""),
+        "00000000-0000-4000-8000-00000000000b": ("", "acme"),
+        "00000000-0000-4000-8000-00000000000c": ("", ""),
+    }

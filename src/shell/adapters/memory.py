@@ -23,13 +23,14 @@ from ...core import PRIORITY_ORDER, Job, JobStatus, Priority, PruneOrder, promot
 from ...core.job import UniqueLock
 from ...core.limits import QueueLimits, plan_claim
 from ...core.uniqueness import lock_holds
-from ..limits import LimitState, first_of_each_partition, running_counts
+from ..limits import LimitState, first_of_each_partition, ready_counts, running_counts
 from ..ports import (
     BadClaim,
     Claim,
     FinishedPerMinute,
     HistoryFilter,
     LimitedClaims,
+    LimitUsage,
     Place,
     PriorityCounts,
     QueueCounts,
@@ -281,6 +282,21 @@ class MemoryJobQueue:
         wait = plan.wait_until_us
         until = None if wait is None else _EPOCH + timedelta(microseconds=wait)
         return LimitedClaims(claims, until, plan.held_back > 0)
+
+    def limit_usage(self, queue: str, now: datetime) -> LimitUsage:
+        """What `queue` holds now for its limits, read under the lock."""
+        with self._lock:
+            lanes = self._ready.get(queue, {})
+            ready = [entry for p in PRIORITY_ORDER for entry in lanes.get(p, ())]
+            held = (e.job for e in self._in_flight.values() if e.job.queue == queue)
+            buckets, passes = self._limit_state.get(queue, LimitState()).view()
+            return LimitUsage(
+                running=running_counts(held),
+                ready=ready_counts(job for _, job in ready),
+                candidates=[c for c, _ in first_of_each_partition(ready, 1).values()],
+                buckets=buckets,
+                passes=passes,
+            )
 
     def start_claim(self, claim: Claim, now: datetime) -> Claim | None:
         with self._lock:

@@ -33,6 +33,7 @@ from ...core.limits import (
     candidates_per_partition,
     plan_claim,
 )
+from ..ports import LimitUsage
 from .sql_engine import Database
 from .sql_schema import PROCESSING, PROMOTE_PER_CLAIM, READY
 
@@ -56,6 +57,11 @@ class SqlLimitedClaim:
             select(t.c.job_type, t.c.partition_key, func.count())
             .where(in_queue, t.c.status == PROCESSING)
             .group_by(t.c.job_type, t.c.partition_key)
+        )
+        self.ready: Select[Any] = (
+            select(t.c.partition_key, func.count())
+            .where(in_queue, t.c.status == READY)
+            .group_by(t.c.partition_key)
         )
         # The queue's partitions with ready rows, one index probe each (a loose index
         # scan over (queue, status, partition_key, ...)): the claim reads the first
@@ -130,13 +136,7 @@ class SqlLimitedClaim:
             )
             for r in self._first_rows(conn, queue, per)
         ]
-        buckets: dict[str, Bucket] = {}
-        passes: dict[str, float] = {}
-        for kind, key, value, at_us in conn.execute(self.state, {"in_queue": queue}):
-            if kind == BUCKET:
-                buckets[str(key)] = Bucket(float(value), int(at_us or 0))
-            elif kind == PASS:
-                passes[str(key)] = float(value)
+        buckets, passes = self._stored(conn, queue)
         plan = plan_claim(limits, candidates, running, buckets, passes, at, want)
         rows: list[Any] = []
         if plan.take:
@@ -145,6 +145,40 @@ class SqlLimitedClaim:
             rows = sorted(taken.all(), key=lambda r: order[str(r.id)])
         self._store(conn, queue, plan, limits.fair)
         return rows, plan
+
+    def usage(self, conn: Connection, queue: str) -> LimitUsage:
+        """What `queue` holds for its limits, read in `conn`'s transaction."""
+        running = {
+            (str(job_type or ""), str(partition or "")): int(count)
+            for job_type, partition, count in conn.execute(self.running, {"in_queue": queue})
+        }
+        ready = {
+            str(partition or ""): int(count)
+            for partition, count in conn.execute(self.ready, {"in_queue": queue})
+        }
+        candidates = [
+            Candidate(
+                str(r.id),
+                int(r.priority),
+                int(r.seq),
+                str(r.job_type or ""),
+                str(r.partition_key or ""),
+            )
+            for r in self._first_rows(conn, queue, 1)
+        ]
+        buckets, passes = self._stored(conn, queue)
+        return LimitUsage(running, ready, candidates, buckets, passes)
+
+    def _stored(self, conn: Connection, queue: str) -> tuple[dict[str, Bucket], dict[str, float]]:
+        """The queue's stored buckets and passes."""
+        buckets: dict[str, Bucket] = {}
+        passes: dict[str, float] = {}
+        for kind, key, value, at_us in conn.execute(self.state, {"in_queue": queue}):
+            if kind == BUCKET:
+                buckets[str(key)] = Bucket(float(value), int(at_us or 0))
+            elif kind == PASS:
+                passes[str(key)] = float(value)
+        return buckets, passes
 
     def _first_rows(self, conn: Connection, queue: str, per: int) -> list[Any]:
         """The first `per` ready rows of each partition of `queue`."""

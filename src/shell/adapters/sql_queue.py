@@ -58,6 +58,7 @@ from ..ports import (
     BadClaim,
     Claim,
     LimitedClaims,
+    LimitUsage,
     Place,
     PriorityCounts,
     QueueCounts,
@@ -347,6 +348,13 @@ class SqlJobQueue:
         if plan is None or plan.wait_until_us is None:
             return LimitedClaims(claims, None, plan is not None and plan.held_back > 0)
         return LimitedClaims(claims, from_micros(plan.wait_until_us), plan.held_back > 0)
+
+    def limit_usage(self, queue: str, now: datetime) -> LimitUsage:
+        """What `queue` holds now for its limits (see `sql_limits`), in one read."""
+        if self._limited is None:
+            self._limited = SqlLimitedClaim(self._db, self._promote)
+        limited = self._limited
+        return self._db.run(lambda conn: limited.usage(conn, queue))
 
     def start_claim(self, claim: Claim, now: datetime) -> Claim | None:
         """Mark a prefetched claim started: its token loses the prefetch mark and its

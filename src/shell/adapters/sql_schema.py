@@ -559,6 +559,39 @@ def add_limit_columns(conn: Connection, schema: Schema) -> int:
         filled += len(rows)
 
 
+def fill_limit_columns_sql(schema: Schema = SCHEMA) -> str:
+    """PostgreSQL: what `add_limit_columns` fills in, as one statement for a migration
+    file: each row without a job type gets the job type and partition of its payload
+    (a payload that is not a job object gets `""`, as there)."""
+    t = schema.job_queue.name
+    return (
+        "DO $fill$\n"
+        "DECLARE\n"
+        "    r record;\n"
+        "    doc jsonb;\n"
+        "BEGIN\n"
+        f"    FOR r IN SELECT id, payload, tenant_id FROM {t} WHERE job_type IS NULL LOOP\n"
+        "        BEGIN\n"
+        "            doc := r.payload::jsonb;\n"
+        "        EXCEPTION WHEN others THEN\n"
+        "            doc := NULL;\n"
+        "        END;\n"
+        "        IF jsonb_typeof(doc) IS DISTINCT FROM 'object' THEN\n"
+        "            doc := '{}'::jsonb;\n"
+        "        END IF;\n"
+        f"        UPDATE {t} SET\n"
+        "            job_type = CASE WHEN jsonb_typeof(doc -> 'job_type') = 'string'\n"
+        "                THEN doc ->> 'job_type' ELSE '' END,\n"
+        "            partition_key = COALESCE(NULLIF(CASE\n"
+        "                WHEN jsonb_typeof(doc -> 'partition_key') = 'string'\n"
+        "                THEN doc ->> 'partition_key' ELSE r.tenant_id END, ''), '')\n"
+        "        WHERE id = r.id;\n"
+        "    END LOOP;\n"
+        "END\n"
+        "$fill$"
+    )
+
+
 def _copies(row_id: str, payload: str, tenant_id: str | None) -> dict[str, str]:
     """The job type and partition of a row made before they had columns."""
     try:
@@ -619,6 +652,7 @@ def _ddl_statements(target: Dialect, schema: Schema, if_not_exists: bool) -> lis
                 f"ALTER TABLE {table.name} ADD COLUMN IF NOT EXISTS {name} {kind}"
                 for name, kind in ADDED_COLUMNS
             )
+            statements.append(fill_limit_columns_sql(schema))
         for index in sorted(table.indexes, key=lambda i: str(i.name)):
             create_index = CreateIndex(index, if_not_exists=if_not_exists)
             statements.append(str(create_index.compile(dialect=target)))

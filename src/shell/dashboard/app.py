@@ -202,6 +202,7 @@ class Dashboard:
             Route("/dead/purge", action(self.dead_purge), methods=["POST"]),
             Route("/dead/bulk", action(self.dead_bulk), methods=["POST"]),
             Route("/workers", page(self.workers), methods=["GET"]),
+            Route("/limits", page(self.limits), methods=["GET"]),
             Route("/cron", page(self.cron), methods=["GET"]),
             Route("/cron/run", action(self.cron_run), methods=["POST"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -433,6 +434,15 @@ class Dashboard:
             request,
             "workers.html",
             {"title": "Workers", "page": "workers", "workers": rows, "running": running},
+        )
+
+    async def limits(self, request: Request) -> Response:
+        now = self.runtime.clock.now()
+        reports = await run_in_threadpool(self.runtime.limit_reports, now)
+        return self._render(
+            request,
+            "limits.html",
+            {"title": "Limits", "page": "limits", "reports": reports, "now": now},
         )
 
     async def cron(self, request: Request) -> Response:

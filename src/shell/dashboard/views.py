@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from ...core import PRIORITY_ORDER, FieldError, Job, JobStatus, Priority, thaw
+from ...core.limit_report import LimitReport
 from ...core.validation import check_name
 from ..lookup import JobView, parse_state, view_of_record
 from ..ports import HistoryFilter
@@ -127,6 +128,8 @@ class Overview:
     queues: tuple[QueueRow, ...]
     workers: tuple[WorkerInfo, ...]
     throughput: Throughput
+    #: Each limited queue's shares, caps and throttled work (the Limits page's figures).
+    limits: tuple[LimitReport, ...] = ()
 
 
 def overview(runtime: Runtime, chart: ThroughputCounts | None = None) -> Overview:
@@ -146,7 +149,7 @@ def overview(runtime: Runtime, chart: ThroughputCounts | None = None) -> Overvie
         )
         rows.append(QueueRow(row, priorities))
     chart_now = throughput(runtime, now) if chart is None else chart.read(now)
-    return Overview(now, tuple(rows), status.workers, chart_now)
+    return Overview(now, tuple(rows), status.workers, chart_now, status.limits)
 
 
 def throughput(runtime: Runtime, now: datetime) -> Throughput:

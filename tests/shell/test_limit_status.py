@@ -1,0 +1,95 @@
+"""`conveyor status` shows each limited queue's shares, caps in use and throttled work,
+run as a user runs it: a subprocess over a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from conveyor.shell.runtime import build
+
+CONFIG = """
+provider = "db"
+url = "sqlite:///{db}"
+[workers]
+queues = ["pay"]
+[limits.pay]
+fair = true
+weights = {{ acme = 3 }}
+[[limits.pay.caps]]
+job_type = "charge"
+per_partition = true
+max_running = 1
+[[limits.pay.rates]]
+starts = 100
+per_seconds = 60
+"""
+
+
+def _conveyor(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    return subprocess.run(
+        [sys.executable, "-m", "conveyor.shell.cli", *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+
+def _project(tmp_path: Path) -> Path:
+    (tmp_path / "conveyor.toml").write_text(CONFIG.format(db=tmp_path / "jobs.db"))
+    _conveyor(tmp_path, "migrate")
+    for partition in ("acme", "acme", "acme", "globex"):
+        _conveyor(tmp_path, "enqueue", "charge", "{}", "--queue", "pay", "--partition", partition)
+    runtime = build(str(tmp_path / "conveyor.toml"))
+    try:
+        claims = runtime.queue.dequeue_limited(
+            "pay", runtime.clock.now(), 10, runtime.limits["pay"]
+        )
+        assert len(claims.claims) == 2  # one per partition: the cap
+    finally:
+        runtime.close()
+    return tmp_path
+
+
+def test_status_shows_shares_caps_in_use_and_what_each_partition_waits_for(
+    tmp_path: Path,
+) -> None:
+    text = _conveyor(_project(tmp_path), "status").stdout
+    assert "limits of queue pay (fair shares): 2 running, 2 ready held back" in text
+    lines = {line.split()[0]: line.split() for line in text.splitlines() if line.strip()}
+    assert lines["acme"][:5] == ["acme", "3", "100%", "2", "1"]
+    assert "cap charge per partition full (1/1)" in lines["acme"][0] + " " + " ".join(
+        lines["acme"][5:]
+    )
+    assert lines["globex"][:5] == ["globex", "1", "-", "0", "1"]
+    assert any(
+        line.split()[:5] == ["charge", "per", "partition", "acme", "1/1"]
+        for line in text.splitlines()
+    )
+    rate = re.search(r"^all types: 100 per 60s +- +(\d+\.\d)/100 *$", text, re.M)
+    assert rate is not None, text
+    assert 98.0 <= float(rate[1]) <= 100.0
+
+
+def test_status_json_carries_the_same_report(tmp_path: Path) -> None:
+    status = json.loads(_conveyor(_project(tmp_path), "status", "--json").stdout)
+    [pay] = status["limits"]
+    assert (pay["queue"], pay["fair"], pay["running"], pay["throttled"]) == ("pay", True, 2, 2)
+    waits = {p["partition"]: p["waits"] for p in pay["partitions"]}
+    assert waits == {"acme": "cap charge per partition full (1/1)", "globex": None}
+    full = {(c["label"], c["partition"]): c["full"] for c in pay["caps"] if c["in_use"]}
+    assert full == {
+        ("charge per partition", "acme"): True,
+        ("charge per partition", "globex"): True,
+    }
+    [rate] = pay["rates"]
+    assert (rate["label"], rate["starts"], rate["empty"]) == ("all types: 100 per 60s", 100, False)
+    assert 98.0 <= rate["tokens"] <= 100.0
