@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
@@ -21,6 +21,7 @@ from uuid import UUID
 import attrs
 
 from ..core import PRIORITY_ORDER, Job, JobStatus, Priority, PruneOrder
+from ..core.limit_report import LimitReport, describe
 from ..core.limits import Bucket, Candidate, QueueLimits
 
 
@@ -378,6 +379,9 @@ class LimitedClaims:
     held_back: bool = False
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 @attrs.frozen(slots=True)
 class LimitUsage:
     """What a limited queue holds now, read in one consistent step: the inputs a claim
@@ -393,6 +397,19 @@ class LimitUsage:
     candidates: Sequence[Candidate] = ()
     buckets: Mapping[str, Bucket] = attrs.field(factory=dict)
     passes: Mapping[str, float] = attrs.field(factory=dict)
+
+    def describe(self, queue: str, limits: QueueLimits, now: datetime) -> LimitReport:
+        """This usage of `queue` under `limits` at `now`, for a person
+        (`core.limit_report.describe`)."""
+        return describe(
+            queue,
+            limits,
+            running=self.running,
+            ready=self.ready,
+            candidates=self.candidates,
+            buckets=self.buckets,
+            now_us=(now - _EPOCH) // timedelta(microseconds=1),
+        )
 
 
 @runtime_checkable

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
@@ -41,7 +41,7 @@ from ..core import (
     prune_order,
 )
 from ..core.errors import FieldError
-from ..core.limit_report import LimitReport, describe
+from ..core.limit_report import LimitReport
 from ..core.limits import QueueLimits
 from ..core.validation import parse_job_id
 from . import outage
@@ -124,9 +124,6 @@ class Status:
             ],
             "limits": [_limit_dict(report) for report in self.limits],
         }
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _limit_dict(report: LimitReport) -> dict[str, Any]:
@@ -715,21 +712,10 @@ class Runtime:
         `conveyor.core.limit_report`); none when the backend claims without limits."""
         if not isinstance(self.queue, LimitedJobQueue):
             return ()
-        reports = []
-        for name, limits in sorted(self.limits.items()):
-            usage = self.queue.limit_usage(name, now)
-            reports.append(
-                describe(
-                    name,
-                    limits,
-                    running=usage.running,
-                    ready=usage.ready,
-                    candidates=usage.candidates,
-                    buckets=usage.buckets,
-                    now_us=(now - _EPOCH) // timedelta(microseconds=1),
-                )
-            )
-        return tuple(reports)
+        return tuple(
+            self.queue.limit_usage(name, now).describe(name, limits, now)
+            for name, limits in sorted(self.limits.items())
+        )
 
     def list_dead(self, *, tenant_id: str | None = None, limit: int = 100) -> Sequence[Job]:
         """Up to `limit` dead letters (jobs in state `failed`), of `tenant_id` only when

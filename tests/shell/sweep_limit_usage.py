@@ -12,7 +12,6 @@ from datetime import timedelta
 
 from backends import Backend
 from conveyor.core import Policies, Succeeded, decide, start
-from conveyor.core.limit_report import describe
 from conveyor.core.limits import Cap, QueueLimits, Rate
 from conveyor.shell.ports import Claim, LimitedJobQueue
 from helpers import T0, make_job
@@ -57,15 +56,7 @@ def usage_reads_the_buckets_a_claim_stored(b: Backend) -> None:
     usage = b.queue.limit_usage(queue, T0)
     [bucket] = usage.buckets.values()
     assert bucket.tokens == 0.0
-    report = describe(
-        queue,
-        limits,
-        running=usage.running,
-        ready=usage.ready,
-        candidates=usage.candidates,
-        buckets=usage.buckets,
-        now_us=int(T0.timestamp() * 1_000_000),
-    )
+    report = usage.describe(queue, limits, T0)
     [default] = report.partitions
     assert default.ready == 2 and default.running == 3
     assert default.waits == "rate all types: 3 per 60s: next start in 20.0s"
@@ -81,16 +72,7 @@ def a_finish_frees_the_cap_slot_usage_shows(b: Backend) -> None:
     assert isinstance(claim, Claim)
 
     def report_now() -> str | None:
-        usage = b.queue.limit_usage(queue, T0)
-        [acme] = describe(
-            queue,
-            limits,
-            running=usage.running,
-            ready=usage.ready,
-            candidates=usage.candidates,
-            buckets=usage.buckets,
-            now_us=int(T0.timestamp() * 1_000_000),
-        ).partitions
+        [acme] = b.queue.limit_usage(queue, T0).describe(queue, limits, T0).partitions
         return acme.waits
 
     assert report_now() == "cap charge per partition full (1/1)"

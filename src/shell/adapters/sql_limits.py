@@ -121,21 +121,8 @@ class SqlLimitedClaim:
             conn.execute(self.lock, {"name": f"{self._table}:{queue}"})
         due = {"in_queue": queue, "at": at, "limit": PROMOTE_PER_CLAIM}
         self._promote(conn, list(conn.execute(sql.due_in_queue, due).scalars()))
-        running = {
-            (str(job_type or ""), str(partition or "")): int(count)
-            for job_type, partition, count in conn.execute(self.running, {"in_queue": queue})
-        }
-        per = candidates_per_partition(want)
-        candidates = [
-            Candidate(
-                str(r.id),
-                int(r.priority),
-                int(r.seq),
-                str(r.job_type or ""),
-                str(r.partition_key or ""),
-            )
-            for r in self._first_rows(conn, queue, per)
-        ]
+        running = self._running(conn, queue)
+        candidates = self._candidates(conn, queue, candidates_per_partition(want))
         buckets, passes = self._stored(conn, queue)
         plan = plan_claim(limits, candidates, running, buckets, passes, at, want)
         rows: list[Any] = []
@@ -148,15 +135,24 @@ class SqlLimitedClaim:
 
     def usage(self, conn: Connection, queue: str) -> LimitUsage:
         """What `queue` holds for its limits, read in `conn`'s transaction."""
-        running = {
-            (str(job_type or ""), str(partition or "")): int(count)
-            for job_type, partition, count in conn.execute(self.running, {"in_queue": queue})
-        }
         ready = {
             str(partition or ""): int(count)
             for partition, count in conn.execute(self.ready, {"in_queue": queue})
         }
-        candidates = [
+        candidates = self._candidates(conn, queue, candidates_per_partition(1))
+        buckets, passes = self._stored(conn, queue)
+        return LimitUsage(self._running(conn, queue), ready, candidates, buckets, passes)
+
+    def _running(self, conn: Connection, queue: str) -> dict[tuple[str, str], int]:
+        """The queue's running rows counted by (job type, partition)."""
+        return {
+            (str(job_type or ""), str(partition or "")): int(count)
+            for job_type, partition, count in conn.execute(self.running, {"in_queue": queue})
+        }
+
+    def _candidates(self, conn: Connection, queue: str, per: int) -> list[Candidate]:
+        """The first `per` ready rows of each partition, as claim candidates."""
+        return [
             Candidate(
                 str(r.id),
                 int(r.priority),
@@ -164,10 +160,8 @@ class SqlLimitedClaim:
                 str(r.job_type or ""),
                 str(r.partition_key or ""),
             )
-            for r in self._first_rows(conn, queue, 1)
+            for r in self._first_rows(conn, queue, per)
         ]
-        buckets, passes = self._stored(conn, queue)
-        return LimitUsage(running, ready, candidates, buckets, passes)
 
     def _stored(self, conn: Connection, queue: str) -> tuple[dict[str, Bucket], dict[str, float]]:
         """The queue's stored buckets and passes."""
