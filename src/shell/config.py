@@ -650,8 +650,6 @@ def _across(raw: Mapping[str, Any]) -> Iterator[FieldError]:
         yield FieldError(
             "tenancy.url", "is required unless provider is 'db' (then the job database is used)"
         )
-    if raw.get("limits") and provider == "redis":
-        yield FieldError("limits", "are not supported on Redis yet (use provider 'db' or 'memory')")
     # Slot ids derive from the entry's name: two entries of one name would share slots.
     entries = raw.get("cron")
     seen: dict[object, int] = {}

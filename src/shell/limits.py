@@ -16,9 +16,6 @@ import attrs
 from ..core import Job
 from ..core.limits import Bucket, Candidate, ClaimPlan, candidates_per_partition, partition_of
 
-#: One line, for a backend that cannot claim under limits yet.
-REDIS_REFUSAL = "limits are not supported on Redis yet (use provider 'db' or 'memory' for them)"
-
 
 def candidate(job: Job, seq: int) -> Candidate:
     """`job`, waiting at FIFO position `seq`, as a claim candidate."""

@@ -55,7 +55,6 @@ from .executor import Executor
 from .heartbeat import Heartbeat
 from .hooks import Hooks
 from .lease_keeper import ClockSkewError, LeaseKeeper, check_clock
-from .limits import REDIS_REFUSAL
 from .logs import log_dead_letter, log_failed_attempt
 from .placeholder import undecodable_dead_letter
 from .ports import (
@@ -81,9 +80,7 @@ log = logging.getLogger("conveyor.worker")
 
 
 def limits_refusal(queue: object) -> str:
-    """The one line refusing limits on a backend that cannot claim under them."""
-    if type(queue).__name__.startswith("Redis"):
-        return REDIS_REFUSAL
+    """The one line refusing limits on a queue that cannot claim under them."""
     return f"limits are not supported by {type(queue).__name__}"
 
 

@@ -1,5 +1,5 @@
-"""Caps and rates across worker processes, with workers killed mid-run (SQLite and
-PostgreSQL; Redis cannot claim under limits yet).
+"""Caps and rates across worker processes, with workers killed mid-run (SQLite,
+PostgreSQL and Redis).
 
 The ledger records each execution's start and end (wall time, one host). A killed
 worker's executions stop no later than its death, which the harness records; its
@@ -29,11 +29,12 @@ PER_PARTITION, PER_QUEUE = 2, 3
 CAPS = {"max_running": PER_QUEUE, "caps": [{"per_partition": True, "max_running": PER_PARTITION}]}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "redis"])
 def limited(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
-    made = make_site(request.param, tmp_path)
-    with made.queue.engine.begin() as conn:
-        conn.execute(sa.text("DELETE FROM conveyor_limit_state"))
+    made = make_site(request.param, tmp_path)  # a Redis site starts from an empty database
+    if request.param != "redis":
+        with made.queue.engine.begin() as conn:
+            conn.execute(sa.text("DELETE FROM conveyor_limit_state"))
     yield made
     report = getattr(request.node, "rep_call", None)
     if report is not None and report.failed:

@@ -1,7 +1,7 @@
 """Sweep cases for claims under fair shares, caps and rates
 (`LimitedJobQueue.dequeue_limited`). Each runs on every backend through
-`test_adapter_surface.py`; on Redis, which cannot claim under limits yet, each case
-checks instead that a worker with limits is refused in one line.
+`test_adapter_surface.py`. The Redis-only cases (its partition index: floods, stale
+entries, the upgrade, re-sent takes) are in `test_redis_limits.py`.
 
 Queues carry a fresh name: the PostgreSQL sweep database outlives one case, and the
 limit state is kept per queue.
@@ -12,13 +12,13 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-import pytest
+import attrs
 from backends import Backend
-from conveyor.core import Policies, Succeeded, decide, start
-from conveyor.core.decisions import decide_reclaim
+from conveyor.core import ErrorInfo, Failed, Policies, Succeeded, decide, decide_cancel, start
+from conveyor.core.decisions import Cancel, Retry, decide_reclaim
 from conveyor.core.limits import Cap, QueueLimits, Rate
 from conveyor.core.policies import LeasePolicy, reclaim_cutoff
-from conveyor.shell.ports import Claim, LimitedClaims, LimitedJobQueue
+from conveyor.shell.ports import Claim, LimitedClaims, LimitedJobQueue, Place
 from conveyor.shell.registry import Registry
 from conveyor.shell.worker import Worker
 from helpers import T0, make_job
@@ -29,13 +29,9 @@ def _queue() -> str:
 
 
 def _limited(b: Backend, limits: QueueLimits) -> bool:
-    """True when `b` claims under limits; on Redis, checks the one-line refusal."""
-    if b.name == "redis":
-        with pytest.raises(ValueError, match=r"^limits are not supported on Redis yet"):
-            Worker(b.queue, b.store, Registry(), limits=limits)
-        assert not isinstance(b.queue, LimitedJobQueue)
-        return False
+    """True when `b` claims under limits (every backend does), and a worker takes them."""
     assert isinstance(b.queue, LimitedJobQueue)
+    assert Worker(b.queue, b.store, Registry(), limits=limits).limits == limits
     return True
 
 
@@ -146,6 +142,44 @@ def a_tenant_is_the_partition_when_no_key_is_given(b: Backend) -> None:
     ]
 
 
+def limited_claims_skip_jobs_claimed_or_cancelled_meanwhile(b: Backend) -> None:
+    limits = QueueLimits(fair=True)
+    if not _limited(b, limits):
+        return
+    queue = _queue()
+    _enqueue(b, queue, "a", 4)
+    _enqueue(b, queue, "b", 1)
+    # The queue's limits are in use before the plain claim and the cancel below.
+    assert len(b.queue.dequeue_limited(queue, T0, 1, limits).claims) == 1
+    plain = b.queue.dequeue_many(queue, T0, 1)
+    [left] = [q for q in b.queue.scan(queue, Place.READY) if q.job.partition_key == "a"][:1]
+    cancel = decide_cancel(left.job, T0, in_flight=False)
+    assert isinstance(cancel, Cancel) and b.queue.cancel(cancel.job)
+    got = b.queue.dequeue_limited(queue, T0, 10, limits).claims
+    taken = {c.job.id for c in got if isinstance(c, Claim)}
+    assert len(taken) == len(got) == 2
+    assert not taken & {c.job.id for c in plain if isinstance(c, Claim)}
+    assert left.job.id not in taken
+    assert b.queue.dequeue_limited(queue, T0, 10, limits).claims == []
+
+
+def a_retried_job_goes_back_to_its_partition_for_limited_claims(b: Backend) -> None:
+    limits = QueueLimits(caps=(Cap(1, per_partition=True),))
+    if not _limited(b, limits):
+        return
+    queue = _queue()
+    _enqueue(b, queue, "a", 1)
+    [claim] = b.queue.dequeue_limited(queue, T0, 5, limits).claims
+    assert isinstance(claim, Claim)
+    error = ErrorInfo("Boom", "again", True)
+    decision = decide(start(claim.job, T0).unwrap(), Failed(error), T0, Policies(), 0.5)
+    assert isinstance(decision, Retry)
+    assert b.queue.replace(claim, attrs.evolve(decision.job, run_at=T0))
+    [again] = b.queue.dequeue_limited(queue, T0 + timedelta(seconds=1), 5, limits).claims
+    assert isinstance(again, Claim) and again.job.id == claim.job.id
+    assert again.job.partition_key == "a"
+
+
 LIMIT_CASES = (
     limited_claims_take_partitions_in_turn,
     limited_claims_keep_priority_order,
@@ -154,4 +188,6 @@ LIMIT_CASES = (
     a_rate_holds_claims_until_its_next_token,
     a_job_type_cap_lets_other_types_pass,
     a_tenant_is_the_partition_when_no_key_is_given,
+    limited_claims_skip_jobs_claimed_or_cancelled_meanwhile,
+    a_retried_job_goes_back_to_its_partition_for_limited_claims,
 )

@@ -1,5 +1,5 @@
 """Limits from the outside: the `partition` option, the wire format, `[limits.<queue>]`
-in the config, the worker's claims, the refusal on Redis, and the SQL migration that
+in the config (on Redis too), the worker's claims, and the SQL migration that
 adds the columns limited claims read (real SQLite files and a real PostgreSQL)."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 import pytest
+import redis
 import sqlalchemy as sa
 from conveyor.core import ValidationError
 from conveyor.core.limits import Cap, QueueLimits, Rate
@@ -25,6 +26,7 @@ from conveyor.shell.config import parse_config
 from conveyor.shell.runtime import build
 from conveyor.testing.clock import ManualClock
 from conveyor.testing.postgres_server import drop_database, fresh_database
+from conveyor.testing.redis_server import redis_url
 from helpers import T0, make_job
 
 PAYMENTS = {
@@ -100,12 +102,45 @@ def test_a_bad_limit_is_one_line_naming_the_key(table: dict[str, Any], message: 
     assert str(bad.value) == message
 
 
-def test_limits_on_redis_are_refused_at_start_in_one_line() -> None:
-    with pytest.raises(ValidationError) as bad:
-        parse_config({"provider": "redis", "limits": {"payments": {"fair": True}}})
-    assert (
-        str(bad.value) == "limits: are not supported on Redis yet (use provider 'db' or 'memory')"
+REDIS_LIMITS_DB = 15  # a database of its own: other tests flush theirs
+
+
+def test_limits_on_redis_work_from_the_config_file_to_conveyor_status(tmp_path: Path) -> None:
+    url = redis_url(REDIS_LIMITS_DB)
+    flush = redis.Redis.from_url(url)
+    flush.flushdb()
+    flush.close()
+    config = tmp_path / "conveyor.toml"
+    config.write_text(
+        f'provider = "redis"\n[redis]\nurl = "{url}"\n[workers]\nqueues = ["q"]\n'
+        "[limits.q]\nfair = true\n[[limits.q.caps]]\nper_partition = true\nmax_running = 1\n"
     )
+    assert dict(parse_config({"provider": "redis", "limits": {"q": {"fair": True}}}).limits) == {
+        "q": QueueLimits(fair=True)
+    }
+    ran: list[str] = []
+    runtime = build(str(config), handlers={"t": lambda args: ran.append(args["who"])})
+    try:
+        assert runtime.limits == {"q": QueueLimits(fair=True, caps=(Cap(1, per_partition=True),))}
+        runtime.enqueue_many("t", [{"who": "flood"}] * 30, queue="q", tenant_id="flood")
+        runtime.enqueue_many("t", [{"who": "late"}] * 3, queue="q", tenant_id="late")
+        # One running per tenant: each claim of 4 takes one job of each.
+        assert runtime.worker("q", prefetch=4).drain() == 33
+        assert ran[:6] == ["flood", "late"] * 3
+        runtime.enqueue("t", {"who": "next"}, queue="q", tenant_id="late")
+    finally:
+        runtime.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    status = subprocess.run(
+        [sys.executable, "-m", "conveyor.shell.cli", "status"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    assert "limits of queue q (fair shares)" in status.stdout
 
 
 def test_the_cli_exits_2_on_a_bad_limit_naming_the_key(tmp_path: Path) -> None:

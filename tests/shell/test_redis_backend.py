@@ -39,6 +39,7 @@ from conveyor.core import (
     reclaim_cutoff,
     start,
 )
+from conveyor.core.limits import QueueLimits
 from conveyor.shell.adapters.redis_queue import (
     RedisJobQueue,
     RedisJobStore,
@@ -537,6 +538,9 @@ def test_every_key_is_documented_and_all_share_one_cluster_slot(
     queue.enqueue(make_job())
     queue.enqueue_new(make_job(unique_key="nightly-report"))
     queue.dequeue_many("jobs", T0, 1)  # a prefetched claim, in its call's held set
+    # A queue with limits: its partition index, partitions and state.
+    queue.enqueue_many([make_job(queue="limited", tenant_id="acme") for _ in range(2)])
+    assert len(queue.dequeue_limited("limited", T0, 1, QueueLimits(fair=True)).claims) == 1
     store.record(finished(make_job(tenant_id="acme"), JobStatus.COMPLETED, 1))
     store.record(dead(make_job(tenant_id="acme")))
     keys = [k.decode() for k in client.keys("*")]

@@ -20,16 +20,20 @@ for _, priority in ipairs(PRIORITIES) do
     local id = redis.call('LPOP', list)
     if not id then break end
     local jk = key('job', id)
-    local f = redis.call('HMGET', jk, 'status', 'body')
-    if f[1] == 'ready' and f[2] then
+    local f = redis.call('HMGET', jk, 'status', 'body', 'part', 'queue', 'priority', 'jtype')
+    local live = f[1] == 'ready' and f[2] and f[4] == queue and f[5] == priority
+    -- Only a job of a limited queue (`part`) can have ghost copies (see the prelude).
+    if live and not (f[3] and unghost(queue, priority, id)) then
       redis.call('ZREM', key('ready_at', queue), id)
+      -- Indexed (its queue is limited): a claim without limits still takes it out.
+      if f[3] then redis.call('ZREM', key('pready', queue, f[3]), pready_member(f[6], id)) end
       redis.call('HSET', jk, 'status', 'processing', 'token', token, 'locked_at', locked)
       redis.call('ZADD', key('inflight'), locked, id)
       redis.call('ZADD', key('inflight', queue), locked, id)
       write_receipt(token, {id}, ttl)
       return {id, f[2]}
     end
-    if not f[2] then
+    if not live and not unghost(queue, priority, id) and not f[2] then
       -- A body-less id is dropped, never run.
       drop_orphan(id)
     end

@@ -17,7 +17,7 @@ if again then
   return again
 end
 promote(key('scheduled', queue), ARGV[4], now, ARGV[6], CLAIM_PROMOTE_CAP)
-local out, taken, flight = {}, {}, {}
+local out, taken, flight, indexed = {}, {}, {}, {}
 for _, priority in ipairs(PRIORITIES) do
   local list = key('queue', queue, priority)
   local more = true
@@ -29,8 +29,16 @@ for _, priority in ipairs(PRIORITIES) do
     more = #ids == asked
     for _, id in ipairs(ids) do
       local jk = key('job', id)
-      local f = redis.call('HMGET', jk, 'status', 'body')
-      if f[1] == 'ready' and f[2] then
+      local f = redis.call('HMGET', jk, 'status', 'body', 'part', 'queue', 'priority',
+                           'jtype')
+      local live = f[1] == 'ready' and f[2] and f[4] == queue and f[5] == priority
+      -- Only a job of a limited queue (`part`) can have ghost copies (see the prelude).
+      if live and not (f[3] and unghost(queue, priority, id)) then
+        -- Indexed (its queue is limited): a claim without limits still takes it out.
+        if f[3] then
+          indexed[f[3]] = indexed[f[3]] or {}
+          table.insert(indexed[f[3]], pready_member(f[6], id))
+        end
         redis.call('HSET', jk, 'status', 'processing', 'token', token_base .. ':' .. id,
                    'locked_at', locked)
         table.insert(taken, id)
@@ -38,7 +46,7 @@ for _, priority in ipairs(PRIORITIES) do
         table.insert(flight, id)
         table.insert(out, id)
         table.insert(out, f[2])
-      elseif not f[2] then
+      elseif not live and not unghost(queue, priority, id) and not f[2] then
         drop_orphan(id)
       end
     end
@@ -51,5 +59,8 @@ if #taken > 0 then
   call_many('ZADD', key('inflight', queue), flight)
   call_many('SADD', key('held', token_base), taken)
   write_receipt(token_base, taken, ttl)
+  for part, ids in pairs(indexed) do
+    call_many('ZREM', key('pready', queue, part), ids)
+  end
 end
 return out

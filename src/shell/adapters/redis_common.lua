@@ -53,10 +53,108 @@ local function member_id(member)
   return string.match(member, '([^:]*)$')
 end
 
--- Ready: tail of its priority list (FIFO), plus its run_at (µs) for oldest_ready_at.
-local function push_ready(id, queue, priority, run_us)
+-- Limited queues (fair shares, caps, rates: see redis_limits.py). A queue whose limits
+-- are in use is a member of {base}:limited, and each of its ready jobs is also in the
+-- zset {base}:pready:<queue>:<partition> as "<job type>:<id>" (`pready_member`; a
+-- job type has no ':'), scored by priority rank * 1e15 + seq (an integer below 2^53,
+-- exact in a double), so a claim reads the first jobs of each partition in claim order
+-- from the index alone, without walking the backlog; {base}:parts:<queue> names the
+-- partitions. The hash keeps the job's `part` and `jtype` (derived from the body once
+-- per placement) to find its entry and for the running counts. Every path that takes
+-- a ready job out removes its entry (the claim scripts, `unplace`, the limited take);
+-- one left behind anyway (a hash deleted by hand) is dropped by the limited take,
+-- which checks each job it planned against its hash.
+local RANK = {critical = 0, high = 1, normal = 2, low = 3}
+
+-- The index score, as a string: a Lua number would be printed with 14 digits.
+local function ready_score(priority, seq)
+  local rank = RANK[priority] or 2
+  seq = seq or '0'
+  if rank == 0 then return seq end
+  return rank .. pad(seq, 15)
+end
+
+-- The job's partition (partition_key, else tenant_id, else '') and job type, read from
+-- its body; a body that does not decode belongs to the default partition.
+local function job_facts(body)
+  local ok, doc = pcall(cjson.decode, body or '')
+  if not ok or type(doc) ~= 'table' then return '', '' end
+  local part = doc['partition_key']
+  if type(part) ~= 'string' then
+    part = doc['tenant_id']
+    if type(part) ~= 'string' then part = '' end
+  end
+  local jtype = doc['job_type']
+  if type(jtype) ~= 'string' then jtype = '' end
+  return part, jtype
+end
+
+local function pready_member(jtype, id)
+  return (jtype or '') .. ':' .. id
+end
+
+-- Index a ready job of a limited queue under its partition; `seq` and `body` when the
+-- caller has them. Returns the partition.
+local function index_ready(id, jk, queue, priority, seq, body)
+  if not body then body = redis.call('HGET', jk, 'body') end
+  if not seq then seq = redis.call('HGET', jk, 'seq') end
+  local part, jtype = job_facts(body)
+  redis.call('HSET', jk, 'part', part, 'jtype', jtype)
+  redis.call('ZADD', key('pready', queue, part), ready_score(priority, seq),
+             pready_member(jtype, id))
+  redis.call('SADD', key('parts', queue), part)
+  return part
+end
+
+-- Ghosts. A limited take claims jobs from anywhere in their priority lists, and taking
+-- one out of the middle of a long list (LREM) costs a scan up to it. So the take
+-- leaves the id where it is, a ghost copy, counted in the zset
+-- {base}:ghosts:<queue>:<priority> (member: id -> its ghost copies in that list;
+-- member '#': all of them, which `counts` subtracts from the list's length). A
+-- placement appends, so every ghost copy of an id comes before its live copy: whoever
+-- pops an id that has ghosts in that list holds a ghost copy, drops it and counts one
+-- fewer (`unghost`). The limited read pops the ghosts that reach the head of a list.
+local GHOSTS_TOTAL = '#'
+local function ghosts_key(queue, priority)
+  return key('ghosts', queue, priority)
+end
+
+local function count_ghosts(gk, member, delta)
+  local left = tonumber(redis.call('ZINCRBY', gk, delta, member))
+  if left <= 0 then redis.call('ZREM', gk, member) end
+end
+
+-- True when the copy of `id` just popped from (queue, priority)'s list was a ghost (it
+-- is then counted off); false for a live or stray copy.
+local function unghost(queue, priority, id)
+  local gk = ghosts_key(queue, priority)
+  if not redis.call('ZSCORE', gk, id) then return false end
+  count_ghosts(gk, id, -1)
+  count_ghosts(gk, GHOSTS_TOTAL, -1)
+  return true
+end
+
+-- Membership of {base}:limited, asked once per queue per script (a promotion moves
+-- many jobs of one queue). No script both joins a queue to it and places jobs.
+local limited_queues = {}
+local function is_limited(queue)
+  local known = limited_queues[queue]
+  if known == nil then
+    known = redis.call('SISMEMBER', key('limited'), queue) == 1
+    limited_queues[queue] = known
+  end
+  return known
+end
+
+-- Ready: tail of its priority list (FIFO), plus its run_at (µs) for oldest_ready_at,
+-- plus the partition index when the queue is limited (the one extra command an
+-- ordinary queue pays per ready placement is the SISMEMBER).
+local function push_ready(id, queue, priority, run_us, seq, body)
   redis.call('RPUSH', key('queue', queue, priority), id)
   redis.call('ZADD', key('ready_at', queue), run_us, id)
+  if is_limited(queue) then
+    index_ready(id, key('job', id), queue, priority, seq, body)
+  end
 end
 
 -- Held sets. Each claim_many call keeps {base}:held:<token_base>, a set of the ids it
@@ -80,11 +178,22 @@ end
 
 -- Remove the id from wherever its hash says it is; the hash itself stays.
 local function unplace(id, jk)
-  local f = redis.call('HMGET', jk, 'status', 'queue', 'priority', 'run_us', 'seq', 'token')
+  local f = redis.call('HMGET', jk, 'status', 'queue', 'priority', 'run_us', 'seq', 'token',
+                       'part', 'jtype')
   local status, queue, priority = f[1], f[2], f[3]
   if status == 'ready' then
     redis.call('LREM', key('queue', queue, priority), 0, id)
     redis.call('ZREM', key('ready_at', queue), id)
+    if f[7] then
+      redis.call('ZREM', key('pready', queue, f[7]), pready_member(f[8], id))
+      -- The LREM took the id's ghost copies with it.
+      local gk = ghosts_key(queue, priority)
+      local ghosts = redis.call('ZSCORE', gk, id)
+      if ghosts then
+        redis.call('ZREM', gk, id)
+        count_ghosts(gk, GHOSTS_TOTAL, -tonumber(ghosts))
+      end
+    end
   elseif status == 'scheduled' then
     local member = sched_member(id, f[4], f[5])
     redis.call('ZREM', key('scheduled'), member, id)
@@ -105,7 +214,8 @@ local function place(id, jk, body, queue, priority, target, run_ms, run_us)
   local seq = tostring(redis.call('INCR', key('seq', 'queue')))
   redis.call('HSET', jk, 'body', body, 'status', target, 'queue', queue,
              'priority', priority, 'run_ms', run_ms, 'run_us', run_us, 'seq', seq)
-  redis.call('HDEL', jk, 'token', 'locked_at')
+  -- `part` and `jtype` describe the body they were read from; a new body may differ.
+  redis.call('HDEL', jk, 'token', 'locked_at', 'part', 'jtype')
   redis.call('SADD', key('queues'), queue)
   if target == 'scheduled' then
     local member = sched_member(id, run_us, seq)
@@ -113,7 +223,7 @@ local function place(id, jk, body, queue, priority, target, run_ms, run_us)
     redis.call('ZADD', key('scheduled', queue), run_ms, member)
     return true
   end
-  push_ready(id, queue, priority, run_us)
+  push_ready(id, queue, priority, run_us, seq, body)
   return true
 end
 
@@ -175,7 +285,10 @@ end
 -- (no due member scores above it), now_ms rounded down, now_us as 18 digits.
 local function promote(from, hi_ms, now_ms, now_us, limit)
   local due = redis.call('ZRANGEBYSCORE', from, '-inf', hi_ms, 'WITHSCORES', 'LIMIT', 0, limit)
-  local moved, woken = 0, {}
+  -- A promoted job queues behind the jobs already ready: a fresh seq says so, as the
+  -- other backends number it, and keeps `seq` in list order for the partition index.
+  -- One INCRBY for the batch (numbers of jobs not moved are skipped, harmlessly).
+  local moved, woken, seq = 0, {}, nil
   for i = 1, #due, 2 do
     local member = due[i]
     if member_due(member, due[i + 1], now_ms, now_us)
@@ -190,8 +303,13 @@ local function promote(from, hi_ms, now_ms, now_us, limit)
         redis.call('ZREM', key('scheduled', f[2]), member)
         -- A hash that is not scheduled is placed elsewhere; the entry was stray.
         if f[1] == 'scheduled' then
-          redis.call('HSET', jk, 'status', 'ready')
-          push_ready(id, f[2], f[3], f[4])
+          if not seq then
+            seq = redis.call('INCRBY', key('seq', 'queue'), #due / 2) - #due / 2
+          end
+          seq = seq + 1
+          local digits = string.format('%d', seq)
+          redis.call('HSET', jk, 'status', 'ready', 'seq', digits)
+          push_ready(id, f[2], f[3], f[4], digits, f[5])
           woken[f[2]] = (woken[f[2]] or 0) + 1
           moved = moved + 1
         end

@@ -2,9 +2,10 @@
 -- One consistent snapshot per known queue: {name, ready, scheduled, in_flight,
 -- oldest ready run_at in µs or nil, {ready per priority in PRIORITIES order},
 -- {scheduled per priority} or false, {in flight per priority} or false}.
--- Ready lists are per priority already. The scheduled and in-flight sets are per
--- queue, so their split reads each member's hash: done only while the set holds at
--- most split_limit members (false beyond), so a scrape stays a few milliseconds.
+-- Ready lists are per priority already (less the ghost copies a limited queue's lists
+-- hold: see the prelude). The scheduled and in-flight sets are per queue, so their
+-- split reads each member's hash: done only while the set holds at most split_limit
+-- members (false beyond), so a scrape stays a few milliseconds.
 -- Read-only.
 local split_limit = tonumber(ARGV[2])
 
@@ -34,7 +35,9 @@ for _, queue in ipairs(redis.call('SMEMBERS', key('queues'))) do
   local ready = 0
   local lanes = {}
   for _, priority in ipairs(PRIORITIES) do
-    local n = redis.call('LLEN', key('queue', queue, priority))
+    -- A list of a limited queue may hold ghost copies of claimed jobs (see the prelude).
+    local ghosts = redis.call('ZSCORE', ghosts_key(queue, priority), GHOSTS_TOTAL)
+    local n = redis.call('LLEN', key('queue', queue, priority)) - (tonumber(ghosts) or 0)
     table.insert(lanes, n)
     ready = ready + n
   end

@@ -25,6 +25,9 @@ to send twice: claims are idempotent by a token chosen once per call, enqueues b
 nonce, and every fenced write answers a re-send of a write that already landed
 with the same 1 while writing nothing more.
 
+Queues with limits (fair shares, caps, rates) are claimed by `dequeue_limited`, which
+keeps a per-partition index of their ready jobs; see `redis_limits`.
+
 All keys start with the hash tag `{prefix}`, so one deployment lands in one
 Redis Cluster slot and a script may touch every key it derives. See `docs/redis.md`.
 """
@@ -51,6 +54,7 @@ from redis.retry import Retry
 from returns.result import Failure, Success
 
 from ...core import PRIORITY_ORDER, Job, JobStatus, Priority, PruneOrder, ValidationError
+from ...core.limits import QueueLimits
 from ...core.uniqueness import state_names
 from ..codec import decode, encode
 from ..lookup import queued_entry
@@ -60,6 +64,8 @@ from ..ports import (
     Claim,
     FinishedPerMinute,
     HistoryFilter,
+    LimitedClaims,
+    LimitUsage,
     Place,
     PriorityCounts,
     QueueCounts,
@@ -67,6 +73,7 @@ from ..ports import (
     prefetch_token,
 )
 from ..unique import PLACE_NAMES, found_in_queue, stored_job
+from .redis_limits import RedisLimitedClaim
 
 log = logging.getLogger("conveyor.redis")
 
@@ -308,6 +315,9 @@ class RedisJobQueue:
         self._cancel = with_store("cancel")
         self._finish_cancelled = with_store("finish_cancelled")
         self._request_cancel = script("request_cancel")
+        self._limited = RedisLimitedClaim(
+            self._run, script("limited_index"), script("limited_read"), script("limited_take")
+        )
         for warning in check_server(self._client):
             log.warning("redis server %s", warning)
 
@@ -459,6 +469,41 @@ class RedisJobQueue:
             limit,
         )
         return _batch_claims(reply, base, queue, now)
+
+    def dequeue_limited(
+        self, queue: str, now: datetime, want: int, limits: QueueLimits
+    ) -> LimitedClaims:
+        """Claim up to `want` jobs of `queue` as `core.limits.plan_claim` chooses from
+        the first ready jobs of each partition, the running counts and the stored
+        buckets and passes; prefetched claims as `dequeue_many` gives them, taken only
+        while no other limited take of the queue came between the read and the take
+        (see `redis_limits`)."""
+        base = uuid.uuid4().hex
+        claim_args = (prefetch_token(base), _ms(now), self._receipt_ms)
+        reply, plan = self._limited.claim(
+            queue, _now_args(now), _us(now), max(1, want), limits, claim_args
+        )
+        claims = _batch_claims(reply, base, queue, now)
+        if plan is None:
+            # Every try met another claimer's take: it is working the queue, so this
+            # worker pauses its poll interval rather than waiting for new work.
+            return LimitedClaims(claims, None, True)
+        wait = plan.wait_until_us
+        until = None if wait is None else _EPOCH + wait * _US
+        return LimitedClaims(claims, until, plan.held_back > 0)
+
+    def limit_usage(self, queue: str, now: datetime) -> LimitUsage:
+        """What `queue` holds now for its limits, in one read-only script (due parked
+        jobs are not promoted; the only write is the one-time index of a queue whose
+        limits were never used)."""
+        read = self._limited.read(queue, _now_args(now), 1, claim=False)
+        return LimitUsage(
+            running=dict(read.running),
+            ready=dict(read.ready),
+            candidates=read.candidates,
+            buckets=dict(read.buckets),
+            passes=dict(read.passes),
+        )
 
     def wait_and_dequeue(
         self, queue: str, now: datetime, limit: int, timeout_s: float
@@ -693,9 +738,15 @@ class RedisJobQueue:
     ) -> Iterator[QueuedJob]:
         """Ids from the in-flight zset, the ready lists and the scheduled zset, `batch`
         at a time, each page's hashes read in one pipelined round trip. An id whose
-        hash has moved elsewhere since its structure was read is left out."""
+        hash has moved elsewhere since its structure was read is left out, and so is a
+        second copy of an id in a ready list (a limited queue's lists may hold ghost
+        copies of jobs placed again: see `redis_limits`)."""
         for where in [place] if place is not None else list(Place):
+            seen: set[str] = set()
             for ids in self._id_pages(queue, where, max(1, batch)):
+                if where is Place.READY:
+                    ids = [i for i in dict.fromkeys(ids) if i not in seen]
+                    seen.update(ids)
                 yield from self._hashes(ids, where)
 
     def _id_pages(self, queue: str | None, place: Place, batch: int) -> Iterator[list[str]]:

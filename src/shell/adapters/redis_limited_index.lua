@@ -1,0 +1,38 @@
+-- limited_index (the one-time upgrade of a queue to limited claims).
+-- ARGV: base, queue, budget
+-- From the first call on, the queue is in {base}:limited, so every later ready
+-- placement indexes itself (push_ready). The jobs already ready are indexed here, by a
+-- ZSCAN of the queue's ready_at set whose cursor is kept in {base}:limits:<queue>
+-- (`scan`) between calls: about `budget` jobs per call, so a large backlog never
+-- holds the server for long, and concurrent callers share the work. ZSCAN returns
+-- every member present from the first call to the last; one placed in between
+-- indexed itself, and one that left needs no entry. A job is indexed only while its
+-- hash says ready in this queue. Returns 1 once the queue is fully indexed (`indexed`
+-- set), else 0: call again.
+local queue, budget = ARGV[2], tonumber(ARGV[3])
+local lk = key('limits', queue)
+if redis.call('HGET', lk, 'indexed') == '1' then return 1 end
+redis.call('SADD', key('limited'), queue)
+local cursor = redis.call('HGET', lk, 'scan') or '0'
+local seen = 0
+repeat
+  local page = redis.call('ZSCAN', key('ready_at', queue), cursor, 'COUNT', 200)
+  cursor = page[1]
+  local members = page[2]
+  for i = 1, #members, 2 do
+    local id = members[i]
+    local jk = key('job', id)
+    local f = redis.call('HMGET', jk, 'status', 'queue', 'priority', 'seq', 'body')
+    if f[1] == 'ready' and f[2] == queue and f[5] then
+      index_ready(id, jk, queue, f[3], f[4], f[5])
+    end
+    seen = seen + 1
+  end
+until cursor == '0' or seen >= budget
+if cursor == '0' then
+  redis.call('HSET', lk, 'indexed', '1')
+  redis.call('HDEL', lk, 'scan')
+  return 1
+end
+redis.call('HSET', lk, 'scan', cursor)
+return 0
