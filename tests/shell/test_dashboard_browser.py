@@ -44,6 +44,7 @@ PAGES = {
     "jobs": ("/jobs", "Jobs"),
     "dead": ("/dead", "Dead letters"),
     "workers": ("/workers", "Workers"),
+    "limits": ("/limits", "Limits"),
     "cron": ("/cron", "Cron"),
 }
 
@@ -111,8 +112,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     config = folder / "conveyor.toml"
     config.write_text(
         f'provider = "db"\nurl = "sqlite:///{folder / "jobs.db"}"\n'
-        'workers = { queues = ["default", "mail"] }\n\n'
-        '[[cron]]\nname = "nightly-report"\nschedule = "30 2 * * *"\njob_type = "succeed"\n'
+        'workers = { queues = ["default", "mail", "payments"] }\n\n'
+        '[[cron]]\nname = "nightly-report"\nschedule = "30 2 * * *"\njob_type = "succeed"\n\n'
+        "[limits.payments]\nfair = true\nweights = { acme = 3 }\n"
+        '[[limits.payments.caps]]\njob_type = "succeed"\nper_partition = true\nmax_running = 2\n'
+        "[[limits.payments.rates]]\nstarts = 50\nper_seconds = 60\n"
     )
     runtime = conveyor.build(
         str(config), handlers={"fail": fail_with_markup, "decline": decline, "succeed": succeed}
@@ -130,6 +134,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         "web-1:4242:9f3a1c", "web-1", 4242, ("default",), runtime.clock.now(), (str(slow.id),)
     )
     runtime.presence.beat(worker)
+    # A limited queue with one partition at its cap, for the limits page.
+    for partition, n in (("acme", 6), ("globex", 3), ("initech", 1)):
+        runtime.enqueue_many(
+            "succeed", [{"n": i} for i in range(n)], queue="payments", partition=partition
+        )
+    runtime.queue.dequeue_limited("payments", runtime.clock.now(), 4, runtime.limits["payments"])
     port = _free_port()
     command = [sys.executable, "-m", "conveyor.shell.cli", "--config", str(config)]
     server = subprocess.Popen(
@@ -209,6 +219,17 @@ def test_the_job_page_loads_in_the_browser_with_its_attempts(
     page.screenshot(path=str(shot), full_page=True)
     if os.environ.get("CONVEYOR_UPDATE_SCREENSHOTS") == "1":
         shutil.copyfile(shot, IMAGES / shot.name)
+
+
+def test_the_limits_page_names_the_partition_a_cap_holds_back(
+    served: dict[str, Any], page: Page
+) -> None:
+    page.goto(served["url"] + "/limits")
+    row = page.locator('section[data-queue="payments"] tr[data-partition="acme"]')
+    assert "cap succeed per partition full (2/2)" in row.locator("td.waits").inner_text()
+    assert page.locator('section[data-queue="payments"] .throttled').inner_text() == "4"
+    page.goto(served["url"] + "/")
+    assert "Limits hold back 4 ready jobs of payments" in page.locator("#throttled").inner_text()
 
 
 def test_the_overview_updates_live_without_a_reload(served: dict[str, Any], page: Page) -> None:
