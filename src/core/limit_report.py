@@ -4,7 +4,7 @@
 running counts by (job type, partition), the first ready jobs of each partition, the
 stored buckets and passes, plus the ready count of each partition, and says, for an
 operator, how each cap is used, how many tokens each rate has, each partition's share
-of the starts, and which partitions' next job waits, and for what. Pure, like the
+of the starts, and which partitions' ready work waits, and for what. Pure, like the
 policy it explains: `conveyor status` and the dashboard render its answer.
 """
 
@@ -77,8 +77,9 @@ class RateUse:
 class PartitionShare:
     """One partition of a limited queue: its weight, the share of starts its weight
     gives it among the partitions with ready work (None when the queue is not fair
-    or it has none), its ready and running jobs, and why its next job cannot start
-    now (`waits`: None when it can)."""
+    or it has none), its ready and running jobs, and why its ready work cannot start
+    now (`waits`: the reason its next job waits, when none of the jobs a claim would
+    consider can start; None when one can)."""
 
     partition: str
     weight: float
@@ -105,7 +106,8 @@ class LimitReport:
 
     @property
     def throttled(self) -> int:
-        """Ready jobs in partitions whose next job waits for a cap or a rate."""
+        """Ready jobs in partitions none of whose next jobs can start: each waits for a
+        cap or a rate."""
         return sum(p.ready for p in self.partitions if p.waits is not None)
 
     @property
@@ -177,15 +179,14 @@ def describe(
     named = sorted(set(running_by_partition) | {p for p, n in ready.items() if n > 0})
     caps = _cap_uses(limits, running, named)
     rates = _rate_uses(limits, buckets, named, now_us)
-    heads: dict[str, Candidate] = {}
+    lanes: dict[str, list[Candidate]] = {}
     for candidate in sorted(candidates, key=lambda c: (c.priority, c.seq)):
-        heads.setdefault(candidate.partition, candidate)
+        lanes.setdefault(candidate.partition, []).append(candidate)
     waiting = [p for p in named if ready.get(p, 0) > 0]
     total_weight = sum(limits.weight(p) for p in waiting)
     partitions = []
     for partition in named:
-        head = heads.get(partition)
-        waits = None if head is None else _waits(head, caps, rates)
+        waits = _lane_waits(lanes.get(partition, []), caps, rates)
         share = None
         if limits.fair and partition in waiting and total_weight > 0:
             share = limits.weight(partition) / total_weight
@@ -206,6 +207,20 @@ def describe(
         tuple(use for _, use in caps),
         tuple(use for _, use in rates),
     )
+
+
+def _lane_waits(
+    lane: Sequence[Candidate],
+    caps: Sequence[tuple[Cap, CapUse]],
+    rates: Sequence[tuple[Rate, RateUse]],
+) -> str | None:
+    """Why no job of a partition's `lane` (its first ready jobs, in claim order) can
+    start now: the reason its first one waits. None when one of them can start (a
+    claim passes over the held ones and takes it) or the lane is empty."""
+    reasons = [_waits(job, caps, rates) for job in lane]
+    if not reasons or None in reasons:
+        return None
+    return reasons[0]
 
 
 def _waits(

@@ -385,7 +385,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 @attrs.frozen(slots=True)
 class LimitUsage:
     """What a limited queue holds now, read in one consistent step: the inputs a claim
-    would plan from, for `conveyor status` and the dashboard (`core.limits.describe`).
+    would plan from, for `conveyor status` and the dashboard
+    (`core.limit_report.describe`).
 
     `running`: claimed jobs (prefetched ones included) by (job type, partition).
     `ready`: ready jobs by partition. `candidates`: the first ready jobs of each
@@ -425,9 +426,17 @@ class LimitedJobQueue(BatchingJobQueue, Protocol):
         atomic step serialised with the other claimers of `queue`; the state the plan
         says is stored in the same step."""
 
+
+@runtime_checkable
+class LimitReportingJobQueue(LimitedJobQueue, Protocol):
+    """A limited queue that also says what its limits hold now, for `conveyor
+    status` and the dashboard (a queue without it still claims under limits)."""
+
     def limit_usage(self, queue: str, now: datetime) -> LimitUsage:
-        """What `queue` holds now for its limits (see `LimitUsage`); read-only (due
-        parked jobs are counted where they are, not promoted)."""
+        """What `queue` holds now for its limits (see `LimitUsage`); due parked jobs
+        are counted where they are, not promoted. It changes no job; on Redis, the
+        first read of a queue indexes its ready jobs, as its first limited claim
+        would (docs/limits.md)."""
 
 
 @runtime_checkable

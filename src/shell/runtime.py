@@ -60,7 +60,7 @@ from .ports import (
     Clock,
     JobQueue,
     JobStore,
-    LimitedJobQueue,
+    LimitReportingJobQueue,
     QueueCounts,
     SystemClock,
     is_transactional,
@@ -710,7 +710,7 @@ class Runtime:
     def limit_reports(self, now: datetime) -> tuple[LimitReport, ...]:
         """Each limited queue's shares, caps in use and throttled work at `now` (see
         `conveyor.core.limit_report`); none when the backend claims without limits."""
-        if not isinstance(self.queue, LimitedJobQueue):
+        if not isinstance(self.queue, LimitReportingJobQueue):
             return ()
         return tuple(
             self.queue.limit_usage(name, now).describe(name, limits, now)

@@ -55,6 +55,15 @@ def test_a_partition_behind_a_full_cap_says_so_and_its_ready_jobs_are_throttled(
     assert report.throttled == 7
 
 
+def test_a_partition_whose_next_job_is_capped_but_whose_others_can_start_is_not_throttled() -> None:
+    limits = QueueLimits(caps=(Cap(1, "charge", per_partition=True),))
+    lane = [Candidate("c", 2, 1, "charge", "acme")]
+    lane += [Candidate(f"m{n}", 2, 2 + n, "mail", "acme") for n in range(3)]
+    report = _report(limits, running={("charge", "acme"): 1}, ready={"acme": 101}, candidates=lane)
+    assert [p.waits for p in report.partitions] == [None]
+    assert report.throttled == 0
+
+
 def test_a_rate_reports_its_tokens_refilled_to_now_and_the_wait_for_the_next() -> None:
     limits = QueueLimits(rates=(Rate(10, 1.0),))
     # Empty 50 ms ago: half a token back, the next whole one in 50 ms.
@@ -114,8 +123,12 @@ def _states(
     )
     limits = QueueLimits(fair=draw(st.booleans()), caps=caps, rates=rates)
     running = draw(st.dictionaries(st.tuples(_types, _names), st.integers(1, 3), max_size=4))
-    heads = draw(st.dictionaries(_names, _types, min_size=1))
-    candidates = [Candidate(f"{p}-1", 2, n, t, p) for n, (p, t) in enumerate(sorted(heads.items()))]
+    lanes = draw(st.dictionaries(_names, st.lists(_types, min_size=1, max_size=3), min_size=1))
+    candidates = [
+        Candidate(f"{p}-{n}", 2, 10 * i + n, t, p)
+        for i, (p, types) in enumerate(sorted(lanes.items()))
+        for n, t in enumerate(types)
+    ]
     buckets = {}
     for index, rate in enumerate(limits.rates):
         for p in ["a", "b", "c"] if rate.per_partition else ["*"]:
@@ -129,14 +142,14 @@ def _states(
 @settings(max_examples=300, deadline=None)
 @given(_states())
 def test_a_partition_said_to_be_able_to_start_is_the_one_a_claim_would_take(state) -> None:  # type: ignore[no-untyped-def]
-    """The report and the claim policy agree: a partition's next job is reported as
-    waiting exactly when a claim of that job alone would pass it over."""
+    """The report and the claim policy agree: a partition's work is reported as
+    waiting exactly when a claim of one job among its candidates alone takes none."""
     limits, running, candidates, buckets = state
     ready = {c.partition: 1 for c in candidates}
     report = _report(limits, running=running, ready=ready, candidates=candidates, buckets=buckets)
     for partition in report.partitions:
-        head = [c for c in candidates if c.partition == partition.partition]
-        if not head:
+        lane = [c for c in candidates if c.partition == partition.partition]
+        if not lane:
             continue
-        plan = plan_claim(limits, head, running, buckets, {}, NOW, 1)
-        assert (plan.take == (head[0].id,)) == (partition.waits is None), partition
+        plan = plan_claim(limits, lane, running, buckets, {}, NOW, 1)
+        assert bool(plan.take) == (partition.waits is None), partition

@@ -1,4 +1,4 @@
-"""Sweep cases for `LimitedJobQueue.limit_usage`: what `conveyor status` and the
+"""Sweep cases for `LimitReportingJobQueue.limit_usage`: what `conveyor status` and the
 dashboard read to show shares, caps in use and throttled work. Each runs on every
 backend through `test_adapter_surface.py`.
 
@@ -13,7 +13,7 @@ from datetime import timedelta
 from backends import Backend
 from conveyor.core import Policies, Succeeded, decide, start
 from conveyor.core.limits import Cap, QueueLimits, Rate
-from conveyor.shell.ports import Claim, LimitedJobQueue
+from conveyor.shell.ports import Claim, LimitReportingJobQueue
 from helpers import T0, make_job
 
 
@@ -22,7 +22,7 @@ def _queue() -> str:
 
 
 def usage_counts_running_by_type_and_ready_by_partition(b: Backend) -> None:
-    assert isinstance(b.queue, LimitedJobQueue)
+    assert isinstance(b.queue, LimitReportingJobQueue)
     queue = _queue()
     b.queue.enqueue_many([make_job("mail", queue=queue, partition="a") for _ in range(4)])
     b.queue.enqueue_many([make_job("charge", queue=queue, partition="b") for _ in range(2)])
@@ -41,14 +41,14 @@ def usage_counts_running_by_type_and_ready_by_partition(b: Backend) -> None:
 
 
 def usage_of_a_queue_never_claimed_is_empty(b: Backend) -> None:
-    assert isinstance(b.queue, LimitedJobQueue)
+    assert isinstance(b.queue, LimitReportingJobQueue)
     usage = b.queue.limit_usage(_queue(), T0)
     assert (dict(usage.running), dict(usage.ready), list(usage.candidates)) == ({}, {}, [])
     assert (dict(usage.buckets), dict(usage.passes)) == ({}, {})
 
 
 def usage_reads_the_buckets_a_claim_stored(b: Backend) -> None:
-    assert isinstance(b.queue, LimitedJobQueue)
+    assert isinstance(b.queue, LimitReportingJobQueue)
     queue = _queue()
     limits = QueueLimits(rates=(Rate(3, 60.0),))
     b.queue.enqueue_many([make_job(queue=queue) for _ in range(5)])
@@ -64,7 +64,7 @@ def usage_reads_the_buckets_a_claim_stored(b: Backend) -> None:
 
 
 def a_finish_frees_the_cap_slot_usage_shows(b: Backend) -> None:
-    assert isinstance(b.queue, LimitedJobQueue)
+    assert isinstance(b.queue, LimitReportingJobQueue)
     queue = _queue()
     limits = QueueLimits(caps=(Cap(1, job_type="charge", per_partition=True),))
     b.queue.enqueue_many([make_job("charge", queue=queue, partition="acme") for _ in range(2)])
@@ -82,7 +82,7 @@ def a_finish_frees_the_cap_slot_usage_shows(b: Backend) -> None:
 
 
 def usage_leaves_due_parked_jobs_where_they_are(b: Backend) -> None:
-    assert isinstance(b.queue, LimitedJobQueue)
+    assert isinstance(b.queue, LimitReportingJobQueue)
     queue = _queue()
     b.queue.enqueue(make_job(queue=queue, run_at=T0 + timedelta(seconds=5)))
     later = T0 + timedelta(seconds=10)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from conveyor.shell.runtime import build
+from helpers import make_job
 
 CONFIG = """
 provider = "db"
@@ -93,3 +94,40 @@ def test_status_json_carries_the_same_report(tmp_path: Path) -> None:
     [rate] = pay["rates"]
     assert (rate["label"], rate["starts"], rate["empty"]) == ("all types: 100 per 60s", 100, False)
     assert 98.0 <= rate["tokens"] <= 100.0
+
+
+class _ClaimsOnly:
+    """A limited queue of someone else's making: it claims under limits but cannot
+    report its usage."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        if name == "limit_usage":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def test_a_queue_that_claims_under_limits_without_reporting_them_still_runs_them() -> None:
+    from conveyor.core.limits import QueueLimits
+    from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
+    from conveyor.shell.ports import LimitedJobQueue, LimitReportingJobQueue
+    from conveyor.shell.registry import Registry
+    from conveyor.shell.worker import Worker
+
+    store = MemoryJobStore()
+    queue = _ClaimsOnly(MemoryJobQueue(store))
+    assert isinstance(queue, LimitedJobQueue) and not isinstance(queue, LimitReportingJobQueue)
+    ran: list[int] = []
+    worker = Worker(
+        queue,
+        store,
+        Registry({"t": lambda a: ran.append(a["n"])}),
+        limits=QueueLimits(max_running=1),
+    )
+    queue.enqueue_many([make_job("t", args={"n": n}) for n in range(3)])
+    assert worker.drain() == 3 and sorted(ran) == [0, 1, 2]
+    runtime = build({"provider": "memory", "limits": {"default": {"max_running": 1}}})
+    runtime.queue = queue  # type: ignore[assignment]
+    assert runtime.limit_reports(runtime.clock.now()) == ()

@@ -408,6 +408,7 @@ def test_the_printed_upgrade_sql_fills_the_limit_columns_as_migrate_does(pg_url:
         "tenant": make_job("charge", queue="q", tenant_id="acme"),
         "keyed": make_job("mail", queue="q", tenant_id="acme", partition="p1"),
         "plain": make_job("mail", queue="q"),
+        "nul": make_job("charge", queue="q", partition="p2", args={"note": "a\x00b"}),
     }
     engine = make_engine(pg_url)
     with engine.begin() as conn:
@@ -439,6 +440,7 @@ def test_the_printed_upgrade_sql_fills_the_limit_columns_as_migrate_does(pg_url:
         str(rows["tenant"].id): ("charge", "acme"),
         str(rows["keyed"].id): ("mail", "p1"),
         str(rows["plain"].id): ("mail", ""),
+        str(rows["nul"].id): ("charge", "p2"),
         "00000000-0000-4000-8000-00000000000b": ("", "acme"),
         "00000000-0000-4000-8000-00000000000c": ("", ""),
     }

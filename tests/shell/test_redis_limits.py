@@ -296,3 +296,42 @@ def test_an_upsert_into_another_partition_moves_the_job_in_the_index(
     ).claims
     assert isinstance(claim, Claim) and claim.job.partition_key == "b"
     assert dict(queue.limit_usage("q", T0).running) == {("work", "b"): 1}
+
+
+def test_ghost_copies_behind_a_job_held_by_a_cap_are_dropped(
+    queue: RedisJobQueue, client: redis.Redis
+) -> None:
+    """One partition's next job waits behind a cap for hours while another runs
+    thousands: the ghosts of those thousands, queued behind the waiting job in the
+    same list, are dropped all the same, and the list stays short."""
+    limits = QueueLimits(fair=True, caps=(Cap(1, job_type="slow"),))
+    queue.enqueue_many([make_job("slow", queue="q", partition="A") for _ in range(3)])
+    [running] = queue.dequeue_limited("q", T0, 1, limits).claims
+    for _ in range(3):
+        queue.enqueue_many([make_job("fast", queue="q", partition="B") for _ in range(500)])
+        while got := queue.dequeue_limited("q", T0, 50, limits).claims:
+            for claim in got:
+                assert isinstance(claim, Claim) and claim.job.job_type == "fast"
+                assert queue.ack(claim)
+    list_key = "{conveyor}:queue:q:normal"
+    assert client.llen(list_key) <= 2 + 50 + 200
+    assert queue.counts(T0)["q"].ready == 2
+    # The two slow jobs are still first in line once the cap frees.
+    assert isinstance(running, Claim) and queue.ack(running)
+    taken = queue.dequeue_limited("q", T0, 5, limits).claims
+    assert [c.job.job_type for c in taken if isinstance(c, Claim)] == ["slow"]
+
+
+def test_a_scan_of_a_queue_leaves_out_a_ghost_whose_job_moved_to_another_queue(
+    queue: RedisJobQueue,
+) -> None:
+    from conveyor.shell.ports import Place
+
+    job = make_job(queue="q", partition="A")
+    queue.enqueue(job)
+    [claim] = queue.dequeue_limited("q", T0, 1, QueueLimits(fair=True)).claims
+    assert isinstance(claim, Claim)
+    moved = make_job(id=job.id, queue="r")
+    queue.enqueue(moved)
+    assert [e.job_id for e in queue.scan("q", Place.READY)] == []
+    assert [(e.job_id, e.queue) for e in queue.scan("r", Place.READY)] == [(str(job.id), "r")]

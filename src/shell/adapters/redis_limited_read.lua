@@ -23,9 +23,13 @@ if claim then
   promote(key('scheduled', queue), ARGV[3], ARGV[4], ARGV[5], CLAIM_PROMOTE_CAP)
 end
 
--- Pop the ghosts (and strays) at the head of each priority list, up to TRIM a list, so
--- the lists of a queue claimed only under limits do not grow: every ghost is popped
--- once it reaches the head. A live job at the head stops the trim.
+-- Drop the ghosts (and strays) among the first TRIM entries of each priority list, so
+-- the lists of a queue claimed only under limits do not grow. The leading run of
+-- ghosts and strays is popped. Ghosts behind a live job (one a cap or a rate holds at
+-- the head while other partitions run) are dropped too: the window is popped and its
+-- live jobs pushed back in their order. Every ghost copy of an id comes before its
+-- live copy, so the first copies of an id in the window are the ghosts its count
+-- says, and an entry behind the first live job that is no ghost is live.
 local TRIM = 200
 if claim then
   for _, priority in ipairs(PRIORITIES) do
@@ -34,26 +38,37 @@ if claim then
     local head = redis.call('EXISTS', gk) == 1 and redis.call('LRANGE', list, 0, TRIM - 1) or {}
     if #head > 0 then
       local counts = redis.call('ZMSCORE', gk, unpack(head))
-      local used, n = {}, 0
+      local used, live, lead, behind = {}, {}, 0, 0
       for i, id in ipairs(head) do
         if (used[id] or 0) < (tonumber(counts[i]) or 0) then
           used[id] = (used[id] or 0) + 1
+          if #live == 0 then lead = i else behind = behind + 1 end
+        elseif #live > 0 then
+          table.insert(live, id)
         else
           local f = redis.call('HMGET', key('job', id), 'status', 'queue', 'priority', 'body')
-          if f[1] == 'ready' and f[2] == queue and f[3] == priority and f[4] then break end
-          if not f[4] then drop_orphan(id) end
+          if f[1] == 'ready' and f[2] == queue and f[3] == priority and f[4] then
+            table.insert(live, id)
+          else
+            if not f[4] then drop_orphan(id) end
+            lead = i
+          end
         end
-        n = i
       end
-      if n > 0 then
-        redis.call('LPOP', list, n)
-        local total = 0
-        for id, c in pairs(used) do
-          count_ghosts(gk, id, -c)
-          total = total + c
-        end
-        if total > 0 then count_ghosts(gk, GHOSTS_TOTAL, -total) end
+      if behind > 0 then
+        redis.call('LPOP', list, #head)
+        local back = {}
+        for n = #live, 1, -1 do table.insert(back, live[n]) end
+        redis.call('LPUSH', list, unpack(back))
+      elseif lead > 0 then
+        redis.call('LPOP', list, lead)
       end
+      local total = 0
+      for id, c in pairs(used) do
+        count_ghosts(gk, id, -c)
+        total = total + c
+      end
+      if total > 0 then count_ghosts(gk, GHOSTS_TOTAL, -total) end
     end
   end
 end

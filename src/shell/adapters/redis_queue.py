@@ -739,15 +739,18 @@ class RedisJobQueue:
         """Ids from the in-flight zset, the ready lists and the scheduled zset, `batch`
         at a time, each page's hashes read in one pipelined round trip. An id whose
         hash has moved elsewhere since its structure was read is left out, and so is a
-        second copy of an id in a ready list (a limited queue's lists may hold ghost
-        copies of jobs placed again: see `redis_limits`)."""
+        second copy of an id in a ready list, or a copy whose job is now in another
+        queue (a limited queue's lists may hold ghost copies of jobs placed again: see
+        `redis_limits`)."""
         for where in [place] if place is not None else list(Place):
             seen: set[str] = set()
             for ids in self._id_pages(queue, where, max(1, batch)):
                 if where is Place.READY:
                     ids = [i for i in dict.fromkeys(ids) if i not in seen]
                     seen.update(ids)
-                yield from self._hashes(ids, where)
+                # A ghost copy left in this queue's list may name a job placed since
+                # in another queue: the hash says where the job is.
+                yield from (e for e in self._hashes(ids, where) if queue in (None, e.queue))
 
     def _id_pages(self, queue: str | None, place: Place, batch: int) -> Iterator[list[str]]:
         if place is not Place.READY:

@@ -572,7 +572,9 @@ def fill_limit_columns_sql(schema: Schema = SCHEMA) -> str:
         "BEGIN\n"
         f"    FOR r IN SELECT id, payload, tenant_id FROM {t} WHERE job_type IS NULL LOOP\n"
         "        BEGIN\n"
-        "            doc := r.payload::jsonb;\n"
+        # jsonb refuses the NUL character (`\u0000`) a job's args may hold; the job
+        # type and partition cannot hold one, so it is dropped before the cast.
+        "            doc := replace(r.payload, chr(92) || 'u0000', '')::jsonb;\n"
         "        EXCEPTION WHEN others THEN\n"
         "            doc := NULL;\n"
         "        END;\n"
