@@ -63,6 +63,19 @@ def test_enqueue_takes_a_partition_and_refuses_a_bad_one_naming_it() -> None:
     assert str(bad.value) == "partition: must be at most 200 characters"
 
 
+def _status(project: Path) -> subprocess.CompletedProcess[str]:
+    """`conveyor status` in `project`, as a user runs it (no CONVEYOR_ variables)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    return subprocess.run(
+        [sys.executable, "-m", "conveyor.shell.cli", "status"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 # ---- config --------------------------------------------------------------------------
 
 
@@ -130,15 +143,7 @@ def test_limits_on_redis_work_from_the_config_file_to_conveyor_status(tmp_path: 
         runtime.enqueue("t", {"who": "next"}, queue="q", tenant_id="late")
     finally:
         runtime.close()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
-    status = subprocess.run(
-        [sys.executable, "-m", "conveyor.shell.cli", "status"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    status = _status(tmp_path)
     assert status.returncode == 0, status.stderr
     assert "limits of queue q (fair shares)" in status.stdout
 
@@ -148,15 +153,7 @@ def test_the_cli_exits_2_on_a_bad_limit_naming_the_key(tmp_path: Path) -> None:
         f'url = "sqlite:///{tmp_path / "jobs.db"}"\n'
         "[limits.payments]\nfair = true\n[[limits.payments.caps]]\nmax_running = 0\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "conveyor.shell.cli", "status"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = _status(tmp_path)
     assert result.returncode == 2, result.stderr
     [line] = result.stderr.strip().splitlines()
     assert "limits.payments.caps[0].max_running" in line

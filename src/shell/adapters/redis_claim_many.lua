@@ -53,14 +53,8 @@ for _, priority in ipairs(PRIORITIES) do
   end
   if #taken >= limit then break end
 end
-if #taken > 0 then
-  call_many('ZREM', key('ready_at', queue), taken)
-  call_many('ZADD', key('inflight'), flight)
-  call_many('ZADD', key('inflight', queue), flight)
-  call_many('SADD', key('held', token_base), taken)
-  write_receipt(token_base, taken, ttl)
-  for part, ids in pairs(indexed) do
-    call_many('ZREM', key('pready', queue, part), ids)
-  end
+hold_batch(queue, token_base, taken, flight, ttl)
+for part, ids in pairs(indexed) do
+  call_many('ZREM', key('pready', queue, part), ids)
 end
 return out

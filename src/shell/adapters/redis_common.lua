@@ -344,6 +344,18 @@ local function write_receipt(token, ids, ttl_ms)
   end
 end
 
+-- A batch of claims under `token_base` leaves the queue's ready_at set for the
+-- in-flight sets (`flight`: score, id pairs), joins the batch's held set, and is
+-- named by its receipt: the common end of claim_many and a limited take.
+local function hold_batch(queue, token_base, taken, flight, ttl_ms)
+  if #taken == 0 then return end
+  call_many('ZREM', key('ready_at', queue), taken)
+  call_many('ZADD', key('inflight'), flight)
+  call_many('ZADD', key('inflight', queue), flight)
+  call_many('SADD', key('held', token_base), taken)
+  write_receipt(token_base, taken, ttl_ms)
+end
+
 -- The {id, body} pairs (flat) that a re-sent claim's receipt names and `token_of(id)`
 -- still holds; nil when there is no receipt (the call is new, or took nothing).
 local function replay(token, ttl_ms, token_of)

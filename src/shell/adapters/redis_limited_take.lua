@@ -78,11 +78,5 @@ end
 for priority, n in pairs(ghosts) do
   redis.call('ZINCRBY', ghosts_key(queue, priority), n, GHOSTS_TOTAL)
 end
-if #taken > 0 then
-  call_many('ZREM', key('ready_at', queue), taken)
-  call_many('ZADD', key('inflight'), flight)
-  call_many('ZADD', key('inflight', queue), flight)
-  call_many('SADD', key('held', token_base), taken)
-  write_receipt(token_base, taken, ttl)
-end
+hold_batch(queue, token_base, taken, flight, ttl)
 return {1, out}
