@@ -142,7 +142,9 @@ class WriteRetryPolicy:
     The waits double from `initial_s` up to `max_s`; with `jitter` each is scaled by
     0.5 to 1.5 so contending writers spread out. The shell gives up (and re-raises, or
     leaves the claim to its lease) after `max_attempts` tries, or when the next wait
-    would end more than `give_up_after_s` after the first try began.
+    would end more than `give_up_after_s` after the first try began; with
+    `last_try_at_deadline` that last wait is cut short instead, so one more try happens
+    exactly at the deadline (for a budget that is a deadline, as a server outage's is).
     """
 
     initial_s: float = attrs.field(default=0.05, validator=_positive_seconds)
@@ -150,6 +152,7 @@ class WriteRetryPolicy:
     jitter: bool = False
     max_attempts: int | None = 5
     give_up_after_s: float | None = None
+    last_try_at_deadline: bool = False
 
 
 def write_retry_delay_s(
@@ -160,8 +163,12 @@ def write_retry_delay_s(
     if policy.max_attempts is not None and failures >= policy.max_attempts:
         return None
     wait = min(policy.initial_s * 2.0 ** min(failures - 1, 60), policy.max_s)
-    if policy.give_up_after_s is not None and elapsed_s + wait > policy.give_up_after_s:
-        return None
+    limit = policy.give_up_after_s
+    if limit is not None and elapsed_s + wait > limit:
+        left = limit - elapsed_s
+        if not policy.last_try_at_deadline or left <= 0:
+            return None
+        return left
     return wait * (0.5 + jitter_sample) if policy.jitter else wait
 
 

@@ -37,7 +37,6 @@ from ..core import (
     Retry,
     Revive,
     WriteRetryPolicy,
-    write_retry_delay_s,
 )
 from . import outage
 from .ports import (
@@ -51,6 +50,7 @@ from .ports import (
     JobStore,
     SystemClock,
 )
+from .retrying import Retrier
 
 log = logging.getLogger("conveyor.executor")
 
@@ -231,22 +231,15 @@ class Executor:
     def _retrying(self, name: str, call: Callable[[], T]) -> T:
         """`call()`, retried while it raises and the retry policy allows; the last
         error is re-raised."""
-        began = time.monotonic()
-        failures = 0
-        while True:
-            try:
-                return call()
-            except Exception as exc:
-                failures += 1
-                # No jitter sample is drawn: the policy here has none (0.5 = no change).
-                wait = write_retry_delay_s(self.retry, failures, time.monotonic() - began, 0.5)
-                if wait is None:
-                    raise
-                if outage.is_outage(exc):
-                    log.debug("%s failed (attempt %d): %s; retrying", name, failures, exc)
-                else:
-                    log.warning("%s failed (attempt %d), retrying", name, failures, exc_info=True)
-                self.sleep(wait)
+
+        def told(exc: Exception, failures: int, _: float) -> None:
+            if outage.is_outage(exc):
+                log.debug("%s failed (attempt %d): %s; retrying", name, failures, exc)
+            else:
+                log.warning("%s failed (attempt %d), retrying", name, failures, exc_info=exc)
+
+        # No jitter sample is drawn: the policy here has none (0.5 = no change).
+        return Retrier(self.retry, on_retry=told, jitter=lambda: 0.5).call(call, self.sleep)
 
     def _left_to_leases(self, exc: Exception, what: str, whose: str) -> None:
         """Log a write given up on: its claims run again after their leases. An outage gets

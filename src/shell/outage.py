@@ -28,7 +28,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..core import WriteRetryPolicy
 from .redact import BackendError, backend_url, config_secrets, mask_url, one_line, redact
+from .retrying import Retrier
 
 if TYPE_CHECKING:
     from .config import Config
@@ -230,26 +232,28 @@ def until_reachable(
     unreachable, for up to `timeout_s`; then `ServerUnreachable` naming `key`.
     `is_down` and `detail` classify and describe a failure (for a `call` whose
     errors were already rewritten to keep a password out)."""
-    deadline = time.monotonic() + timeout_s
-    backoff = Backoff()
-    while True:
-        try:
-            result = call()
-        except Exception as exc:
-            if not is_down(exc):
-                raise
-            text = detail(exc)
-            left = deadline - time.monotonic()
-            if left > 0:
-                state.failed(_Outage(), detail=text)
-                time.sleep(min(backoff.next(), left))
-                continue
-            error = ServerUnreachable(state.backend, state.where, key, text, timeout_s)
-        else:
-            state.ok()
-            return result
-        # Raised here, not in the handler, so the driver's message is not chained to it.
-        raise error
+
+    def told(exc: Exception, _: int, __: float) -> None:
+        state.failed(_Outage(), detail=detail(exc))
+
+    policy = WriteRetryPolicy(
+        initial_s=0.1,
+        max_s=5.0,
+        max_attempts=None,
+        give_up_after_s=timeout_s,
+        last_try_at_deadline=True,
+    )
+    try:
+        result = Retrier(policy, transient=is_down, on_retry=told).call(call)
+    except Exception as exc:
+        if not is_down(exc):
+            raise
+        error = ServerUnreachable(state.backend, state.where, key, detail(exc), timeout_s)
+    else:
+        state.ok()
+        return result
+    # Raised here, not in the handler, so the driver's message is not chained to it.
+    raise error
 
 
 class _Outage(ConnectionError):

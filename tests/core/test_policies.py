@@ -315,6 +315,16 @@ def test_write_retries_are_capped_and_give_up_when_the_next_wait_would_overrun()
     assert write_retry_delay_s(WriteRetryPolicy(give_up_after_s=0.0), 1, 0.0, 0.5) is None
 
 
+def test_a_deadline_budget_cuts_the_last_wait_short_for_one_try_at_the_deadline() -> None:
+    policy = WriteRetryPolicy(
+        initial_s=0.05, max_s=1.0, max_attempts=None, give_up_after_s=15.0,
+        last_try_at_deadline=True,
+    )
+    assert write_retry_delay_s(policy, 3, 14.0, 0.5) == 0.2
+    assert write_retry_delay_s(policy, 30, 14.75, 0.5) == pytest.approx(0.25)
+    assert write_retry_delay_s(policy, 30, 15.0, 0.5) is None, "the deadline has passed"
+
+
 @given(failures=st.integers(min_value=1, max_value=500), sample=samples)
 def test_jittered_write_retries_stay_within_half_and_one_and_a_half_times(
     failures: int, sample: float

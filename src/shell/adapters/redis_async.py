@@ -9,8 +9,6 @@ between tries.
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -21,13 +19,11 @@ from redis.backoff import NoBackoff
 
 from ...core import Job
 from .redis_queue import (
-    _FIRST_BACKOFF_S,
-    _MAX_BACKOFF_S,
     DEFAULT_RETRY_BUDGET_S,
     RedisJobQueue,
     RedisKeys,
-    _retryable,
     _source,
+    retrier,
 )
 
 __all__ = ["AsyncRedisQueue"]
@@ -82,14 +78,4 @@ class AsyncRedisQueue:
         await self._client.aclose()
 
     async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
-        deadline = time.monotonic() + self.retry_budget_s
-        pause = _FIRST_BACKOFF_S
-        while True:
-            try:
-                return await call()
-            except (aioredis.ConnectionError, aioredis.TimeoutError) as exc:
-                left = deadline - time.monotonic()
-                if left <= 0 or not _retryable(exc):
-                    raise
-                await asyncio.sleep(min(pause, left))
-                pause = min(pause * 2, _MAX_BACKOFF_S)
+        return await retrier(self.retry_budget_s).acall(call)

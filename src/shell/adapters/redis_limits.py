@@ -14,7 +14,7 @@ every backend; Redis stores, reads and fences. A claim is two scripts:
    and type it was read with; it claims them as `claim_many` does (prefetched
    tokens, held set, receipt), writes the buckets and passes and moves `v`, all in
    one step. Otherwise it claims nothing and the claim reads and plans again (at
-   most `_TRIES` times).
+   most `_RETAKE`'s eight times).
 
 Why optimistic concurrency rather than a lock: a script cannot call back into Python
 mid-way, so a lock would be a key with a lease, taken and given back in two more
@@ -50,13 +50,12 @@ State hash fields: `b:<bucket key>` = "<tokens> <at_us>", `p:<partition>` = pass
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from ...core import WriteRetryPolicy
 from ...core.limits import (
     Bucket,
     Candidate,
@@ -65,10 +64,8 @@ from ...core.limits import (
     candidates_per_partition,
     plan_claim,
 )
+from ..retrying import Retrier
 
-#: Reads and takes one claim may try before it gives up for this round (each refusal
-#: means another claimer of the queue took jobs meanwhile).
-_TRIES = 8
 #: Ready jobs the upgrade indexes per script call.
 INDEX_BUDGET = 2000
 
@@ -189,7 +186,8 @@ class RedisLimitedClaim:
         `claim_args`: the batch's token base, its lock time in ms and the receipt's
         time to live in ms, as for `claim_many`."""
         token_base, locked_ms, receipt_ms = claim_args
-        for attempt in range(_TRIES):
+
+        def attempt() -> tuple[list[Any], ClaimPlan]:
             read = self.read(queue, now_args, want, claim=True)
             plan = plan_claim(
                 limits, read.candidates, read.running, read.buckets, read.passes, now_us, want
@@ -215,9 +213,24 @@ class RedisLimitedClaim:
                 len(drops),
                 *drops,
             )
-            if int(reply[0]):
-                return list(reply[1]), plan
-            if attempt:
-                # Claimers refused together would read and collide again together.
-                time.sleep(random.uniform(0, 0.002 * attempt))
-        return [], None
+            if not int(reply[0]):
+                raise _Refused()
+            return list(reply[1]), plan
+
+        try:
+            return _RETAKE.call(attempt)
+        except _Refused:
+            return [], None
+
+
+class _Refused(Exception):
+    """The take found the queue moved since the read (another claimer took jobs)."""
+
+
+#: Reads and takes one claim may try before it gives up for this round (each refusal
+#: means another claimer of the queue took jobs meanwhile); claimers refused together
+#: would read and collide again together, so their waits are jittered.
+_RETAKE = Retrier(
+    WriteRetryPolicy(initial_s=0.001, max_s=0.008, jitter=True, max_attempts=8),
+    transient=lambda exc: isinstance(exc, _Refused),
+)

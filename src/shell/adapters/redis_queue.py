@@ -39,7 +39,6 @@ import importlib.resources
 import logging
 import math
 import re
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -53,7 +52,15 @@ from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.retry import Retry
 from returns.result import Failure, Success
 
-from ...core import PRIORITY_ORDER, Job, JobStatus, Priority, PruneOrder, ValidationError
+from ...core import (
+    PRIORITY_ORDER,
+    Job,
+    JobStatus,
+    Priority,
+    PruneOrder,
+    ValidationError,
+    WriteRetryPolicy,
+)
 from ...core.limits import QueueLimits
 from ...core.uniqueness import state_names
 from ..codec import decode, encode
@@ -72,6 +79,7 @@ from ..ports import (
     QueuedJob,
     prefetch_token,
 )
+from ..retrying import Retrier
 from ..unique import PLACE_NAMES, found_in_queue, stored_job
 from .redis_limits import RedisLimitedClaim
 
@@ -187,22 +195,32 @@ def _retryable(exc: Exception) -> bool:
     return not isinstance(exc, (AuthenticationError, AuthorizationError))
 
 
+def _transient(exc: Exception) -> bool:
+    return isinstance(exc, (redis.ConnectionError, redis.TimeoutError)) and _retryable(exc)
+
+
+def _told(exc: Exception, failures: int, wait: float) -> None:
+    # DEBUG: an outage that outlasts the budget is told once by the worker loop.
+    log.debug("redis unavailable (%s); retrying in %.2f s", exc, wait)
+
+
+@functools.lru_cache(maxsize=16)
+def retrier(budget_s: float) -> Retrier:
+    """Tries a call again after a dropped connection or a timeout, doubling its waits,
+    until `budget_s` has passed since the first try; the last error then propagates."""
+    policy = WriteRetryPolicy(
+        initial_s=_FIRST_BACKOFF_S,
+        max_s=_MAX_BACKOFF_S,
+        max_attempts=None,
+        give_up_after_s=budget_s,
+        last_try_at_deadline=True,
+    )
+    return Retrier(policy, transient=_transient, on_retry=_told)
+
+
 def _retrying(budget_s: float, call: Callable[[], _T]) -> _T:
-    """`call()`, again after a dropped connection or a timeout until `budget_s` has
-    passed since the first try; the last error then propagates."""
-    deadline = time.monotonic() + budget_s
-    pause = _FIRST_BACKOFF_S
-    while True:
-        try:
-            return call()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            left = deadline - time.monotonic()
-            if left <= 0 or not _retryable(exc):
-                raise
-            # DEBUG: an outage that outlasts the budget is told once by the worker loop.
-            log.debug("redis unavailable (%s); retrying for up to %.1f s more", exc, left)
-            time.sleep(min(pause, left))
-            pause = min(pause * 2, _MAX_BACKOFF_S)
+    """`call()` under the retry budget `budget_s` (see `retrier`)."""
+    return retrier(budget_s).call(call)
 
 
 def check_server(client: redis.Redis) -> list[str]:

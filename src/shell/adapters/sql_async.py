@@ -15,19 +15,15 @@ figures). The code is dialect-neutral all the same.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
-import random
-import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from sqlalchemy import URL, Connection
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from ...core import Job, write_retry_delay_s
-from .sql_engine import is_transient, normalize_url
+from ...core import Job
+from .sql_engine import normalize_url
 from .sql_queue import SqlJobQueue
 from .sql_schema import SCHEMA, Schema
 
@@ -96,19 +92,12 @@ class AsyncSqlQueue:
     async def _run(self, work: Callable[[Connection], T], *, single: bool = False) -> T:
         """`work(conn)` in one transaction (or, `single` on PostgreSQL, in autocommit),
         rerun after a transient failure as `Database.run` does, within the same budget."""
-        began = time.monotonic()
-        failures = 0
-        while True:
-            try:
-                async with self.engine.connect() as conn:
-                    return await self._once(conn, work, single)
-            except DBAPIError as exc:
-                failures += 1
-                elapsed = time.monotonic() - began
-                wait = write_retry_delay_s(self._db.retry, failures, elapsed, random.random())
-                if not is_transient(exc) or wait is None:
-                    raise
-            await asyncio.sleep(wait)
+
+        async def once() -> T:
+            async with self.engine.connect() as conn:
+                return await self._once(conn, work, single)
+
+        return await self._db.retrier.acall(once)
 
     async def _once(
         self, conn: AsyncConnection, work: Callable[[Connection], T], single: bool

@@ -14,10 +14,8 @@ Times are stored as integer microseconds since the Unix epoch, UTC (`to_micros`,
 from __future__ import annotations
 
 import json
-import random
 import sqlite3
 import threading
-import time
 import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -38,7 +36,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError
 
-from ...core import ValidationError, WriteRetryPolicy, write_retry_delay_s
+from ...core import ValidationError, WriteRetryPolicy
+from ..retrying import Retrier
 from .sql_schema import JOB_COUNTER, STORE_COUNTER, Schema
 from .sql_statements import Statements
 
@@ -195,6 +194,11 @@ def make_engine(
     return create_engine(parsed, **options)
 
 
+def rerunnable(exc: Exception) -> bool:
+    """A database error after which the unit of work may simply run again."""
+    return isinstance(exc, DBAPIError) and is_transient(exc)
+
+
 def is_transient(exc: BaseException) -> bool:
     """True for errors after which nothing was committed and the work may simply rerun."""
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
@@ -232,6 +236,8 @@ class Database:
         )
         self._retries = 0
         self._retries_lock = threading.Lock()
+        #: Reruns a unit of work after a transient failure (`is_transient`).
+        self.retrier = Retrier(self.retry, transient=rerunnable, on_retry=self._counted)
 
     @property
     def retries(self) -> int:
@@ -255,26 +261,21 @@ class Database:
         unit of work is fenced, idempotent, or (a claim) finds what its first run
         took before taking anything else.
         """
-        began = time.monotonic()
-        failures = 0
-        while True:
-            try:
-                with self.engine.connect() as conn:
-                    if self.sqlite and not write:
-                        conn = conn.execution_options(**{SQLITE_BEGIN_OPTION: "DEFERRED"})
-                    elif single and not self.sqlite:
-                        return work(conn.execution_options(isolation_level="AUTOCOMMIT"))
-                    with conn.begin():
-                        return work(conn)
-            except DBAPIError as exc:
-                failures += 1
-                elapsed = time.monotonic() - began
-                wait = write_retry_delay_s(self.retry, failures, elapsed, random.random())
-                if not is_transient(exc) or wait is None:
-                    raise
-            with self._retries_lock:
-                self._retries += 1
-            time.sleep(wait)
+
+        def once() -> T:
+            with self.engine.connect() as conn:
+                if self.sqlite and not write:
+                    conn = conn.execution_options(**{SQLITE_BEGIN_OPTION: "DEFERRED"})
+                elif single and not self.sqlite:
+                    return work(conn.execution_options(isolation_level="AUTOCOMMIT"))
+                with conn.begin():
+                    return work(conn)
+
+        return self.retrier.call(once)
+
+    def _counted(self, *_: object) -> None:
+        with self._retries_lock:
+            self._retries += 1
 
     def next_seqs(self, conn: Connection, counter: str, n: int) -> list[int]:
         """`n` fresh values in increasing order, in one statement."""

@@ -31,10 +31,11 @@ from sqlalchemy import Connection, Executable, Select, bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from ...core import Job, JobStatus
+from ...core import Job, JobStatus, WriteRetryPolicy
 from ...core.job import UniqueLock
 from ...core.uniqueness import lock_holds, state_names
 from ..ports import Place
+from ..retrying import Retrier
 from ..unique import PLACE_NAMES, found_in_queue, stored_job
 from .sql_engine import Database, from_micros, to_micros
 from .sql_schema import JOB_COUNTER
@@ -167,11 +168,13 @@ def _stored_lock(key: str, states: str, expires_at: int | None) -> UniqueLock:
 _STATE_NAMES = frozenset(s.value for s in JobStatus)
 
 
-def rerun_on_contention(work: Callable[[], T], attempts: int = 8) -> T:
+#: A unit of work that met a lock row moving under it runs again, up to eight times.
+_RERUN = Retrier(
+    WriteRetryPolicy(initial_s=0.0005, max_s=0.004, jitter=True, max_attempts=8),
+    transient=lambda exc: isinstance(exc, _Contended),
+)
+
+
+def rerun_on_contention(work: Callable[[], T]) -> T:
     """`work()`, again while it meets a lock row that moved under it."""
-    for _ in range(attempts - 1):
-        try:
-            return work()
-        except _Contended:
-            continue
-    return work()
+    return _RERUN.call(work)

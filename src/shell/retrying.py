@@ -1,0 +1,104 @@
+"""The one way a storage call that failed transiently is tried again.
+
+Every adapter and the executor go through `retrying` (or its asyncio twin
+`aretrying`): the waits come from the core's `WriteRetryPolicy` (doubling, capped,
+jittered where asked, bounded by attempts or a time budget), the caller says which
+errors are worth another try, and the last error propagates when the policy gives
+up. Keeping this in one place keeps SQL and Redis alike in an outage, and keeps
+retries from stacking: a caller that retries must not be called by another that
+does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from ..core import WriteRetryPolicy, write_retry_delay_s
+
+T = TypeVar("T")
+
+#: Told of each failed try that will be tried again: the error, how many tries have
+#: failed so far, and the wait before the next one.
+OnRetry = Callable[[Exception, int, float], None]
+
+
+def _always(_: Exception) -> bool:
+    return True
+
+
+class Retrier:
+    """A policy with the caller's notion of a transient error, ready to wrap calls."""
+
+    def __init__(
+        self,
+        policy: WriteRetryPolicy,
+        *,
+        transient: Callable[[Exception], bool] = _always,
+        on_retry: OnRetry | None = None,
+        jitter: Callable[[], float] = random.random,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.policy = policy
+        self.transient = transient
+        self.on_retry = on_retry
+        self.jitter = jitter
+        self.monotonic = monotonic
+
+    def wait_after(self, exc: Exception, failures: int, began: float) -> float | None:
+        """Seconds to wait before trying again after `exc`, the `failures`-th failed
+        try of a call begun at `began`; None when it must propagate."""
+        if not self.transient(exc):
+            return None
+        elapsed = self.monotonic() - began
+        wait = write_retry_delay_s(self.policy, failures, elapsed, self.jitter())
+        if wait is not None and self.on_retry is not None:
+            self.on_retry(exc, failures, wait)
+        return wait
+
+    def call(self, work: Callable[[], T], sleep: Callable[[float], None] = time.sleep) -> T:
+        """`work()`, tried again after each transient failure while the policy allows."""
+        began = self.monotonic()
+        failures = 0
+        while True:
+            try:
+                return work()
+            except Exception as exc:
+                failures += 1
+                wait = self.wait_after(exc, failures, began)
+                if wait is None:
+                    raise
+            sleep(wait)
+
+    async def acall(
+        self,
+        work: Callable[[], Awaitable[T]],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> T:
+        """The asyncio twin of `call`: awaits `work()` and waits without blocking."""
+        began = self.monotonic()
+        failures = 0
+        while True:
+            try:
+                return await work()
+            except Exception as exc:
+                failures += 1
+                wait = self.wait_after(exc, failures, began)
+                if wait is None:
+                    raise
+            await sleep(wait)
+
+
+def retrying(
+    work: Callable[[], T],
+    policy: WriteRetryPolicy,
+    *,
+    transient: Callable[[Exception], bool] = _always,
+    on_retry: OnRetry | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """`work()` under `policy`, once; see `Retrier` to wrap many calls alike."""
+    return Retrier(policy, transient=transient, on_retry=on_retry).call(work, sleep)
