@@ -6,20 +6,15 @@ script of our own (`static/live.js`) swaps the overview's live fragment every
 few seconds; the pages work without it.
 
 Every POST is an action. Each is refused with 403 in read-only mode, and
-otherwise must carry the CSRF token: a random value the server puts in a
-`SameSite=Strict`, HTTP-only cookie and in a hidden field of each form it renders;
-a request whose field does not equal its cookie is refused. Another site can make
-a browser send the cookie (SameSite aside) but cannot read it to fill the field.
+otherwise must come from the dashboard's own origin and carry a CSRF token signed
+by this server (`csrf.CsrfGuard` says how and why). Failed logins are throttled
+per client (`auth.LoginThrottle`).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hmac
-import re
-import secrets
-from collections.abc import Awaitable, Callable, Mapping
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -40,18 +35,10 @@ from ...core.validation import parse_job_id
 from ..lookup import summary_row
 from ..runtime import Runtime
 from . import views
+from .auth import AuthHook, BasicAuth, LoginThrottle
+from .csrf import CSRF_COOKIE, CSRF_FIELD, CsrfGuard
 
-#: A callable that decides whether a request may see the dashboard at all.
-AuthHook = Callable[[Request], bool]
-
-#: The cookie holding the CSRF token.
-CSRF_COOKIE = "conveyor_csrf"
-
-#: The hidden form field that must repeat the cookie's token.
-CSRF_FIELD = "csrf_token"
-
-#: What `secrets.token_urlsafe` makes: a cookie of any other shape is not a token.
-_URLSAFE = re.compile(r"[A-Za-z0-9_-]+")
+__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "AuthHook", "BasicAuth", "LoginThrottle", "create_app"]
 
 #: The largest action form body read (every form holds a few short fields).
 MAX_FORM_BYTES = 16_384
@@ -78,35 +65,6 @@ SECURITY_HEADERS = {
     "referrer-policy": "same-origin",
     "cache-control": "no-store",
 }
-
-
-class BasicAuth:
-    """HTTP basic authentication against one user name and password: the simple
-    `auth` hook. A refused request gets 401 and the browser's login prompt."""
-
-    #: The `WWW-Authenticate` value a refusal carries.
-    challenge = 'Basic realm="conveyor", charset="UTF-8"'
-
-    def __init__(self, username: str, password: str) -> None:
-        self._expected = f"{username}:{password}".encode()
-
-    @classmethod
-    def parse(cls, text: str, field: str = "--basic-auth") -> BasicAuth | FieldError:
-        """`user:password` as a `BasicAuth`, or why it is not one."""
-        username, colon, password = text.partition(":")
-        if not colon or not username or not password:
-            return FieldError(field, "must be USER:PASSWORD, both non-empty")
-        return cls(username, password)
-
-    def __call__(self, request: Request) -> bool:
-        scheme, _, encoded = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "basic":
-            return False
-        try:
-            given = base64.b64decode(encoded.strip(), validate=True)
-        except (binascii.Error, ValueError):
-            return False
-        return hmac.compare_digest(given, self._expected)
 
 
 class _SecurityHeaders:
@@ -177,10 +135,15 @@ class Dashboard:
         read_only: bool = False,
         auth: AuthHook | None = None,
         live_every_s: float = 3.0,
+        csrf_secret: bytes | str | None = None,
+        trusted_origins: Iterable[str] = (),
+        login_throttle: LoginThrottle | None = None,
     ) -> None:
         self.runtime = runtime
         self.read_only = read_only
         self.auth = auth
+        self.csrf = CsrfGuard(csrf_secret, trusted_origins)
+        self.throttle = login_throttle or LoginThrottle()
         self.live_every_ms = max(250, round(live_every_s * 1000))
         self.env = _environment()
         self.chart = views.ThroughputCounts(runtime)
@@ -209,8 +172,21 @@ class Dashboard:
         ]
 
     def _refused(self, request: Request) -> Response | None:
-        if self.auth is None or self.auth(request):
+        if self.auth is None:
             return None
+        client = request.client.host if request.client else ""
+        wait = self.throttle.wait_s(client)
+        if wait > 0:
+            return Response(
+                "too many failed logins from this address: try again later",
+                429,
+                headers={"retry-after": str(math.ceil(wait))},
+            )
+        if self.auth(request):
+            self.throttle.succeeded(client)
+            return None
+        if request.headers.get("authorization"):
+            self.throttle.failed(client)  # a wrong guess, not the browser's first ask
         challenge = getattr(self.auth, "challenge", None)
         if isinstance(challenge, str):
             return Response("authentication required", 401, headers={"www-authenticate": challenge})
@@ -234,6 +210,9 @@ class Dashboard:
                 return refused
             if self.read_only:
                 return self._error(request, 403, "The dashboard is read-only: actions are off.")
+            foreign = self.csrf.foreign_origin(request)
+            if foreign is not None:
+                return self._error(request, 403, f"The action was refused: {foreign}.")
             body = b""
             async for chunk in request.stream():
                 body += chunk
@@ -241,9 +220,7 @@ class Dashboard:
                     return self._error(request, 413, "The form is too large.")
             parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
             form = {key: values[0] for key, values in parsed.items()}
-            cookie, unset = self._token(request)
-            field = form.get(CSRF_FIELD, "")
-            if unset or not hmac.compare_digest(cookie.encode(), field.encode()):
+            if not self.csrf.token_matches(request, form.get(CSRF_FIELD, "")):
                 return self._error(
                     request, 403, "The form's CSRF token is missing or wrong: reload the page."
                 )
@@ -260,24 +237,17 @@ class Dashboard:
     def _base(self, request: Request) -> str:
         return str(request.scope.get("root_path", "")).rstrip("/")
 
-    def _token(self, request: Request) -> tuple[str, bool]:
-        """The request's CSRF token, and whether it is new (to be set as the cookie)."""
-        token = request.cookies.get(CSRF_COOKIE, "")
-        if 20 <= len(token) <= 100 and token.isascii() and _URLSAFE.fullmatch(token):
-            return token, False
-        return secrets.token_urlsafe(32), True
-
     def _render(
         self, request: Request, template: str, context: Mapping[str, Any], status: int = 200
     ) -> HTMLResponse:
-        token, new = self._token(request)
+        nonce, new = self.csrf.nonce(request)
         done = request.query_params.get("done", "")
         count = request.query_params.get("n", "1")
         notice = NOTICES.get(done, "").format(n=int(count) if count.isdigit() else 1)
         html = self.env.get_template(template).render(
             base=self._base(request),
             csrf_field=CSRF_FIELD,
-            csrf_token=token,
+            csrf_token=self.csrf.token(nonce, request),
             read_only=self.read_only,
             live_every_ms=self.live_every_ms,
             notice=notice,
@@ -287,7 +257,7 @@ class Dashboard:
         if new:
             response.set_cookie(
                 CSRF_COOKIE,
-                token,
+                nonce,
                 path=self._base(request) or "/",
                 httponly=True,
                 samesite="strict",
@@ -512,6 +482,9 @@ def create_app(
     read_only: bool = False,
     auth: AuthHook | None = None,
     live_every_s: float = 3.0,
+    csrf_secret: bytes | str | None = None,
+    trusted_origins: Iterable[str] = (),
+    login_throttle: LoginThrottle | None = None,
 ) -> ASGIApp:
     """The dashboard as an ASGI app over `runtime`, to serve on its own (`conveyor
     dashboard`) or mount in another ASGI app (for example Starlette's `Mount`).
@@ -519,6 +492,21 @@ def create_app(
     `read_only` refuses every action with 403. `auth` is called with each request
     (a Starlette `Request`) and must return True to let it through; `BasicAuth(user,
     password)` is the simple case. `/healthz` answers without it, for probes. The
-    overview refreshes its figures every `live_every_s` seconds."""
-    dashboard = Dashboard(runtime, read_only=read_only, auth=auth, live_every_s=live_every_s)
+    overview refreshes its figures every `live_every_s` seconds.
+
+    `csrf_secret` signs the forms' CSRF tokens (at least 16 bytes; random per process
+    when None, so a restart asks open pages to reload); give every process behind one
+    address the same one. `trusted_origins` (`"https://ops.example.com"`) are other
+    origins whose pages may post actions, for a proxy that rewrites the `Host` header.
+    `login_throttle` (default: 5 failed logins a minute per client address) brakes
+    password guessing."""
+    dashboard = Dashboard(
+        runtime,
+        read_only=read_only,
+        auth=auth,
+        live_every_s=live_every_s,
+        csrf_secret=csrf_secret,
+        trusted_origins=trusted_origins,
+        login_throttle=login_throttle,
+    )
     return _SecurityHeaders(Starlette(routes=dashboard.routes()))
