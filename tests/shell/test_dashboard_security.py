@@ -266,3 +266,32 @@ def test_the_throttle_forgets_the_oldest_clients_past_its_size() -> None:
         True,
         True,
     ]
+
+
+# ---- invisible and direction-changing characters ---------------------------------------
+
+#: A right-to-left override that would show "invoice.exe" as "invoice.pdf"-like text,
+#: a zero-width space, a zero-width joiner, a BOM and an escape sequence.
+HIDDEN = {"\u202e": "[U+202E]", "\u200b": "[U+200B]", "\u200d": "[U+200D]"}
+HIDDEN |= {"\ufeff": "[U+FEFF]", "\x1b": "[U+001B]", "\u2066": "[U+2066]"}
+
+
+def test_hidden_characters_in_stored_text_are_shown_as_marks(rt: Runtime) -> None:
+    why = "refund to acct " + "".join(HIDDEN) + "fdp.exe"
+    job = rt.enqueue("declined", {"why": why}, max_retries=0, partition="acme\u202eevil")
+    rt.drain()
+    client = TestClient(create_app(rt))
+    for path in ("/dead", f"/jobs/{job.id}", "/jobs?state=failed"):
+        page = client.get(path).text
+        for char, mark in HIDDEN.items():
+            assert char not in page, (path, mark)
+            assert mark in page, (path, mark)
+    assert "refund to acct [U+202E][U+200B]" in client.get(f"/jobs/{job.id}").text
+
+
+def test_plain_text_and_line_breaks_are_left_alone(rt: Runtime) -> None:
+    text = "Zürich \u2013 ok\n\tnext line 日本 👍"
+    job = rt.enqueue("declined", {"why": text}, max_retries=0)
+    rt.drain()
+    page = TestClient(create_app(rt)).get(f"/jobs/{job.id}").text
+    assert text in page and "[U+" not in page

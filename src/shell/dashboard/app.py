@@ -34,7 +34,7 @@ from ...core import CancelResult, FieldError, JobStatus, ValidationError
 from ...core.validation import parse_job_id
 from ..lookup import summary_row
 from ..runtime import Runtime
-from . import views
+from . import marks, views
 from .auth import AuthHook, BasicAuth, LoginThrottle
 from .csrf import CSRF_COOKIE, CSRF_FIELD, CsrfGuard
 
@@ -109,8 +109,10 @@ def _when(moment: datetime | None) -> str:
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
-        # Every value is escaped unless a template says otherwise (none does).
+        # Every value is escaped unless a template says otherwise (none does), and
+        # characters that reorder or hide text are shown as marks.
         autoescape=True,
+        finalize=marks.finalize,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
