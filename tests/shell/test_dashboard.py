@@ -412,6 +412,26 @@ def test_purge_deletes_one_dead_letter(rt: Runtime, client: TestClient) -> None:
     assert rt.get(gone.id) is None and rt.get(kept.id) is not None
 
 
+def test_a_purge_button_leads_to_a_confirmation_not_to_the_purge(
+    rt: Runtime, client: TestClient
+) -> None:
+    job = dead_letter(rt)
+    for path in ("/dead", f"/jobs/{job.id}"):
+        page = client.get(path).text
+        assert f'href="/dead/purge?job_id={job.id}"' in page
+        assert 'action="/dead/purge"' not in page  # no form there deletes at once
+    confirm = client.get(f"/dead/purge?job_id={job.id}")
+    assert confirm.status_code == 200 and "Purge dead letter" in confirm.text
+    assert 'action="/dead/purge"' in confirm.text and str(job.id) in confirm.text
+    view = rt.get(job.id)
+    assert view is not None and view.dead
+
+
+@pytest.mark.parametrize("job_id", ["", "nope", str(uuid4())])
+def test_the_purge_confirmation_of_no_dead_letter_is_a_404(client: TestClient, job_id: str) -> None:
+    assert client.get(f"/dead/purge?job_id={job_id}").status_code == 404
+
+
 def test_a_bulk_action_first_shows_how_many_it_will_affect(rt: Runtime, client: TestClient) -> None:
     for _ in range(3):
         dead_letter(rt, queue="mail")

@@ -274,6 +274,23 @@ def test_the_retry_button_revives_a_dead_letter(served: dict[str, Any], page: Pa
     assert view is not None and view.state is conveyor.JobStatus.PENDING
 
 
+def test_a_purge_asks_for_confirmation_before_it_deletes(
+    served: dict[str, Any], page: Page
+) -> None:
+    runtime, job = served["runtime"], served["dead"][2]
+    page.goto(served["url"] + "/dead")
+    page.locator("#dead tr", has_text=str(job.id)).locator(".danger").click()
+    page.wait_for_load_state("load")
+    assert page.locator("h1").inner_text() == "Purge dead letter"
+    assert str(job.id) in page.locator("#affected").inner_text()
+    view = runtime.get(job.id)
+    assert view is not None and view.dead, "one click purged the dead letter"
+    page.click("#confirm")
+    page.wait_for_url("**/dead?*")
+    assert "Purged 1 dead letter" in page.locator(".notice").inner_text()
+    assert runtime.get(job.id) is None
+
+
 def test_markup_in_args_and_errors_does_not_execute(served: dict[str, Any], page: Page) -> None:
     job = served["poisoned"]
     for path in ("/dead", f"/jobs/{job.id}?args=1", "/jobs?state=failed"):
@@ -437,7 +454,8 @@ def test_the_operators_own_purge_still_works_under_basic_auth(
     runtime = guarded["runtime"]
     (job,) = dead_letters(runtime, 1, tenant="own")
     operator.goto(f"{guarded['url']}/dead?tenant=own")
-    operator.locator("#dead tr", has_text=str(job.id)).locator("button.danger").click()
+    operator.locator("#dead tr", has_text=str(job.id)).locator(".danger").click()
+    operator.click("#confirm")
     operator.wait_for_url("**/dead?*")
     assert "Purged 1 dead letter" in operator.locator(".notice").inner_text()
     assert runtime.get(job.id) is None

@@ -164,6 +164,7 @@ class Dashboard:
             Route("/dead", page(self.dead), methods=["GET"]),
             Route("/dead/confirm", page(self.dead_confirm), methods=["GET"]),
             Route("/dead/retry", action(self.dead_retry), methods=["POST"]),
+            Route("/dead/purge", page(self.dead_purge_confirm), methods=["GET"]),
             Route("/dead/purge", action(self.dead_purge), methods=["POST"]),
             Route("/dead/bulk", action(self.dead_bulk), methods=["POST"]),
             Route("/workers", page(self.workers), methods=["GET"]),
@@ -398,6 +399,18 @@ class Dashboard:
                 "count": min(count, views.BULK_LIMIT),
                 "more": count > views.BULK_LIMIT,
             },
+        )
+
+    async def dead_purge_confirm(self, request: Request) -> Response:
+        """What one Purge button leads to: the dead letter, and the button that purges."""
+        job_id = parse_job_id(request.query_params.get("job_id", ""))
+        if isinstance(job_id, FieldError):
+            return self._error(request, 404, f"No dead letter: {job_id.reason}.")
+        view = await run_in_threadpool(self.runtime.get, job_id)
+        if view is None or not view.dead:
+            return self._error(request, 404, f"{job_id} is not a dead letter.")
+        return self._render(
+            request, "purge_confirm.html", {"title": "Confirm", "page": "dead", "view": view}
         )
 
     async def workers(self, request: Request) -> Response:
