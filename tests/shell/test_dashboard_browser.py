@@ -29,6 +29,7 @@ from typing import Any
 import conveyor
 import pytest
 from conveyor.shell.presence import WorkerInfo
+from conveyor.testing.redis_server import RedisServer
 from playwright.sync_api import Browser, Page, sync_playwright
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -459,3 +460,44 @@ def test_the_operators_own_purge_still_works_under_basic_auth(
     operator.wait_for_url("**/dead?*")
     assert "Purged 1 dead letter" in operator.locator(".notice").inner_text()
     assert runtime.get(job.id) is None
+
+
+# ---- the backend going away under an open overview -------------------------------------
+
+
+def test_the_live_overview_marks_its_figures_stale_while_the_backend_is_down(
+    browser: Browser, tmp_path: Path
+) -> None:
+    redis = RedisServer().start()
+    config = tmp_path / "conveyor.toml"
+    config.write_text(f'provider = "redis"\nredis = {{ url = "{redis.url}" }}\n')
+    runtime = conveyor.build(str(config), handlers={"succeed": succeed})
+    runtime.enqueue("succeed", {"n": 1}, queue="mail")
+    server, url = _serve(config)
+    context = browser.new_context()
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        page.goto(url + "/")
+        assert page.locator("#stale").is_hidden()
+        redis.kill()
+        page.wait_for_selector("#stale", state="visible", timeout=20_000)
+        note = page.locator("#stale").inner_text()
+        assert "Redis at redis://127.0.0.1" in note and "as of" in note, note
+        assert page.locator("#live").get_attribute("data-stale") == "true"
+        # The figures stay on the page, marked, rather than vanish or freeze silently.
+        assert page.locator('#queues tr[data-queue="mail"] td.ready').inner_text() == "1"
+        redis.start()
+        page.wait_for_selector("#stale", state="hidden", timeout=40_000)
+        assert page.locator("#live").get_attribute("data-stale") == "false"
+        assert errors == []
+    finally:
+        context.close()
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        runtime.close()
+        redis.cleanup()

@@ -15,28 +15,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 from uuid import UUID
 
-import jinja2
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from ...core import CancelResult, FieldError, JobStatus, ValidationError
 from ...core.validation import parse_job_id
-from ..lookup import summary_row
 from ..runtime import Runtime
-from . import marks, views
+from . import views
 from .auth import AuthHook, BasicAuth, LoginThrottle
 from .csrf import CSRF_COOKIE, CSRF_FIELD, CsrfGuard
+from .reachability import DEFAULT_TIMEOUT_S, BackendReads, BackendUnavailable
+from .rendering import SecurityHeaders, environment
 
 __all__ = ["CSRF_COOKIE", "CSRF_FIELD", "AuthHook", "BasicAuth", "LoginThrottle", "create_app"]
 
@@ -54,76 +58,6 @@ NOTICES = {
     "ran": "Enqueued the cron entry's job now.",
 }
 
-#: Headers on every response: no framing, no sniffing, scripts only from this origin.
-SECURITY_HEADERS = {
-    "content-security-policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "x-frame-options": "DENY",
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "same-origin",
-    "cache-control": "no-store",
-}
-
-
-class _SecurityHeaders:
-    """Adds `SECURITY_HEADERS` to every response of the wrapped app."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                present = {name.lower() for name, _ in message.get("headers", [])}
-                extra = [
-                    (name.encode(), value.encode())
-                    for name, value in SECURITY_HEADERS.items()
-                    if name.encode() not in present
-                ]
-                message["headers"] = [*message.get("headers", []), *extra]
-            await send(message)
-
-        await self.app(scope, receive, with_headers)
-
-
-def _ago(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def _when(moment: datetime | None) -> str:
-    return "-" if moment is None else moment.isoformat(timespec="seconds")
-
-
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(HERE / "templates"),
-        # Every value is escaped unless a template says otherwise (none does), and
-        # characters that reorder or hide text are shown as marks.
-        autoescape=True,
-        finalize=marks.finalize,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["ago"] = _ago
-    env.filters["when"] = _when
-    env.filters["qs"] = lambda params: urlencode(params)
-    env.globals["summary"] = summary_row
-    return env
-
-
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
@@ -140,14 +74,16 @@ class Dashboard:
         csrf_secret: bytes | str | None = None,
         trusted_origins: Iterable[str] = (),
         login_throttle: LoginThrottle | None = None,
+        backend_timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.runtime = runtime
         self.read_only = read_only
         self.auth = auth
         self.csrf = CsrfGuard(csrf_secret, trusted_origins)
+        self.backend = BackendReads(runtime, backend_timeout_s)
         self.throttle = login_throttle or LoginThrottle()
         self.live_every_ms = max(250, round(live_every_s * 1000))
-        self.env = _environment()
+        self.env = environment(HERE / "templates")
         self.chart = views.ThroughputCounts(runtime)
 
     # ---- plumbing ---------------------------------------------------------------
@@ -200,7 +136,10 @@ class Dashboard:
             refused = self._refused(request)
             if refused is not None:
                 return refused
-            return await handler(request)
+            try:
+                return await handler(request)
+            except BackendUnavailable as exc:
+                return self._error(request, 503, str(exc))
 
         return guarded
 
@@ -231,6 +170,8 @@ class Dashboard:
                 return await handler(request, form)
             except ValidationError as exc:
                 return self._error(request, 400, str(exc))
+            except BackendUnavailable as exc:
+                return self._error(request, 503, str(exc))
             finally:
                 # A retry or purge changes the dead letters the chart counted.
                 self.chart.clear()
@@ -291,17 +232,23 @@ class Dashboard:
     async def healthz(self, request: Request) -> Response:
         """200 while the backend answers a point read; 503 otherwise. No auth: probes."""
         try:
-            await run_in_threadpool(self.runtime.get, UUID(int=0))
+            await self.backend.read(self.runtime.get, UUID(int=0))
+        except BackendUnavailable:
+            return JSONResponse({"status": "unavailable", "error": "unreachable"}, 503)
         except Exception as exc:
             return JSONResponse({"status": "unavailable", "error": type(exc).__name__}, 503)
         return JSONResponse({"status": "ok"})
 
     async def overview(self, request: Request) -> Response:
-        data = await run_in_threadpool(views.overview, self.runtime, self.chart)
+        data = await self.backend.read(views.overview, self.runtime, self.chart)
         return self._render(request, "overview.html", self._overview_context(data))
 
     async def overview_live(self, request: Request) -> Response:
-        data = await run_in_threadpool(views.overview, self.runtime, self.chart)
+        try:
+            data = await self.backend.read(views.overview, self.runtime, self.chart)
+        except BackendUnavailable as exc:
+            # The overview's script shows this line and marks the figures stale.
+            return PlainTextResponse(str(exc), 503)
         return self._render(request, "_overview_live.html", self._overview_context(data))
 
     def _overview_context(self, data: views.Overview) -> dict[str, Any]:
@@ -323,7 +270,7 @@ class Dashboard:
             return filters
         if isinstance(number, FieldError):
             return self._error(request, 400, f"{number.field}: {number.reason}")
-        page = await run_in_threadpool(views.jobs_page, self.runtime, filters, number)
+        page = await self.backend.read(views.jobs_page, self.runtime, filters, number)
         return self._render(
             request,
             "jobs.html",
@@ -340,7 +287,7 @@ class Dashboard:
         job_id = parse_job_id(request.path_params["job_id"])
         if isinstance(job_id, FieldError):
             return self._error(request, 404, f"No job: {job_id.reason}.")
-        view = await run_in_threadpool(self.runtime.get, job_id)
+        view = await self.backend.read(self.runtime.get, job_id)
         if view is None:
             return self._error(request, 404, f"No job {job_id} in the queue or the store.")
         show_args = request.query_params.get("args") == "1"
@@ -367,7 +314,7 @@ class Dashboard:
         if isinstance(number, FieldError):
             return self._error(request, 400, f"{number.field}: {number.reason}")
 
-        page, total = await run_in_threadpool(views.dead_listing, self.runtime, filters, number)
+        page, total = await self.backend.read(views.dead_listing, self.runtime, filters, number)
         return self._render(
             request,
             "dead.html",
@@ -387,7 +334,7 @@ class Dashboard:
         what = request.query_params.get("action", "")
         if what not in ("retry", "purge"):
             return self._error(request, 400, "action: must be retry or purge")
-        count = await run_in_threadpool(views.count_dead, self.runtime, filters)
+        count = await self.backend.read(views.count_dead, self.runtime, filters)
         return self._render(
             request,
             "dead_confirm.html",
@@ -406,7 +353,7 @@ class Dashboard:
         job_id = parse_job_id(request.query_params.get("job_id", ""))
         if isinstance(job_id, FieldError):
             return self._error(request, 404, f"No dead letter: {job_id.reason}.")
-        view = await run_in_threadpool(self.runtime.get, job_id)
+        view = await self.backend.read(self.runtime.get, job_id)
         if view is None or not view.dead:
             return self._error(request, 404, f"{job_id} is not a dead letter.")
         return self._render(
@@ -414,7 +361,7 @@ class Dashboard:
         )
 
     async def workers(self, request: Request) -> Response:
-        rows, running = await run_in_threadpool(views.workers, self.runtime)
+        rows, running = await self.backend.read(views.workers, self.runtime)
         return self._render(
             request,
             "workers.html",
@@ -423,7 +370,7 @@ class Dashboard:
 
     async def limits(self, request: Request) -> Response:
         now = self.runtime.clock.now()
-        reports = await run_in_threadpool(self.runtime.limit_reports, now)
+        reports = await self.backend.read(self.runtime.limit_reports, now)
         return self._render(
             request,
             "limits.html",
@@ -431,14 +378,14 @@ class Dashboard:
         )
 
     async def cron(self, request: Request) -> Response:
-        rows = await run_in_threadpool(self.runtime.cron.list)
+        rows = await self.backend.read(self.runtime.cron.list)
         return self._render(request, "cron.html", {"title": "Cron", "page": "cron", "rows": rows})
 
     # ---- actions ----------------------------------------------------------------
 
     async def cancel(self, request: Request, form: dict[str, str]) -> Response:
         job_id = request.path_params["job_id"]
-        result = await run_in_threadpool(self.runtime.cancel, job_id)
+        result = await self.backend.act(self.runtime.cancel, job_id)
         if result is CancelResult.CANCELLED:
             return self._redirect(request, f"/jobs/{job_id}", done="cancelled")
         if result is CancelResult.REQUESTED:
@@ -446,14 +393,14 @@ class Dashboard:
         return self._error(request, 409, f"Job {job_id} has finished or is unknown: not cancelled.")
 
     async def dead_retry(self, request: Request, form: dict[str, str]) -> Response:
-        job = await run_in_threadpool(self.runtime.retry_dead, form.get("job_id", ""))
+        job = await self.backend.act(self.runtime.retry_dead, form.get("job_id", ""))
         return self._redirect(request, f"/jobs/{job.id}", done="retried", n=1)
 
     async def dead_purge(self, request: Request, form: dict[str, str]) -> Response:
         job_id = form.get("job_id", "")
         if not job_id:
             raise ValidationError.of("job_id", "give the dead letter to purge")
-        purged = await run_in_threadpool(self.runtime.purge_dead, job_id)
+        purged = await self.backend.act(self.runtime.purge_dead, job_id)
         if purged == 0:
             return self._error(request, 409, f"{job_id} is not a dead letter: nothing purged.")
         return self._redirect(request, "/dead", done="purged", n=purged)
@@ -465,7 +412,7 @@ class Dashboard:
         what = form.get("action", "")
         if what not in ("retry", "purge"):
             raise ValidationError.of("action", "must be retry or purge")
-        done = await run_in_threadpool(self._bulk, what, filters)
+        done = await self.backend.act(self._bulk, what, filters)
         back = {key: value for key, value in filters.query().items() if key != "state"}
         return self._redirect(
             request, "/dead", done="retried" if what == "retry" else "purged", n=done, **back
@@ -487,7 +434,7 @@ class Dashboard:
         return done
 
     async def cron_run(self, request: Request, form: dict[str, str]) -> Response:
-        job = await run_in_threadpool(self.runtime.cron.run, form.get("name", ""))
+        job = await self.backend.act(self.runtime.cron.run, form.get("name", ""))
         return self._redirect(request, f"/jobs/{job.id}", done="ran")
 
 
@@ -500,6 +447,7 @@ def create_app(
     csrf_secret: bytes | str | None = None,
     trusted_origins: Iterable[str] = (),
     login_throttle: LoginThrottle | None = None,
+    backend_timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> ASGIApp:
     """The dashboard as an ASGI app over `runtime`, to serve on its own (`conveyor
     dashboard`) or mount in another ASGI app (for example Starlette's `Mount`).
@@ -514,7 +462,8 @@ def create_app(
     address the same one. `trusted_origins` (`"https://ops.example.com"`) are other
     origins whose pages may post actions, for a proxy that rewrites the `Host` header.
     `login_throttle` (default: 5 failed logins a minute per client address) brakes
-    password guessing."""
+    password guessing. A page whose read of the backend fails because the server is
+    unreachable, or takes longer than `backend_timeout_s`, is a 503 saying so."""
     dashboard = Dashboard(
         runtime,
         read_only=read_only,
@@ -523,5 +472,6 @@ def create_app(
         csrf_secret=csrf_secret,
         trusted_origins=trusted_origins,
         login_throttle=login_throttle,
+        backend_timeout_s=backend_timeout_s,
     )
-    return _SecurityHeaders(Starlette(routes=dashboard.routes()))
+    return SecurityHeaders(Starlette(routes=dashboard.routes()))
