@@ -104,7 +104,7 @@ def test_a_token_taken_under_other_credentials_does_not_pass(rt: Runtime) -> Non
 
 
 def test_a_short_csrf_secret_is_refused(rt: Runtime) -> None:
-    with pytest.raises(ValueError, match="csrf_secret"):
+    with pytest.raises(conveyor.ValidationError, match="csrf_secret: must be at least 16"):
         create_app(rt, csrf_secret="short")
 
 
@@ -173,7 +173,7 @@ def test_a_trusted_origin_may_post_actions(rt: Runtime) -> None:
 
 
 def test_a_trusted_origin_that_is_not_an_origin_is_refused(rt: Runtime) -> None:
-    with pytest.raises(ValueError, match="trusted_origins"):
+    with pytest.raises(conveyor.ValidationError, match=r"trusted_origins: 'ops\.example\.com/path'"):
         create_app(rt, trusted_origins=["ops.example.com/path"])
 
 

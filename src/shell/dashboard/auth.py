@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from starlette.requests import Request
 
-from ...core import FieldError
+from ...core import FieldError, ValidationError
 
 log = logging.getLogger("conveyor.dashboard")
 
@@ -73,8 +73,13 @@ class LoginThrottle:
         clock: Callable[[], float] = time.monotonic,
         max_clients: int = 10_000,
     ) -> None:
-        if limit < 1 or window_s <= 0 or max_clients < 1:
-            raise ValueError("limit and max_clients must be >= 1 and window_s > 0")
+        for field, bad in (
+            ("limit", limit < 1),
+            ("window_s", window_s <= 0),
+            ("max_clients", max_clients < 1),
+        ):
+            if bad:
+                raise ValidationError.of(field, "must be > 0")
         self.limit, self.window_s = limit, window_s
         self._clock = clock
         self._max_clients = max_clients

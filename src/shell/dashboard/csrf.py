@@ -31,6 +31,8 @@ from urllib.parse import urlsplit
 
 from starlette.requests import Request
 
+from ...core import ValidationError
+
 #: The cookie holding the CSRF nonce.
 CSRF_COOKIE = "conveyor_csrf"
 
@@ -83,14 +85,14 @@ class CsrfGuard:
     ) -> None:
         key = secret.encode() if isinstance(secret, str) else secret
         if key is not None and len(key) < 16:
-            raise ValueError("csrf_secret must be at least 16 bytes")
+            raise ValidationError.of("csrf_secret", f"must be at least 16 bytes, got {len(key)}")
         self._key = key or secrets.token_bytes(32)
         trusted = []
         for text in trusted_origins:
             parsed = _origin(text)
             if parsed is None:
-                raise ValueError(
-                    f"trusted_origins: {text!r} is not an origin (scheme://host[:port])"
+                raise ValidationError.of(
+                    "trusted_origins", f"{text!r} is not an origin (http[s]://host[:port])"
                 )
             trusted.append(parsed)
         self._trusted = frozenset(trusted)

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
+from ...core import ValidationError
 from .. import outage
 from ..redact import config_secrets, one_line, redact
 from ..runtime import Runtime
@@ -47,7 +48,7 @@ class BackendReads:
 
     def __init__(self, runtime: Runtime, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         if timeout_s <= 0:
-            raise ValueError(f"backend_timeout_s must be > 0, got {timeout_s!r}")
+            raise ValidationError.of("backend_timeout_s", f"must be > 0, got {timeout_s!r}")
         self.timeout_s = timeout_s
         name, where = outage.backend_label(runtime.config)
         self._backend = f"{name} at {where}"
