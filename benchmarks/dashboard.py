@@ -162,7 +162,8 @@ def _pages(sample: dict[str, Job]) -> list[tuple[str, str]]:
 
 
 def run(backend: str, jobs: int, requests: int) -> list[tuple[str, float, float]]:
-    from conveyor.shell.dashboard.app import Dashboard, _SecurityHeaders
+    from conveyor.shell.dashboard.app import Dashboard
+    from conveyor.shell.dashboard.rendering import SecurityHeaders
     from starlette.applications import Starlette
     from starlette.testclient import TestClient
 
@@ -183,7 +184,7 @@ def run(backend: str, jobs: int, requests: int) -> list[tuple[str, float, float]
     print(f"{backend}: stored {stored:,} jobs in {time.perf_counter() - began:.1f} s")
     # `create_app`, keeping hold of the dashboard to clear its chart's kept minutes.
     dashboard = Dashboard(runtime)
-    client = TestClient(_SecurityHeaders(Starlette(routes=dashboard.routes())))
+    client = TestClient(SecurityHeaders(Starlette(routes=dashboard.routes())))
     rows = []
     for name, path in _pages({"failed": made["failed"][0]}):
         client.get(path)  # warm: templates compiled, connections open

@@ -8,6 +8,13 @@ See `conveyor.shell.dashboard` and docs/dashboard.md.
 
 from __future__ import annotations
 
-from .shell.dashboard import CSRF_COOKIE, CSRF_FIELD, AuthHook, BasicAuth, create_app
+from .shell.dashboard import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    AuthHook,
+    BasicAuth,
+    LoginThrottle,
+    create_app,
+)
 
-__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "AuthHook", "BasicAuth", "create_app"]
+__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "AuthHook", "BasicAuth", "LoginThrottle", "create_app"]

@@ -18,6 +18,7 @@ loop's.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import weakref
 from collections.abc import Sequence
@@ -76,7 +77,7 @@ def native_driver(config: Config) -> str | None:
     if config.provider == "redis":
         try:
             import redis.asyncio  # noqa: F401
-        except ModuleNotFoundError:
+        except ImportError:
             return None
         return "redis.asyncio"
     if config.provider == "db":
@@ -86,7 +87,9 @@ def native_driver(config: Config) -> str | None:
             return None  # SQLite: the thread, by choice (see the module's docstring)
         try:
             from .adapters.sql_async import async_driver_installed, async_url
-        except ModuleNotFoundError:  # SQLAlchemy's asyncio extension missing its parts
+        except ImportError:
+            # SQLAlchemy's asyncio extension without greenlet raises a plain ImportError
+            # (not ModuleNotFoundError) at import: the sync enqueue in a thread serves.
             return None
         if not async_driver_installed(config.url):
             return None
@@ -99,15 +102,24 @@ def _retry_budget_s(config: Config) -> float:
 
 
 class AsyncWriters:
-    """One writer per event loop for a runtime's backend."""
+    """One writer per event loop for a runtime's backend.
+
+    Nothing of asyncio's drivers is imported until `driver` is first read (by the
+    first `aenqueue`): a runtime that never enqueues from asyncio code runs on an
+    install without them."""
 
     def __init__(self, config: Config, queue: JobQueue, *, native: bool = True) -> None:
         """`native=False` always takes the thread path (to compare, or to test it)."""
         self._config, self._queue = config, queue
-        self.driver = (native_driver(config) if native else None) or THREAD
+        self._native = native
         self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncWriter] = (
             weakref.WeakKeyDictionary()
         )
+
+    @functools.cached_property
+    def driver(self) -> str:
+        """The asyncio driver `aenqueue` writes through, or `THREAD`."""
+        return (native_driver(self._config) if self._native else None) or THREAD
 
     def current(self) -> AsyncWriter:
         """The running loop's writer, made on first use."""

@@ -105,12 +105,14 @@ def client(rt: Runtime) -> TestClient:
     return client_for(rt)
 
 
-def token(client: TestClient) -> str:
-    """The CSRF token: the cookie a page sets, as its forms repeat it."""
-    client.get("/")
-    found = client.cookies.get(CSRF_COOKIE)
-    assert found
-    return found
+CSRF_META = re.compile(r'<meta name="csrf-token" content="([^"]+)">')
+
+
+def token(client: TestClient, prefix: str = "", **headers: str) -> str:
+    """The CSRF token a page's forms carry (its cookie is kept by the client)."""
+    found = CSRF_META.search(client.get(f"{prefix}/", headers=headers).text)
+    assert found is not None and client.cookies.get(CSRF_COOKIE)
+    return found.group(1)
 
 
 def dead_letter(rt: Runtime, **options: Any) -> conveyor.Job:
@@ -410,6 +412,26 @@ def test_purge_deletes_one_dead_letter(rt: Runtime, client: TestClient) -> None:
     assert rt.get(gone.id) is None and rt.get(kept.id) is not None
 
 
+def test_a_purge_button_leads_to_a_confirmation_not_to_the_purge(
+    rt: Runtime, client: TestClient
+) -> None:
+    job = dead_letter(rt)
+    for path in ("/dead", f"/jobs/{job.id}"):
+        page = client.get(path).text
+        assert f'href="/dead/purge?job_id={job.id}"' in page
+        assert 'action="/dead/purge"' not in page  # no form there deletes at once
+    confirm = client.get(f"/dead/purge?job_id={job.id}")
+    assert confirm.status_code == 200 and "Purge dead letter" in confirm.text
+    assert 'action="/dead/purge"' in confirm.text and str(job.id) in confirm.text
+    view = rt.get(job.id)
+    assert view is not None and view.dead
+
+
+@pytest.mark.parametrize("job_id", ["", "nope", str(uuid4())])
+def test_the_purge_confirmation_of_no_dead_letter_is_a_404(client: TestClient, job_id: str) -> None:
+    assert client.get(f"/dead/purge?job_id={job_id}").status_code == 404
+
+
 def test_a_bulk_action_first_shows_how_many_it_will_affect(rt: Runtime, client: TestClient) -> None:
     for _ in range(3):
         dead_letter(rt, queue="mail")
@@ -635,11 +657,14 @@ def test_pages_set_a_strict_same_site_http_only_csrf_cookie(client: TestClient) 
     assert "samesite=strict" in cookie and "httponly" in cookie
 
 
-def test_forms_carry_the_csrf_token_of_the_cookie(rt: Runtime, client: TestClient) -> None:
+def test_forms_carry_a_token_signed_over_the_cookie_not_the_cookie_itself(
+    rt: Runtime, client: TestClient
+) -> None:
     dead_letter(rt)
     page = client.get("/dead").text
     value = client.cookies.get(CSRF_COOKIE)
-    assert f'name="{CSRF_FIELD}" value="{value}"' in page
+    assert value and value not in page
+    assert f'name="{CSRF_FIELD}" value="{token(client)}"' in page
 
 
 @pytest.mark.parametrize("field", [None, "", "forged-token-forged-token-forged-token-x"])
@@ -721,7 +746,7 @@ def test_the_app_mounts_under_a_prefix_and_links_within_it(rt: Runtime) -> None:
     assert "/ops/jobs" in client.cookies.jar.__iter__().__next__().path
     answer = client.post(
         "/ops/jobs/dead/retry",
-        data={CSRF_FIELD: client.cookies.get(CSRF_COOKIE), "job_id": str(job.id)},
+        data={CSRF_FIELD: token(client, "/ops/jobs"), "job_id": str(job.id)},
         follow_redirects=False,
     )
     assert answer.headers["location"].startswith("/ops/jobs/jobs/")

@@ -12,11 +12,14 @@ docs/images/dashboard-<page>.png, the ones docs/dashboard.md shows.
 
 from __future__ import annotations
 
+import html
+import http.server
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -26,6 +29,7 @@ from typing import Any
 import conveyor
 import pytest
 from conveyor.shell.presence import WorkerInfo
+from conveyor.testing.redis_server import RedisServer
 from playwright.sync_api import Browser, Page, sync_playwright
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +42,9 @@ XSS_ERROR = "<img src=x onerror=\"window.__xss='error'\"><script>window.__xss='e
 
 #: Installing Chromium on a fresh machine (the first test's setup) can take minutes.
 pytestmark = pytest.mark.timeout(900)
+
+#: A domain whose hosts the browser maps to 127.0.0.1.
+TEST_DOMAIN = "conveyor.test"
 
 PAGES = {
     "overview": ("/", "Overview"),
@@ -79,8 +86,12 @@ def browser() -> Iterator[Browser]:
     executable = _install_chromium()
     with sync_playwright() as playwright:
         # As root (CI containers) Chromium refuses to start sandboxed.
+        # Hosts under conveyor.test reach this machine: the dashboard and a page on a
+        # sibling subdomain, for the CSRF attacks below.
         launched = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=["--no-sandbox"]
+            executable_path=executable,
+            headless=True,
+            args=["--no-sandbox", f"--host-resolver-rules=MAP *.{TEST_DOMAIN} 127.0.0.1"],
         )
         yield launched
         launched.close()
@@ -102,6 +113,32 @@ def decline(args: dict[str, Any]) -> None:
 
 def succeed(args: dict[str, Any]) -> dict[str, Any]:
     return {"echo": args}
+
+
+def _serve(config: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
+    """`conveyor dashboard` on `config` and a free port, once it answers `/healthz`."""
+    port = _free_port()
+    command = [sys.executable, "-m", "conveyor.shell.cli", "--config", str(config)]
+    server = subprocess.Popen(
+        [*command, "dashboard", "--port", str(port), *flags],
+        cwd=config.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as answer:
+                if answer.status == 200:
+                    return server, url
+        except OSError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            output = server.stdout.read().decode() if server.stdout else ""
+            pytest.fail(f"conveyor dashboard did not start:\n{output}")
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -140,28 +177,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             "succeed", [{"n": i} for i in range(n)], queue="payments", partition=partition
         )
     runtime.queue.dequeue_limited("payments", runtime.clock.now(), 4, runtime.limits["payments"])
-    port = _free_port()
-    command = [sys.executable, "-m", "conveyor.shell.cli", "--config", str(config)]
-    server = subprocess.Popen(
-        [*command, "dashboard", "--port", str(port)],
-        cwd=folder,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as answer:
-                if answer.status == 200:
-                    break
-        except OSError:
-            pass
-        if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
-            output = server.stdout.read().decode() if server.stdout else ""
-            pytest.fail(f"conveyor dashboard did not start:\n{output}")
-        time.sleep(0.1)
+    server, url = _serve(config)
     try:
         yield {
             "url": url,
@@ -259,6 +275,23 @@ def test_the_retry_button_revives_a_dead_letter(served: dict[str, Any], page: Pa
     assert view is not None and view.state is conveyor.JobStatus.PENDING
 
 
+def test_a_purge_asks_for_confirmation_before_it_deletes(
+    served: dict[str, Any], page: Page
+) -> None:
+    runtime, job = served["runtime"], served["dead"][2]
+    page.goto(served["url"] + "/dead")
+    page.locator("#dead tr", has_text=str(job.id)).locator(".danger").click()
+    page.wait_for_load_state("load")
+    assert page.locator("h1").inner_text() == "Purge dead letter"
+    assert str(job.id) in page.locator("#affected").inner_text()
+    view = runtime.get(job.id)
+    assert view is not None and view.dead, "one click purged the dead letter"
+    page.click("#confirm")
+    page.wait_for_url("**/dead?*")
+    assert "Purged 1 dead letter" in page.locator(".notice").inner_text()
+    assert runtime.get(job.id) is None
+
+
 def test_markup_in_args_and_errors_does_not_execute(served: dict[str, Any], page: Page) -> None:
     job = served["poisoned"]
     for path in ("/dead", f"/jobs/{job.id}?args=1", "/jobs?state=failed"):
@@ -282,3 +315,189 @@ def test_a_worker_links_to_the_job_it_is_running(served: dict[str, Any], page: P
     page.locator("#workers td.jobs a").first.click()
     page.wait_for_url(f"**/jobs/{served['running'].id}")
     assert str(served["running"].id) in page.content()
+
+
+# ---- CSRF attacks from the same site: another port, a sibling subdomain ----------------
+
+OPERATOR = ("ops", "s3cret")
+PLANTED = "planted-by-the-attacker-0123456789abcdef"
+
+
+class Attacker:
+    """Another HTTP service on this host: serves one page, optionally with a
+    `Set-Cookie` header, as a page on another port or subdomain could."""
+
+    def __init__(self) -> None:
+        self.html = ""
+        self.set_cookie: str | None = None
+        attacker = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = attacker.html.encode()
+                self.send_response(200)
+                self.send_header("content-type", "text/html; charset=utf-8")
+                self.send_header("content-length", str(len(body)))
+                if attacker.set_cookie is not None:
+                    self.send_header("set-cookie", attacker.set_cookie)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def forged_form(action: str, fields: dict[str, str], script: str = "") -> str:
+    inputs = "".join(
+        f'<input type="hidden" name="{html.escape(k)}" value="{html.escape(v)}">'
+        for k, v in fields.items()
+    )
+    return (
+        f'<!doctype html><form method="post" action="{html.escape(action)}">{inputs}</form>'
+        f"<script>{script}document.forms[0].submit();</script>"
+    )
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """`conveyor dashboard --basic-auth` on a SQLite file of its own, and the runtime
+    that writes dead letters into it."""
+    folder = tmp_path_factory.mktemp("guarded")
+    config = folder / "conveyor.toml"
+    config.write_text(f'provider = "db"\nurl = "sqlite:///{folder / "jobs.db"}"\n')
+    runtime = conveyor.build(str(config), handlers={"decline": decline})
+    server, url = _serve(config, "--basic-auth", ":".join(OPERATOR))
+    try:
+        yield {"url": url, "port": url.rsplit(":", 1)[1], "runtime": runtime}
+    finally:
+        server.terminate()
+        server.wait(10)
+        runtime.close()
+
+
+@pytest.fixture
+def attacker() -> Iterator[Attacker]:
+    made = Attacker()
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def operator(browser: Browser) -> Iterator[Page]:
+    """A page of an operator logged in to the dashboard with basic auth."""
+    username, password = OPERATOR
+    context = browser.new_context(http_credentials={"username": username, "password": password})
+    yield context.new_page()
+    context.close()
+
+
+def dead_letters(runtime: Any, n: int, tenant: str | None = None) -> list[conveyor.Job]:
+    jobs = [
+        runtime.enqueue("decline", {"n": i}, max_retries=0, tenant_id=tenant) for i in range(n)
+    ]
+    runtime.drain()
+    assert all(runtime.get(job.id).dead for job in jobs)
+    return jobs
+
+
+def test_a_page_on_another_port_that_sets_the_cookie_cannot_purge(
+    guarded: dict[str, Any], attacker: Attacker, operator: Page
+) -> None:
+    runtime = guarded["runtime"]
+    (job,) = dead_letters(runtime, 1)
+    operator.goto(guarded["url"] + "/dead")  # logged in, with a cookie of its own
+    # Cookies are not kept per port: this one replaces the dashboard's.
+    attacker.set_cookie = f"conveyor_csrf={PLANTED}; Path=/"
+    attacker.html = forged_form(
+        guarded["url"] + "/dead/purge", {"csrf_token": PLANTED, "job_id": str(job.id)}
+    )
+    with operator.expect_navigation(url=guarded["url"] + "/**") as landed:
+        operator.goto(f"http://127.0.0.1:{attacker.port}/")
+    jar = {c["name"]: c["value"] for c in operator.context.cookies(guarded["url"])}
+    assert jar["conveyor_csrf"] == PLANTED  # the attack's premise held
+    answer = landed.value
+    assert answer is not None and answer.status == 403
+    assert "another origin" in answer.text()
+    assert runtime.get(job.id).dead, "the forged purge deleted the dead letter"
+
+
+def test_a_sibling_subdomain_that_plants_the_cookie_cannot_bulk_purge(
+    guarded: dict[str, Any], attacker: Attacker, operator: Page
+) -> None:
+    runtime = guarded["runtime"]
+    victims = dead_letters(runtime, 15, tenant="acme")
+    dashboard = f"http://dash.{TEST_DOMAIN}:{guarded['port']}"
+    operator.goto(dashboard + "/dead")
+    fields = {"csrf_token": PLANTED, "action": "purge", "tenant": "acme"}
+    plant = f"document.cookie = 'conveyor_csrf={PLANTED}; domain={TEST_DOMAIN}; path=/';"
+    attacker.html = forged_form(dashboard + "/dead/bulk", fields, plant)
+    with operator.expect_navigation(url=dashboard + "/**") as landed:
+        operator.goto(f"http://evil.{TEST_DOMAIN}:{attacker.port}/")
+    planted = [c for c in operator.context.cookies(dashboard) if c["value"] == PLANTED]
+    assert planted and planted[0]["domain"].lstrip(".") == TEST_DOMAIN
+    answer = landed.value
+    assert answer is not None and answer.status == 403
+    assert "another origin" in answer.text()
+    assert all(runtime.get(job.id).dead for job in victims), "the forged bulk purge ran"
+
+
+def test_the_operators_own_purge_still_works_under_basic_auth(
+    guarded: dict[str, Any], operator: Page
+) -> None:
+    runtime = guarded["runtime"]
+    (job,) = dead_letters(runtime, 1, tenant="own")
+    operator.goto(f"{guarded['url']}/dead?tenant=own")
+    operator.locator("#dead tr", has_text=str(job.id)).locator(".danger").click()
+    operator.click("#confirm")
+    operator.wait_for_url("**/dead?*")
+    assert "Purged 1 dead letter" in operator.locator(".notice").inner_text()
+    assert runtime.get(job.id) is None
+
+
+# ---- the backend going away under an open overview -------------------------------------
+
+
+def test_the_live_overview_marks_its_figures_stale_while_the_backend_is_down(
+    browser: Browser, tmp_path: Path
+) -> None:
+    redis = RedisServer().start()
+    config = tmp_path / "conveyor.toml"
+    config.write_text(f'provider = "redis"\nredis = {{ url = "{redis.url}" }}\n')
+    runtime = conveyor.build(str(config), handlers={"succeed": succeed})
+    runtime.enqueue("succeed", {"n": 1}, queue="mail")
+    server, url = _serve(config)
+    context = browser.new_context()
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        page.goto(url + "/")
+        assert page.locator("#stale").is_hidden()
+        redis.kill()
+        page.wait_for_selector("#stale", state="visible", timeout=20_000)
+        note = page.locator("#stale").inner_text()
+        assert "Redis at redis://127.0.0.1" in note and "as of" in note, note
+        assert page.locator("#live").get_attribute("data-stale") == "true"
+        # The figures stay on the page, marked, rather than vanish or freeze silently.
+        assert page.locator('#queues tr[data-queue="mail"] td.ready').inner_text() == "1"
+        redis.start()
+        page.wait_for_selector("#stale", state="hidden", timeout=40_000)
+        assert page.locator("#live").get_attribute("data-stale") == "false"
+        assert errors == []
+    finally:
+        context.close()
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        runtime.close()
+        redis.cleanup()

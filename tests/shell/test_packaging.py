@@ -146,3 +146,37 @@ def test_the_demo_prints_commands_that_run_as_printed(tmp_path: Path) -> None:
     )
     assert status.returncode == 0, status.stdout + status.stderr
     assert "default" in status.stdout
+
+
+def test_postgresql_runs_without_greenlet_and_aenqueue_takes_the_thread() -> None:
+    # The `postgres` extra alone brings no greenlet, and SQLAlchemy's asyncio extension
+    # then fails at import with a plain ImportError.
+    from conveyor.testing.postgres_server import drop_database, fresh_database
+
+    url = fresh_database(prefix="conveyor_nogreenlet")
+    code = (
+        "import sys; sys.modules['greenlet'] = None\n"
+        "import asyncio, conveyor\n"
+        "from conveyor.shell.cli import main\n"
+        f"config = {{'provider': 'db', 'url': {url!r}, 'auto_migrate': True}}\n"
+        "runtime = conveyor.build(config, handlers={'ok': lambda args: None})\n"
+        "runtime.enqueue('ok', {})\n"
+        "asyncio.run(runtime.aenqueue('ok', {}))\n"
+        "assert runtime.async_writers.driver == 'thread', runtime.async_writers.driver\n"
+        "assert runtime.drain().completed == 2\n"
+        "runtime.close()\n"
+        "assert 'sqlalchemy.ext.asyncio' not in sys.modules\n"
+        "sys.exit(main(['status']))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**env, "CONVEYOR_PROVIDER": "db", "CONVEYOR_URL": url},
+        )
+    finally:
+        drop_database(url)
+    assert result.returncode == 0, result.stderr

@@ -6,6 +6,6 @@ ASGI app. See docs/dashboard.md.
 
 from __future__ import annotations
 
-from .app import CSRF_COOKIE, CSRF_FIELD, AuthHook, BasicAuth, create_app
+from .app import CSRF_COOKIE, CSRF_FIELD, AuthHook, BasicAuth, LoginThrottle, create_app
 
-__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "AuthHook", "BasicAuth", "create_app"]
+__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "AuthHook", "BasicAuth", "LoginThrottle", "create_app"]

@@ -6,52 +6,43 @@ script of our own (`static/live.js`) swaps the overview's live fragment every
 few seconds; the pages work without it.
 
 Every POST is an action. Each is refused with 403 in read-only mode, and
-otherwise must carry the CSRF token: a random value the server puts in a
-`SameSite=Strict`, HTTP-only cookie and in a hidden field of each form it renders;
-a request whose field does not equal its cookie is refused. Another site can make
-a browser send the cookie (SameSite aside) but cannot read it to fill the field.
+otherwise must come from the dashboard's own origin and carry a CSRF token signed
+by this server (`csrf.CsrfGuard` says how and why). Failed logins are throttled
+per client (`auth.LoginThrottle`).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hmac
-import re
-import secrets
-from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 from uuid import UUID
 
-import jinja2
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from ...core import CancelResult, FieldError, JobStatus, ValidationError
 from ...core.validation import parse_job_id
-from ..lookup import summary_row
 from ..runtime import Runtime
 from . import views
+from .auth import AuthHook, BasicAuth, LoginThrottle
+from .csrf import CSRF_COOKIE, CSRF_FIELD, CsrfGuard
+from .reachability import DEFAULT_TIMEOUT_S, BackendReads, BackendUnavailable
+from .rendering import SecurityHeaders, environment
 
-#: A callable that decides whether a request may see the dashboard at all.
-AuthHook = Callable[[Request], bool]
-
-#: The cookie holding the CSRF token.
-CSRF_COOKIE = "conveyor_csrf"
-
-#: The hidden form field that must repeat the cookie's token.
-CSRF_FIELD = "csrf_token"
-
-#: What `secrets.token_urlsafe` makes: a cookie of any other shape is not a token.
-_URLSAFE = re.compile(r"[A-Za-z0-9_-]+")
+__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "AuthHook", "BasicAuth", "LoginThrottle", "create_app"]
 
 #: The largest action form body read (every form holds a few short fields).
 MAX_FORM_BYTES = 16_384
@@ -67,103 +58,6 @@ NOTICES = {
     "ran": "Enqueued the cron entry's job now.",
 }
 
-#: Headers on every response: no framing, no sniffing, scripts only from this origin.
-SECURITY_HEADERS = {
-    "content-security-policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "x-frame-options": "DENY",
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "same-origin",
-    "cache-control": "no-store",
-}
-
-
-class BasicAuth:
-    """HTTP basic authentication against one user name and password: the simple
-    `auth` hook. A refused request gets 401 and the browser's login prompt."""
-
-    #: The `WWW-Authenticate` value a refusal carries.
-    challenge = 'Basic realm="conveyor", charset="UTF-8"'
-
-    def __init__(self, username: str, password: str) -> None:
-        self._expected = f"{username}:{password}".encode()
-
-    @classmethod
-    def parse(cls, text: str, field: str = "--basic-auth") -> BasicAuth | FieldError:
-        """`user:password` as a `BasicAuth`, or why it is not one."""
-        username, colon, password = text.partition(":")
-        if not colon or not username or not password:
-            return FieldError(field, "must be USER:PASSWORD, both non-empty")
-        return cls(username, password)
-
-    def __call__(self, request: Request) -> bool:
-        scheme, _, encoded = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "basic":
-            return False
-        try:
-            given = base64.b64decode(encoded.strip(), validate=True)
-        except (binascii.Error, ValueError):
-            return False
-        return hmac.compare_digest(given, self._expected)
-
-
-class _SecurityHeaders:
-    """Adds `SECURITY_HEADERS` to every response of the wrapped app."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                present = {name.lower() for name, _ in message.get("headers", [])}
-                extra = [
-                    (name.encode(), value.encode())
-                    for name, value in SECURITY_HEADERS.items()
-                    if name.encode() not in present
-                ]
-                message["headers"] = [*message.get("headers", []), *extra]
-            await send(message)
-
-        await self.app(scope, receive, with_headers)
-
-
-def _ago(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def _when(moment: datetime | None) -> str:
-    return "-" if moment is None else moment.isoformat(timespec="seconds")
-
-
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(HERE / "templates"),
-        # Every value is escaped unless a template says otherwise (none does).
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["ago"] = _ago
-    env.filters["when"] = _when
-    env.filters["qs"] = lambda params: urlencode(params)
-    env.globals["summary"] = summary_row
-    return env
-
-
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
@@ -177,12 +71,19 @@ class Dashboard:
         read_only: bool = False,
         auth: AuthHook | None = None,
         live_every_s: float = 3.0,
+        csrf_secret: bytes | str | None = None,
+        trusted_origins: Iterable[str] = (),
+        login_throttle: LoginThrottle | None = None,
+        backend_timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.runtime = runtime
         self.read_only = read_only
         self.auth = auth
+        self.csrf = CsrfGuard(csrf_secret, trusted_origins)
+        self.backend = BackendReads(runtime, backend_timeout_s)
+        self.throttle = login_throttle or LoginThrottle()
         self.live_every_ms = max(250, round(live_every_s * 1000))
-        self.env = _environment()
+        self.env = environment(HERE / "templates")
         self.chart = views.ThroughputCounts(runtime)
 
     # ---- plumbing ---------------------------------------------------------------
@@ -199,6 +100,7 @@ class Dashboard:
             Route("/dead", page(self.dead), methods=["GET"]),
             Route("/dead/confirm", page(self.dead_confirm), methods=["GET"]),
             Route("/dead/retry", action(self.dead_retry), methods=["POST"]),
+            Route("/dead/purge", page(self.dead_purge_confirm), methods=["GET"]),
             Route("/dead/purge", action(self.dead_purge), methods=["POST"]),
             Route("/dead/bulk", action(self.dead_bulk), methods=["POST"]),
             Route("/workers", page(self.workers), methods=["GET"]),
@@ -209,8 +111,21 @@ class Dashboard:
         ]
 
     def _refused(self, request: Request) -> Response | None:
-        if self.auth is None or self.auth(request):
+        if self.auth is None:
             return None
+        client = request.client.host if request.client else ""
+        wait = self.throttle.wait_s(client)
+        if wait > 0:
+            return Response(
+                "too many failed logins from this address: try again later",
+                429,
+                headers={"retry-after": str(math.ceil(wait))},
+            )
+        if self.auth(request):
+            self.throttle.succeeded(client)
+            return None
+        if request.headers.get("authorization"):
+            self.throttle.failed(client)  # a wrong guess, not the browser's first ask
         challenge = getattr(self.auth, "challenge", None)
         if isinstance(challenge, str):
             return Response("authentication required", 401, headers={"www-authenticate": challenge})
@@ -221,7 +136,10 @@ class Dashboard:
             refused = self._refused(request)
             if refused is not None:
                 return refused
-            return await handler(request)
+            try:
+                return await handler(request)
+            except BackendUnavailable as exc:
+                return self._error(request, 503, str(exc))
 
         return guarded
 
@@ -234,6 +152,9 @@ class Dashboard:
                 return refused
             if self.read_only:
                 return self._error(request, 403, "The dashboard is read-only: actions are off.")
+            foreign = self.csrf.foreign_origin(request)
+            if foreign is not None:
+                return self._error(request, 403, f"The action was refused: {foreign}.")
             body = b""
             async for chunk in request.stream():
                 body += chunk
@@ -241,9 +162,7 @@ class Dashboard:
                     return self._error(request, 413, "The form is too large.")
             parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
             form = {key: values[0] for key, values in parsed.items()}
-            cookie, unset = self._token(request)
-            field = form.get(CSRF_FIELD, "")
-            if unset or not hmac.compare_digest(cookie.encode(), field.encode()):
+            if not self.csrf.token_matches(request, form.get(CSRF_FIELD, "")):
                 return self._error(
                     request, 403, "The form's CSRF token is missing or wrong: reload the page."
                 )
@@ -251,6 +170,8 @@ class Dashboard:
                 return await handler(request, form)
             except ValidationError as exc:
                 return self._error(request, 400, str(exc))
+            except BackendUnavailable as exc:
+                return self._error(request, 503, str(exc))
             finally:
                 # A retry or purge changes the dead letters the chart counted.
                 self.chart.clear()
@@ -260,24 +181,17 @@ class Dashboard:
     def _base(self, request: Request) -> str:
         return str(request.scope.get("root_path", "")).rstrip("/")
 
-    def _token(self, request: Request) -> tuple[str, bool]:
-        """The request's CSRF token, and whether it is new (to be set as the cookie)."""
-        token = request.cookies.get(CSRF_COOKIE, "")
-        if 20 <= len(token) <= 100 and token.isascii() and _URLSAFE.fullmatch(token):
-            return token, False
-        return secrets.token_urlsafe(32), True
-
     def _render(
         self, request: Request, template: str, context: Mapping[str, Any], status: int = 200
     ) -> HTMLResponse:
-        token, new = self._token(request)
+        nonce, new = self.csrf.nonce(request)
         done = request.query_params.get("done", "")
         count = request.query_params.get("n", "1")
         notice = NOTICES.get(done, "").format(n=int(count) if count.isdigit() else 1)
         html = self.env.get_template(template).render(
             base=self._base(request),
             csrf_field=CSRF_FIELD,
-            csrf_token=token,
+            csrf_token=self.csrf.token(nonce, request),
             read_only=self.read_only,
             live_every_ms=self.live_every_ms,
             notice=notice,
@@ -287,7 +201,7 @@ class Dashboard:
         if new:
             response.set_cookie(
                 CSRF_COOKIE,
-                token,
+                nonce,
                 path=self._base(request) or "/",
                 httponly=True,
                 samesite="strict",
@@ -318,17 +232,23 @@ class Dashboard:
     async def healthz(self, request: Request) -> Response:
         """200 while the backend answers a point read; 503 otherwise. No auth: probes."""
         try:
-            await run_in_threadpool(self.runtime.get, UUID(int=0))
+            await self.backend.read(self.runtime.get, UUID(int=0))
+        except BackendUnavailable:
+            return JSONResponse({"status": "unavailable", "error": "unreachable"}, 503)
         except Exception as exc:
             return JSONResponse({"status": "unavailable", "error": type(exc).__name__}, 503)
         return JSONResponse({"status": "ok"})
 
     async def overview(self, request: Request) -> Response:
-        data = await run_in_threadpool(views.overview, self.runtime, self.chart)
+        data = await self.backend.read(views.overview, self.runtime, self.chart)
         return self._render(request, "overview.html", self._overview_context(data))
 
     async def overview_live(self, request: Request) -> Response:
-        data = await run_in_threadpool(views.overview, self.runtime, self.chart)
+        try:
+            data = await self.backend.read(views.overview, self.runtime, self.chart)
+        except BackendUnavailable as exc:
+            # The overview's script shows this line and marks the figures stale.
+            return PlainTextResponse(str(exc), 503)
         return self._render(request, "_overview_live.html", self._overview_context(data))
 
     def _overview_context(self, data: views.Overview) -> dict[str, Any]:
@@ -350,7 +270,7 @@ class Dashboard:
             return filters
         if isinstance(number, FieldError):
             return self._error(request, 400, f"{number.field}: {number.reason}")
-        page = await run_in_threadpool(views.jobs_page, self.runtime, filters, number)
+        page = await self.backend.read(views.jobs_page, self.runtime, filters, number)
         return self._render(
             request,
             "jobs.html",
@@ -367,7 +287,7 @@ class Dashboard:
         job_id = parse_job_id(request.path_params["job_id"])
         if isinstance(job_id, FieldError):
             return self._error(request, 404, f"No job: {job_id.reason}.")
-        view = await run_in_threadpool(self.runtime.get, job_id)
+        view = await self.backend.read(self.runtime.get, job_id)
         if view is None:
             return self._error(request, 404, f"No job {job_id} in the queue or the store.")
         show_args = request.query_params.get("args") == "1"
@@ -394,7 +314,7 @@ class Dashboard:
         if isinstance(number, FieldError):
             return self._error(request, 400, f"{number.field}: {number.reason}")
 
-        page, total = await run_in_threadpool(views.dead_listing, self.runtime, filters, number)
+        page, total = await self.backend.read(views.dead_listing, self.runtime, filters, number)
         return self._render(
             request,
             "dead.html",
@@ -414,7 +334,7 @@ class Dashboard:
         what = request.query_params.get("action", "")
         if what not in ("retry", "purge"):
             return self._error(request, 400, "action: must be retry or purge")
-        count = await run_in_threadpool(views.count_dead, self.runtime, filters)
+        count = await self.backend.read(views.count_dead, self.runtime, filters)
         return self._render(
             request,
             "dead_confirm.html",
@@ -428,8 +348,20 @@ class Dashboard:
             },
         )
 
+    async def dead_purge_confirm(self, request: Request) -> Response:
+        """What one Purge button leads to: the dead letter, and the button that purges."""
+        job_id = parse_job_id(request.query_params.get("job_id", ""))
+        if isinstance(job_id, FieldError):
+            return self._error(request, 404, f"No dead letter: {job_id.reason}.")
+        view = await self.backend.read(self.runtime.get, job_id)
+        if view is None or not view.dead:
+            return self._error(request, 404, f"{job_id} is not a dead letter.")
+        return self._render(
+            request, "purge_confirm.html", {"title": "Confirm", "page": "dead", "view": view}
+        )
+
     async def workers(self, request: Request) -> Response:
-        rows, running = await run_in_threadpool(views.workers, self.runtime)
+        rows, running = await self.backend.read(views.workers, self.runtime)
         return self._render(
             request,
             "workers.html",
@@ -438,7 +370,7 @@ class Dashboard:
 
     async def limits(self, request: Request) -> Response:
         now = self.runtime.clock.now()
-        reports = await run_in_threadpool(self.runtime.limit_reports, now)
+        reports = await self.backend.read(self.runtime.limit_reports, now)
         return self._render(
             request,
             "limits.html",
@@ -446,14 +378,14 @@ class Dashboard:
         )
 
     async def cron(self, request: Request) -> Response:
-        rows = await run_in_threadpool(self.runtime.cron.list)
+        rows = await self.backend.read(self.runtime.cron.list)
         return self._render(request, "cron.html", {"title": "Cron", "page": "cron", "rows": rows})
 
     # ---- actions ----------------------------------------------------------------
 
     async def cancel(self, request: Request, form: dict[str, str]) -> Response:
         job_id = request.path_params["job_id"]
-        result = await run_in_threadpool(self.runtime.cancel, job_id)
+        result = await self.backend.act(self.runtime.cancel, job_id)
         if result is CancelResult.CANCELLED:
             return self._redirect(request, f"/jobs/{job_id}", done="cancelled")
         if result is CancelResult.REQUESTED:
@@ -461,14 +393,14 @@ class Dashboard:
         return self._error(request, 409, f"Job {job_id} has finished or is unknown: not cancelled.")
 
     async def dead_retry(self, request: Request, form: dict[str, str]) -> Response:
-        job = await run_in_threadpool(self.runtime.retry_dead, form.get("job_id", ""))
+        job = await self.backend.act(self.runtime.retry_dead, form.get("job_id", ""))
         return self._redirect(request, f"/jobs/{job.id}", done="retried", n=1)
 
     async def dead_purge(self, request: Request, form: dict[str, str]) -> Response:
         job_id = form.get("job_id", "")
         if not job_id:
             raise ValidationError.of("job_id", "give the dead letter to purge")
-        purged = await run_in_threadpool(self.runtime.purge_dead, job_id)
+        purged = await self.backend.act(self.runtime.purge_dead, job_id)
         if purged == 0:
             return self._error(request, 409, f"{job_id} is not a dead letter: nothing purged.")
         return self._redirect(request, "/dead", done="purged", n=purged)
@@ -480,7 +412,7 @@ class Dashboard:
         what = form.get("action", "")
         if what not in ("retry", "purge"):
             raise ValidationError.of("action", "must be retry or purge")
-        done = await run_in_threadpool(self._bulk, what, filters)
+        done = await self.backend.act(self._bulk, what, filters)
         back = {key: value for key, value in filters.query().items() if key != "state"}
         return self._redirect(
             request, "/dead", done="retried" if what == "retry" else "purged", n=done, **back
@@ -502,7 +434,7 @@ class Dashboard:
         return done
 
     async def cron_run(self, request: Request, form: dict[str, str]) -> Response:
-        job = await run_in_threadpool(self.runtime.cron.run, form.get("name", ""))
+        job = await self.backend.act(self.runtime.cron.run, form.get("name", ""))
         return self._redirect(request, f"/jobs/{job.id}", done="ran")
 
 
@@ -512,6 +444,10 @@ def create_app(
     read_only: bool = False,
     auth: AuthHook | None = None,
     live_every_s: float = 3.0,
+    csrf_secret: bytes | str | None = None,
+    trusted_origins: Iterable[str] = (),
+    login_throttle: LoginThrottle | None = None,
+    backend_timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> ASGIApp:
     """The dashboard as an ASGI app over `runtime`, to serve on its own (`conveyor
     dashboard`) or mount in another ASGI app (for example Starlette's `Mount`).
@@ -519,6 +455,23 @@ def create_app(
     `read_only` refuses every action with 403. `auth` is called with each request
     (a Starlette `Request`) and must return True to let it through; `BasicAuth(user,
     password)` is the simple case. `/healthz` answers without it, for probes. The
-    overview refreshes its figures every `live_every_s` seconds."""
-    dashboard = Dashboard(runtime, read_only=read_only, auth=auth, live_every_s=live_every_s)
-    return _SecurityHeaders(Starlette(routes=dashboard.routes()))
+    overview refreshes its figures every `live_every_s` seconds.
+
+    `csrf_secret` signs the forms' CSRF tokens (at least 16 bytes; random per process
+    when None, so a restart asks open pages to reload); give every process behind one
+    address the same one. `trusted_origins` (`"https://ops.example.com"`) are other
+    origins whose pages may post actions, for a proxy that rewrites the `Host` header.
+    `login_throttle` (default: 5 failed logins a minute per client address) brakes
+    password guessing. A page whose read of the backend fails because the server is
+    unreachable, or takes longer than `backend_timeout_s`, is a 503 saying so."""
+    dashboard = Dashboard(
+        runtime,
+        read_only=read_only,
+        auth=auth,
+        live_every_s=live_every_s,
+        csrf_secret=csrf_secret,
+        trusted_origins=trusted_origins,
+        login_throttle=login_throttle,
+        backend_timeout_s=backend_timeout_s,
+    )
+    return SecurityHeaders(Starlette(routes=dashboard.routes()))
