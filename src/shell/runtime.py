@@ -645,15 +645,19 @@ class Runtime:
 
     def drain(self, *, timeout_s: float = 60.0, wait_scheduled: bool = False) -> WorkerStats:
         """Process in this thread until no configured queue has work due (and, with
-        `wait_scheduled`, until nothing is scheduled either), or `timeout_s` passes."""
-        workers = [
-            Worker(self.queue, self.store, self.registry, queue_name=name, **self._worker_options())
-            for name in self.config.workers.queues
-        ]
+        `wait_scheduled`, until nothing is scheduled either), or `timeout_s` passes.
+        Each queue is claimed under its limits, as the pools claim it: fair shares
+        take turns, and work a cap or a rate holds back is waited for (the next
+        token, or a slot another worker frees) within `timeout_s`."""
+        workers = [self.worker(name) for name in self.config.workers.queues]
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
             worked = sum(w.drain() for w in workers)
             if worked:
+                continue
+            waits = [s for s in (w.held_back_for_s() for w in workers) if s is not None]
+            if waits:
+                time.sleep(max(0.001, min(min(waits), end - time.monotonic())))
                 continue
             if not wait_scheduled:
                 break
