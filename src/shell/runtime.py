@@ -278,7 +278,7 @@ class Runtime:
         self.policies = Policies(retry=config.retry, requeue=config.requeue, lease=lease)
         self.executor = Executor(queue, store, clock=self.clock)
         #: Shared by this process's workers: one of them prunes per interval.
-        self.pruner = Pruner(self.executor, config.retention)
+        self.pruner = Pruner(self.executor, config.retention, server=outage.for_queue(queue))
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.pools: list[WorkerPool] = []
         self._warned: set[str] = set()
