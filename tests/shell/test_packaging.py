@@ -197,3 +197,22 @@ def test_dev_install_steps_keep_their_chatter_unless_they_fail(
     assert failed.value.code == 3
     shown = capsys.readouterr().out
     assert "WARNING: Location ignored" in shown and "noise" in shown
+
+
+def test_the_demo_reports_its_failing_jobs_in_its_table_not_in_tracebacks(
+    tmp_path: Path,
+) -> None:
+    """The demo's failures are on purpose and its table counts them: at the default
+    log level they do not scroll its progress away as warnings with tracebacks."""
+    demo = subprocess.run(
+        [sys.executable, "-m", "conveyor.shell.cli", "demo", "--dir", str(tmp_path), "--jobs", "4"],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=tmp_path,
+    )
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    output = demo.stdout + demo.stderr
+    assert "Traceback" not in output and "WARNING" not in output, output
+    assert re.search(r"^sync-inventory +0 +2 +1 +ConnectionError", demo.stdout, re.M)
+    assert "\nDead letters:\n" in demo.stdout
