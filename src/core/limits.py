@@ -87,12 +87,12 @@ class Cap:
 
 @attrs.frozen(slots=True)
 class Rate:
-    """At most `starts` claims per `per_seconds` of jobs of `job_type` (None: every
-    type), per partition when `per_partition`: a token bucket of `starts` tokens
-    (the burst), refilled at `starts / per_seconds` tokens a second."""
+    """At most `starts` claims per `per_seconds` (default 1) of jobs of `job_type`
+    (None: every type), per partition when `per_partition`: a token bucket of
+    `starts` tokens (the burst), refilled at `starts / per_seconds` tokens a second."""
 
     starts: int = attrs.field(validator=integer_at_least(1))
-    per_seconds: float = attrs.field(validator=positive_number)
+    per_seconds: float = attrs.field(default=1.0, validator=positive_number)
     job_type: str | None = attrs.field(default=None, validator=optional_name)
     per_partition: bool = False
 

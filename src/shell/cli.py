@@ -36,6 +36,8 @@ log = logging.getLogger("conveyor.cli")
 
 #: Masks the config's URL passwords in every log line; filled once the config is read.
 _REDACTING = RedactingFilter()
+#: Shows control characters of stored text escaped in text log lines.
+_ESCAPING = TerminalFilter()
 #: The config the command read, to name its server and key when that server is down.
 _LOADED: list[Config] = []
 
@@ -730,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     for handler in logging.getLogger().handlers:
         handler.addFilter(_REDACTING)
         if args.log_format == "text":
-            handler.addFilter(TerminalFilter())  # after the redaction, which rewrites
+            handler.addFilter(_ESCAPING)  # after the redaction, which rewrites the message
         if args.log_format == "json":
             from .logs import JsonFormatter
 

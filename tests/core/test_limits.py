@@ -392,7 +392,7 @@ def test_property_equal_weights_keep_partitions_within_one_job_of_each_other(
         (lambda: Cap(0), "Cap.max_running", "must be >= 1, got 0"),
         (lambda: Cap(1.5), "Cap.max_running", "must be an integer, got 1.5"),
         (lambda: Cap(2, job_type=""), "Cap.job_type", "must be a non-empty string, got ''"),
-        (lambda: Rate(starts=0, per_seconds=1.0), "Rate.starts", "must be >= 1, got 0"),
+        (lambda: Rate(starts=0), "Rate.starts", "must be >= 1, got 0"),
         (lambda: Rate(1, 0), "Rate.per_seconds", "must be a finite number > 0, got 0"),
         (lambda: QueueLimits(max_running=-1), "QueueLimits.max_running", "must be >= 1, got -1"),
         (lambda: QueueLimits(weights={"a": -1}), "QueueLimits.weights.a", "must be a finite"),
