@@ -14,6 +14,7 @@ import logging
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from ..core import FieldError, Job, ValidationError, check_name, thaw
 from ..core.validation import parse_job_id
@@ -115,7 +116,7 @@ def _check(args: argparse.Namespace) -> HistoryFilter:
     return dead_filter(tenant_id=tenant)
 
 
-def _job_id(value: str) -> Any:
+def _job_id(value: str) -> UUID:
     parsed = parse_job_id(value)
     if isinstance(parsed, FieldError):
         raise ValidationError((parsed,))
@@ -167,7 +168,7 @@ def _list(runtime: Runtime, args: argparse.Namespace) -> int:
     return 0
 
 
-def _show(runtime: Runtime, job_id: Any, show_args: bool) -> int:
+def _show(runtime: Runtime, job_id: UUID, show_args: bool) -> int:
     job = runtime.store.get(job_id)
     if job is None:
         notice(f"conveyor: no job {job_id}", level=logging.ERROR)

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..core import Job, JobStatus
 from .runtime import build
+from .terminal import escape
 
 DEMO_SETTINGS: dict[str, Any] = {
     "workers": {
@@ -257,4 +258,5 @@ def _summary(records: list[Job], out: Any) -> None:
         print("\nDead letters:", file=out)
         for r in dead:
             assert r.last_error is not None
-            print(f"  {r.job_type} {r.id}: {r.last_error.type}: {r.last_error.message}", file=out)
+            error = escape(f"{r.last_error.type}: {r.last_error.message}")
+            print(f"  {r.job_type} {r.id}: {error}", file=out)

@@ -632,8 +632,9 @@ class Runtime:
             self._beat_thread = None
             try:
                 self.presence.leave(self.worker_id)
-            except Exception:
-                log.warning("could not remove worker heartbeat", exc_info=True)
+            except Exception as exc:
+                if not outage.for_queue(self.queue).failed(exc):
+                    log.warning("could not remove worker heartbeat", exc_info=True)
         return clean
 
     def __enter__(self) -> Runtime:
