@@ -31,6 +31,20 @@ def run(*cmd: str | Path) -> None:
         sys.exit(result.returncode)
 
 
+def run_quietly(what: str, *cmd: str | Path) -> None:
+    """Run an install step, saying only `what` it does: pip's and the build's own
+    chatter (progress, notices about the local index, build warnings) is kept back
+    and shown only when the step fails, with the command that failed."""
+    print(f"+ {what}", flush=True)
+    result = subprocess.run(
+        [str(c) for c in cmd], cwd=ROOT, capture_output=True, text=True, errors="replace"
+    )
+    if result.returncode != 0:
+        print("+", " ".join(str(c) for c in cmd), flush=True)
+        print(result.stdout + result.stderr, end="", flush=True)
+        sys.exit(result.returncode)
+
+
 def _stamp(extras: str) -> tuple[Path, str]:
     """Where an install with `extras` is recorded, and what it records: one stamp per
     set of extras, so the demo's install and the tests' do not undo each other."""
@@ -52,9 +66,20 @@ def ensure_env(extras: str = "dev") -> None:
     if not (BIN / "python").exists():
         print("+ creating .venv", flush=True)
         venv.create(VENV, with_pip=True)
-        run(BIN / "python", "-m", "pip", "install", "-q", "--upgrade", "pip")
+        pip = (BIN / "python", "-m", "pip", "install", "-q", "-U", "pip")
+        run_quietly("upgrading pip in .venv", *pip)
     # pip only adds: installing the bare project over the dev extras removes none of them.
-    run(BIN / "python", "-m", "pip", "install", "-q", "-e", f".[{extras}]" if extras else ".")
+    target = f".[{extras}]" if extras else "."
+    run_quietly(
+        f"installing {target} into .venv (first run only; it takes a minute)",
+        BIN / "python",
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "-e",
+        target,
+    )
     stamp, want = _stamp(extras)
     stamp.write_text(want)
 

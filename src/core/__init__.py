@@ -41,11 +41,11 @@ from .decisions import (
     revive,
     undecodable,
 )
+from .error_text import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, cap_message, cap_traceback
 from .errors import FieldError, InvalidTransition, ValidationError
 from .frozen import FrozenMap, freeze, thaw
 from .job import (
     MAX_ATTEMPTS_KEPT,
-    MAX_TRACEBACK_CHARS,
     MAX_WORKER_CHARS,
     PRIORITY_ORDER,
     Attempt,
@@ -55,7 +55,6 @@ from .job import (
     JobStatus,
     Metadata,
     Priority,
-    cap_traceback,
 )
 from .ordering import claim_order, ordering_key, promotion_key
 from .policies import (
@@ -92,6 +91,7 @@ __all__ = [
     "INVALID_RESULT",
     "LEASE_EXPIRED",
     "MAX_ATTEMPTS_KEPT",
+    "MAX_MESSAGE_CHARS",
     "MAX_TRACEBACK_CHARS",
     "MAX_WORKER_CHARS",
     "MISSING_TENANT",
@@ -144,6 +144,7 @@ __all__ = [
     "attempt_deadline",
     "backoff_ms",
     "cancel_claimed",
+    "cap_message",
     "cap_traceback",
     "check_name",
     "claim_order",

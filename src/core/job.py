@@ -14,6 +14,7 @@ from uuid import UUID
 
 import attrs
 
+from .error_text import cap_message, cap_traceback
 from .frozen import FrozenMap
 
 
@@ -63,10 +64,6 @@ class JobStatus(enum.Enum):
         return self in (JobStatus.SCHEDULED, JobStatus.RETRYING)
 
 
-#: The most characters of a traceback an `ErrorInfo` keeps: its end, where the
-#: raising frame is, behind a line saying how much of the start was cut.
-MAX_TRACEBACK_CHARS = 4000
-
 #: The longest worker id a job record keeps (`transitions.start` cuts a longer one).
 MAX_WORKER_CHARS = 200
 
@@ -75,31 +72,19 @@ MAX_WORKER_CHARS = 200
 MAX_ATTEMPTS_KEPT = 10
 
 
-def cap_traceback(text: str | None) -> str | None:
-    """`text` if it fits in `MAX_TRACEBACK_CHARS`, else its last whole lines behind a
-    marker line saying how much of the start was cut (the whole result fits)."""
-    if text is None or len(text) <= MAX_TRACEBACK_CHARS:
-        return text
-    marker = "[... the first {} of " + str(len(text)) + " characters cut ...]\n"
-    # Sized for the widest count, so the marker and the tail always fit together.
-    tail = text[len(text) - (MAX_TRACEBACK_CHARS - len(marker.format(len(text)))) :]
-    newline = tail.find("\n")
-    if 0 <= newline < len(tail) - 1:
-        tail = tail[newline + 1 :]  # start on a whole line
-    return marker.format(len(text) - len(tail)) + tail
-
-
 @attrs.frozen(slots=True)
 class ErrorInfo:
     """Why an attempt failed. `type` is a short machine-readable tag.
 
+    `message` is cut to `MAX_MESSAGE_CHARS` by `cap_message`, behind a marker.
     `traceback` is the formatted exception behind a handler's failure, when there
-    was one (the shell fills it in; errors the core assigns have none), capped to
-    its last `MAX_TRACEBACK_CHARS` characters by `cap_traceback`.
+    was one (the shell fills it in; errors the core assigns have none), cut to
+    `MAX_TRACEBACK_CHARS` by `cap_traceback`, which shortens the exception messages
+    inside it before any frame (see `conveyor.core.error_text`).
     """
 
     type: str
-    message: str
+    message: str = attrs.field(converter=cap_message)
     retryable: bool = True
     traceback: str | None = attrs.field(default=None, converter=cap_traceback)
 

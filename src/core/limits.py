@@ -30,11 +30,13 @@ Pure: no clock, no I/O; `now` comes in as microseconds.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
 from .errors import FieldError
+from .field_checks import integer_at_least, optional_name, positive_number, refuse
 from .job import Job
 
 #: The longest partition key, in characters (it lands in an indexed column).
@@ -69,28 +71,13 @@ def check_partition(value: object, field: str = "partition") -> FieldError | Non
     return None
 
 
-def _positive_int(_: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{attribute.name} must be an integer >= 1, got {value!r}")
-
-
-def _positive_number(_: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise ValueError(f"{attribute.name} must be a number > 0, got {value!r}")
-
-
-def _optional_name(_: object, attribute: attrs.Attribute[str | None], value: str | None) -> None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise ValueError(f"{attribute.name} must be a non-empty string, got {value!r}")
-
-
 @attrs.frozen(slots=True)
 class Cap:
     """At most `max_running` running jobs of `job_type` (None: of every type in the
     queue), for each partition on its own when `per_partition`, else in all."""
 
-    max_running: int = attrs.field(validator=_positive_int)
-    job_type: str | None = attrs.field(default=None, validator=_optional_name)
+    max_running: int = attrs.field(validator=integer_at_least(1))
+    job_type: str | None = attrs.field(default=None, validator=optional_name)
     per_partition: bool = False
 
     def applies(self, job_type: str) -> bool:
@@ -100,13 +87,13 @@ class Cap:
 
 @attrs.frozen(slots=True)
 class Rate:
-    """At most `starts` claims per `per_seconds` of jobs of `job_type` (None: every
-    type), per partition when `per_partition`: a token bucket of `starts` tokens
-    (the burst), refilled at `starts / per_seconds` tokens a second."""
+    """At most `starts` claims per `per_seconds` (default 1) of jobs of `job_type`
+    (None: every type), per partition when `per_partition`: a token bucket of
+    `starts` tokens (the burst), refilled at `starts / per_seconds` tokens a second."""
 
-    starts: int = attrs.field(validator=_positive_int)
-    per_seconds: float = attrs.field(validator=_positive_number)
-    job_type: str | None = attrs.field(default=None, validator=_optional_name)
+    starts: int = attrs.field(validator=integer_at_least(1))
+    per_seconds: float = attrs.field(default=1.0, validator=positive_number)
+    job_type: str | None = attrs.field(default=None, validator=optional_name)
     per_partition: bool = False
 
     def applies(self, job_type: str) -> bool:
@@ -123,7 +110,7 @@ def _weights(
 
 
 def _check_weights(
-    _: object,
+    instance: object,
     attribute: attrs.Attribute[tuple[tuple[str, float], ...]],
     value: tuple[tuple[str, float], ...],
 ) -> None:
@@ -133,7 +120,8 @@ def _check_weights(
             or not isinstance(weight, int | float)
             or not 0 < weight < math.inf
         ):
-            raise ValueError(f"weights.{key} must be a number > 0, got {weight!r}")
+            reason = f"must be a finite number > 0, got {weight!r}"
+            refuse(instance, attribute, reason, f".{key}")
 
 
 def _caps(value: Iterable[Cap]) -> tuple[Cap, ...]:
@@ -142,6 +130,16 @@ def _caps(value: Iterable[Cap]) -> tuple[Cap, ...]:
 
 def _rates(value: Iterable[Rate]) -> tuple[Rate, ...]:
     return tuple(value)
+
+
+def _each_of(kind: type) -> Callable[[object, attrs.Attribute[Any], tuple[object, ...]], None]:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: tuple[object, ...]) -> None:
+        for n, item in enumerate(value):
+            if not isinstance(item, kind):
+                reason = f"must be a {kind.__name__}, got {item!r}"
+                refuse(instance, attribute, reason, f"[{n}]")
+
+    return check
 
 
 @attrs.frozen(slots=True)
@@ -155,10 +153,10 @@ class QueueLimits:
         default=(), converter=_weights, validator=_check_weights
     )
     max_running: int | None = attrs.field(
-        default=None, validator=attrs.validators.optional(_positive_int)
+        default=None, validator=attrs.validators.optional(integer_at_least(1))
     )
-    caps: tuple[Cap, ...] = attrs.field(default=(), converter=_caps)
-    rates: tuple[Rate, ...] = attrs.field(default=(), converter=_rates)
+    caps: tuple[Cap, ...] = attrs.field(default=(), converter=_caps, validator=_each_of(Cap))
+    rates: tuple[Rate, ...] = attrs.field(default=(), converter=_rates, validator=_each_of(Rate))
 
     def weight(self, partition: str) -> float:
         """The weight of `partition` in its queue's round robin."""

@@ -11,17 +11,11 @@ from datetime import datetime, timedelta
 
 import attrs
 
+from .field_checks import number_at_least, positive_or_infinite
 from .job import Job
 
-
-def _non_negative(_: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if value < 0:
-        raise ValueError(f"{attribute.name} must be >= 0, got {value}")
-
-
-def _positive(_: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if value <= 0:
-        raise ValueError(f"{attribute.name} must be > 0, got {value}")
+_non_negative = number_at_least(0)
+_positive = positive_or_infinite
 
 
 @attrs.frozen(slots=True)
@@ -129,9 +123,7 @@ def is_poison_pill(policy: LeasePolicy, job: Job) -> bool:
     return job.metadata.reclaim_count + 1 > budget
 
 
-def _positive_seconds(_: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"{attribute.name} must be > 0, got {value}")
+_positive_seconds = positive_or_infinite
 
 
 @attrs.frozen(slots=True)

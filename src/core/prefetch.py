@@ -16,20 +16,16 @@ from __future__ import annotations
 
 import attrs
 
+from .field_checks import number_at_least, positive_or_infinite
+
 #: The weight of the newest batch in the running mean of job durations: recent
 #: enough to follow a change of workload within a few batches, smooth enough that
 #: one odd job does not swing the batch size.
 MEAN_WEIGHT = 0.3
 
 
-def _at_least_one(_: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if value < 1:
-        raise ValueError(f"{attribute.name} must be >= 1, got {value}")
-
-
-def _positive(_: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"{attribute.name} must be > 0, got {value}")
+_at_least_one = number_at_least(1)
+_positive = positive_or_infinite
 
 
 @attrs.frozen(slots=True)

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
+from .field_checks import number_at_least
 from .job import JobStatus
 
 DAY_MS = 86_400_000
@@ -34,9 +35,7 @@ DEFAULT_PRUNE_INTERVAL_MS = 60_000
 BACKLOG_INTERVAL_MS = 50
 
 
-def _non_negative(_: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if value < 0:
-        raise ValueError(f"{attribute.name} must be >= 0, got {value}")
+_non_negative = number_at_least(0)
 
 
 @attrs.frozen(slots=True)

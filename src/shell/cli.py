@@ -23,15 +23,21 @@ from .. import __version__
 from ..core import FieldError, ValidationError
 from ..core.limit_report import LimitReport
 from ..core.validation import as_delay, check_name, parse_job_id
+from .cli_dead import add_dead_commands, run_dead
 from .config import Config, load_config
+from .notices import notice, use_json
+from .operator import OPERATOR_COMMANDS, without_handlers
 from .outage import ServerUnreachable, is_outage
 from .redact import BackendError, RedactingFilter, config_secrets, redact
 from .runtime import Runtime, Status, build
+from .terminal import TerminalFilter, escape, print_table
 
 log = logging.getLogger("conveyor.cli")
 
 #: Masks the config's URL passwords in every log line; filled once the config is read.
 _REDACTING = RedactingFilter()
+#: Shows control characters of stored text escaped in text log lines.
+_ESCAPING = TerminalFilter()
 #: The config the command read, to name its server and key when that server is down.
 _LOADED: list[Config] = []
 
@@ -45,8 +51,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _printable(text: str) -> str:
     """`text` on one line: control characters and lone surrogates escaped."""
-    escaped = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in " ".join(text.splitlines()))
-    return redact(escaped, _REDACTING.secrets)
+    return redact(escape(" ".join(text.splitlines())), _REDACTING.secrets)
 
 
 def _check(*problems: FieldError | None) -> None:
@@ -70,6 +75,8 @@ def _runtime(args: argparse.Namespace, startup_timeout_s: float | None = 0.0) ->
     """The runtime of the config. An operator's command tries the server once
     (`startup_timeout_s` 0); a worker waits for it (None: the config's timeout)."""
     config = load_config(args.config)
+    if args.command in OPERATOR_COMMANDS:
+        config = without_handlers(config)
     if startup_timeout_s is not None:
         import attrs
 
@@ -80,15 +87,7 @@ def _runtime(args: argparse.Namespace, startup_timeout_s: float | None = 0.0) ->
 
 
 def _print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    cells = [
-        [str(h) for h in headers],
-        *[[("-" if c is None else str(c)) for c in r] for r in rows],
-    ]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    for n, row in enumerate(cells):
-        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
-        if n == 0:
-            print("  ".join("-" * w for w in widths))
+    print_table(headers, rows)  # stored text: every cell escaped (see `terminal`)
 
 
 def render_status(status: Status) -> None:
@@ -132,7 +131,7 @@ def render_limits(report: LimitReport) -> None:
     caps in use (per-partition ones only where used) and the rates' tokens."""
     kind = "fair shares" if report.fair else "oldest first"
     print(
-        f"limits of queue {report.queue} ({kind}): {report.running} running,"
+        f"limits of queue {escape(report.queue)} ({kind}): {report.running} running,"
         f" {report.throttled} ready held back by a cap or a rate"
     )
     _print_table(
@@ -233,26 +232,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
     done = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
-        print(
-            f"conveyor worker: {signal.Signals(signum).name}, stopping gracefully", file=sys.stderr
-        )
+        notice(f"conveyor worker: {signal.Signals(signum).name}, stopping gracefully")
         done.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     w = runtime.config.workers
-    print(
+    notice(
         f"conveyor worker {runtime.worker_id}: provider={runtime.config.provider} "
         f"queues={','.join(w.queues)} workers per queue={w.count} "
-        f"handlers={','.join(sorted(runtime.registry.job_types())) or '(none)'}",
-        file=sys.stderr,
-        flush=True,
+        f"handlers={','.join(sorted(runtime.registry.job_types())) or '(none)'}"
     )
     if server is not None:
         host, port = server.address
-        print(
-            f"conveyor worker: metrics at http://{host}:{port}/metrics", file=sys.stderr, flush=True
-        )
+        notice(f"conveyor worker: metrics at http://{host}:{port}/metrics")
     runtime.start()
     try:
         while not done.wait(0.2):
@@ -331,64 +324,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_dead(args: argparse.Namespace) -> int:
-    command = args.dead_command
-    if command == "list":
-        _check(
-            _tenant(args.tenant),
-            None if args.limit >= 0 else FieldError("--limit", f"must be >= 0, got {args.limit}"),
-        )
-    elif command == "purge" and args.job_id is None and not args.all:
-        print("conveyor: give a job id, or --all to purge every dead letter", file=sys.stderr)
-        return 2
-    job_id = _job_id(args.job_id) if getattr(args, "job_id", None) is not None else None
-    runtime = _runtime(args)
-    try:
-        if args.dead_command == "list":
-            jobs = runtime.list_dead(tenant_id=args.tenant, limit=args.limit)
-            if args.json:
-                print(json.dumps([_job_summary(j) for j in jobs], indent=2))
-            else:
-                _print_table(
-                    ("id", "queue", "job type", "tenant", "error", "message", "finished"),
-                    [
-                        (
-                            j.id,
-                            j.queue,
-                            j.job_type,
-                            j.tenant_id,
-                            j.last_error.type if j.last_error else None,
-                            (j.last_error.message[:60] if j.last_error else None),
-                            j.finished_at.isoformat(timespec="seconds") if j.finished_at else None,
-                        )
-                        for j in jobs
-                    ],
-                )
-        elif args.dead_command == "show":
-            assert job_id is not None
-            job = runtime.store.get(job_id)
-            if job is None:
-                print(f"conveyor: no job {job_id}", file=sys.stderr)
-                return 1
-            from .lookup import attempt_dict
-
-            summary = _job_summary(job)
-            # The failing attempt's traceback, and what the attempts before it did.
-            summary["traceback"] = job.last_error.traceback if job.last_error else None
-            summary["attempts"] = [attempt_dict(attempt) for attempt in job.attempts]
-            if args.show_args:
-                from ..core import thaw
-
-                summary["args"] = thaw(job.args)
-            print(json.dumps(summary, indent=2))
-        elif args.dead_command == "retry":
-            assert job_id is not None
-            job = runtime.retry_dead(job_id)
-            print(f"re-enqueued {job.id} on {job.queue}")
-        elif args.dead_command == "purge":
-            print(f"purged {runtime.purge_dead(job_id)}")
-    finally:
-        runtime.close()
-    return 0
+    return run_dead(args, lambda: _runtime(args))
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -407,25 +343,6 @@ def cmd_prune(args: argparse.Namespace) -> int:
         runtime.close()
     print(f"would prune {count} records" if args.dry_run else f"pruned {count} records")
     return 0
-
-
-def _job_summary(job: Any) -> dict[str, Any]:
-    return {
-        "id": str(job.id),
-        "job_type": job.job_type,
-        "queue": job.queue,
-        "priority": job.priority.value,
-        "status": job.status.value,
-        "tenant_id": job.tenant_id,
-        "attempt": job.attempt,
-        "retry_count": job.retry_count,
-        "max_retries": job.max_retries,
-        "created_at": job.created_at.isoformat(),
-        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-        "last_error": None
-        if job.last_error is None
-        else {"type": job.last_error.type, "message": job.last_error.message},
-    }
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -452,13 +369,14 @@ def cmd_job(args: argparse.Namespace) -> int:
     finally:
         runtime.close()
     if view is None:
-        print(f"conveyor: no job {job_id}", file=sys.stderr)
+        notice(f"conveyor: no job {job_id}", level=logging.ERROR)
         return 1
     shown = {"show_args": args.show_args, "show_result": args.show_result}
     if args.json:
         print(json.dumps(view.to_dict(**shown), indent=2, default=str))
     else:
-        print("\n".join(describe(view, **shown, show_traceback=args.traceback)))
+        lines = describe(view, **shown, show_traceback=args.traceback)
+        print("\n".join(escape(line) for line in lines))
     return 0
 
 
@@ -478,10 +396,10 @@ def cmd_job_cancel(args: argparse.Namespace) -> int:
     elif result is CancelResult.REQUESTED:
         print(f"cancel requested for running job {job_id}: recorded cancelled when it returns")
     elif result is CancelResult.FINISHED:
-        print(f"conveyor: job {job_id} has already finished; nothing to cancel", file=sys.stderr)
+        notice(f"conveyor: job {job_id} has already finished; nothing to cancel")
         return 1
     else:
-        print(f"conveyor: no job {job_id}", file=sys.stderr)
+        notice(f"conveyor: no job {job_id}", level=logging.ERROR)
         return 1
     return 0
 
@@ -599,7 +517,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
                 DASHBOARD_AUTH_ENV,
             )
         app = dashboard.create_app(runtime, read_only=read_only, auth=auth)
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        shown = f"[{host}]" if ":" in host else host
+        notice(f"conveyor dashboard: serving http://{shown}:{port}/ (Ctrl-C stops it)")
+        # Its own log goes through the CLI's handlers, in the CLI's format.
+        uvicorn.run(app, host=host, port=port, log_level="warning", log_config=None)
     finally:
         runtime.close()
     return 0
@@ -709,23 +630,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--strict", action="store_true", help="exit 1 when a queue is flagged")
     s.set_defaults(func=cmd_status)
 
-    d = sub.add_parser("dead", help="the dead letters: list, show, retry, purge")
-    dsub = d.add_subparsers(dest="dead_command", required=True)
-    dl = dsub.add_parser("list", help="newest first")
-    dl.add_argument("--tenant", default=None)
-    dl.add_argument("--limit", type=int, default=50)
-    dl.add_argument("--json", action="store_true")
-    ds = dsub.add_parser("show", help="one dead letter (args hidden unless --show-args)")
-    ds.add_argument("job_id")
-    ds.add_argument(
-        "--show-args", action="store_true", help="print the job args (may hold secrets)"
-    )
-    dr = dsub.add_parser("retry", help="re-enqueue a dead letter with its retries reset")
-    dr.add_argument("job_id")
-    dp = dsub.add_parser("purge", help="delete one dead letter, or --all")
-    dp.add_argument("job_id", nargs="?")
-    dp.add_argument("--all", action="store_true")
-    d.set_defaults(func=cmd_dead)
+    add_dead_commands(sub, cmd_dead)
 
     mg = sub.add_parser(
         "migrate", help="create or upgrade the database schema (the only command that runs DDL)"
@@ -826,10 +731,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(_REDACTING)
+        if args.log_format == "text":
+            handler.addFilter(_ESCAPING)  # after the redaction, which rewrites the message
         if args.log_format == "json":
             from .logs import JsonFormatter
 
             handler.setFormatter(JsonFormatter())
+    use_json(args.log_format == "json")
+    # Python's warnings (a library's deprecation) go through the log, in its format.
+    logging.captureWarnings(args.log_format == "json")
     try:
         code: int = args.func(args)
         return code
@@ -840,19 +750,19 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except ValidationError as exc:
-        print(f"conveyor: invalid input: {_printable(str(exc))}", file=sys.stderr)
+        notice(f"conveyor: invalid input: {_printable(str(exc))}", level=logging.ERROR)
         return 2
     except BackendError as exc:
-        print(f"conveyor: {_printable(str(exc))}", file=sys.stderr)
+        notice(f"conveyor: {_printable(str(exc))}", level=logging.ERROR)
         return 1
     except Exception as exc:
         # A traceback would print driver messages unredacted; --log-level DEBUG has it, masked.
         log.debug("command failed", exc_info=True)
         if _LOADED and is_outage(exc):
             error = ServerUnreachable.of(_LOADED[0], exc)
-            print(f"conveyor: {_printable(str(error))}", file=sys.stderr)
+            notice(f"conveyor: {_printable(str(error))}", level=logging.ERROR)
             return 1
-        print(f"conveyor: {type(exc).__name__}: {_printable(str(exc))}", file=sys.stderr)
+        notice(f"conveyor: {type(exc).__name__}: {_printable(str(exc))}", level=logging.ERROR)
         return 1
 
 

@@ -35,6 +35,7 @@ from ..core.cron import (
     recent_slots,
     slot_id,
 )
+from . import outage
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -185,6 +186,8 @@ class Cron:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: Errors other than an outage, each logged with its traceback once a minute.
+        self._bugs = outage.Throttle()
         for n, entry in enumerate(entries):
             self._add(entry, f"cron[{n}]")
 
@@ -256,11 +259,18 @@ class Cron:
         try:
             for slot in plan.slots:
                 jobs.append(self._enqueue(entry, slot_id(entry.name, slot)))
-        except Exception:
-            log.warning("cron %r: could not enqueue; retrying next tick", entry.name, exc_info=True)
+        except Exception as exc:
+            # A server outage is told once for the process, not once per tick.
+            message = "cron %r: could not enqueue; retrying next tick"
+            outage.report(self._server(), self._bugs, exc, log, message, entry.name)
             return jobs
+        if jobs:
+            self._server().ok()
         self._since[entry.name] = now
         return jobs
+
+    def _server(self) -> outage.ConnectionState:
+        return outage.for_queue(self._runtime.queue)
 
     def _records_kept(self) -> timedelta | None:
         """How long every finished record is surely kept (None: for ever): a missed
@@ -345,8 +355,8 @@ class Cron:
         while not self._stop.is_set():
             try:
                 self.tick()
-            except Exception:
-                log.warning("cron tick failed", exc_info=True)
+            except Exception as exc:
+                outage.report(self._server(), self._bugs, exc, log, "cron tick failed")
             clock = self._runtime.clock
             wake = self.next_run(clock.now())
             wait = MAX_SLEEP_S

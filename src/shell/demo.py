@@ -8,6 +8,8 @@ it under a minute; they are printed so nobody mistakes them for the defaults.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import random
 import shlex
@@ -18,11 +20,13 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..core import Job, JobStatus
 from .runtime import build
+from .terminal import escape
 
 DEMO_SETTINGS: dict[str, Any] = {
     "workers": {
@@ -116,6 +120,35 @@ def run_demo(directory: str | None = None, jobs: int = 40, out: Any = None) -> i
         "no-handler jobs parked 300 ms and dead-lettered after 3 s; 3 workers.",
         file=out,
     )
+    with _expected_failures_untold(out):
+        return _run(config, url, jobs, out)
+
+
+@contextlib.contextmanager
+def _expected_failures_untold(out: Any) -> Iterator[None]:
+    """The demo's failing jobs fail on purpose and its table counts them: a worker's
+    WARNING per failed attempt (with its traceback) and the enqueue's warning about
+    the unhandled type would only scroll the progress away. Shown at DEBUG."""
+    if logging.getLogger().getEffectiveLevel() <= logging.DEBUG:
+        yield
+        return
+    quiet = [logging.getLogger(name) for name in ("conveyor.worker", "conveyor.runtime")]
+    levels = [logger.level for logger in quiet]
+    print(
+        "Failed attempts are counted in the table at the end (a worker logs a warning for "
+        "each; --log-level DEBUG shows them here).",
+        file=out,
+    )
+    for logger in quiet:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(quiet, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _run(config: dict[str, Any], url: str, jobs: int, out: Any) -> int:
     runtime = build(config, handlers=_handlers())
     started = time.monotonic()
     enqueued: list[Job] = []
@@ -225,4 +258,5 @@ def _summary(records: list[Job], out: Any) -> None:
         print("\nDead letters:", file=out)
         for r in dead:
             assert r.last_error is not None
-            print(f"  {r.job_type} {r.id}: {r.last_error.type}: {r.last_error.message}", file=out)
+            error = escape(f"{r.last_error.type}: {r.last_error.message}")
+            print(f"  {r.job_type} {r.id}: {error}", file=out)

@@ -1,7 +1,8 @@
 """Server outages: told once when the server goes, once when it is back.
 
 A worker polls many times a second, and every thread that touches the server
-(the claim loop, the heartbeat, the wake-up listener, the presence beat) fails
+(the claim loop, the heartbeat, the wake-up listener, the presence beat, the cron
+ticker, the pruner) fails
 on every call while PostgreSQL or Redis is down. Logging each failure with its
 traceback buried the one fact that mattered under thousands of lines. So the
 threads of one process that talk to one server share a `ConnectionState`: the
@@ -85,6 +86,11 @@ def describe(exc: BaseException) -> str:
     return one_line(redact(f"{type(exc).__name__}: {exc}"))
 
 
+#: A failure this soon after the server came back is most likely a pooled connection
+#: opened before the outage: it is told only if the server stays away this long.
+SETTLE_S = 5.0
+
+
 class ConnectionState:
     """Whether one server is reachable, as this process last saw it (thread-safe)."""
 
@@ -92,6 +98,10 @@ class ConnectionState:
         self.backend, self.where = backend, where
         self._lock = threading.Lock()
         self._down_since: float | None = None
+        #: When the server was last seen back after an outage.
+        self._back_at: float | None = None
+        #: The present outage began while settling, and has not been told yet.
+        self._quiet = False
 
     @property
     def down(self) -> bool:
@@ -101,15 +111,26 @@ class ConnectionState:
     def failed(self, exc: BaseException, *, detail: str | None = None) -> bool:
         """Note a failure. An outage is logged once (WARNING, one line) and True is
         returned; any other error is left to the caller (False). `detail` replaces
-        the exception's text (when it must not be quoted)."""
+        the exception's text (when it must not be quoted).
+
+        In the `SETTLE_S` after the server came back, a failure is a stale connection
+        of the pool more often than a new outage: it is logged at DEBUG, and told as
+        an outage only if the server is still away `SETTLE_S` later."""
         if not is_outage(exc):
             return False
+        now = time.monotonic()
         with self._lock:
-            first = self._down_since is None
-            if first:
-                self._down_since = time.monotonic()
+            if self._down_since is None:
+                self._down_since = now
+                settling = self._back_at is not None and now - self._back_at < SETTLE_S
+                self._quiet = settling
+                tell = not settling
+            elif self._quiet and now - self._down_since >= SETTLE_S:
+                self._quiet, tell = False, True
+            else:
+                tell = False
         text = detail or describe(exc)
-        if first:
+        if tell:
             log.warning(
                 "%s at %s is unreachable (%s); retrying quietly until it is back",
                 self.backend,
@@ -126,7 +147,10 @@ class ConnectionState:
             return
         with self._lock:
             since, self._down_since = self._down_since, None
-        if since is not None:
+            quiet, self._quiet = self._quiet, False
+            if since is not None:
+                self._back_at = time.monotonic()
+        if since is not None and not quiet:
             away = time.monotonic() - since
             log.info("%s at %s is back after %.1f s", self.backend, self.where, away)
 
@@ -278,3 +302,23 @@ class Throttle:
             self._last.clear()  # a bounded memory of errors; at worst one repeats early
         self._last[key] = now
         return True
+
+
+def report(
+    state: ConnectionState | None,
+    bugs: Throttle,
+    exc: BaseException,
+    logger: logging.Logger,
+    message: str,
+    *args: object,
+) -> None:
+    """A background loop's failed round (a cron tick, a prune, a heartbeat): an outage
+    is told once for the process through `state`, as the worker's claim loop tells
+    it; any other error is logged with its traceback, once per `bugs` interval.
+    Without a `state` (a store whose server is unknown) every error is the latter."""
+    if state is not None and state.failed(exc):
+        return
+    if bugs.first(exc):
+        logger.warning(message, *args, exc_info=exc)
+    else:
+        logger.debug(message + " (again: %r)", *args, exc)

@@ -27,9 +27,9 @@ from typing import Any
 
 import attrs
 
-from ..core import ErrorInfo, Failed, Outcome
+from ..core import ErrorInfo, Failed, Outcome, cap_message
 from .context import JobContext
-from .registry import MAX_MESSAGE, run_handler
+from .registry import run_handler
 
 #: Where a job type's attempts run: the worker's thread (the default) or a child process.
 EXECUTIONS = ("thread", "process")
@@ -93,7 +93,7 @@ def _child(conn: Connection, handler: Callable[..., Any], arguments: tuple[Any, 
     try:
         conn.send(outcome)
     except Exception as exc:
-        message = f"could not be sent back from its process: {exc!r}"[:MAX_MESSAGE]
+        message = cap_message(f"could not be sent back from its process: {exc!r}")
         conn.send(Failed(ErrorInfo("invalid-result", message, retryable=False)))
     finally:
         conn.close()

@@ -81,12 +81,21 @@ def config_secrets(config: Config) -> frozenset[str]:
     return url_secrets(config.url, config.redis_url, tenancy_url)
 
 
+def _whole(secret: str) -> re.Pattern[str]:
+    """`secret` where it stands whole: not run on into the letters or digits around it
+    (a one-letter password is not masked inside every word that holds that letter)."""
+    head = r"(?<!\w)" if re.match(r"\w", secret[0]) else ""
+    tail = r"(?!\w)" if re.match(r"\w", secret[-1]) else ""
+    return re.compile(head + re.escape(secret) + tail)
+
+
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """`text` with URL passwords masked and every one of `secrets` replaced by `***`."""
+    """`text` with the password field of every URL in it masked, and each of `secrets`
+    replaced by `***` wherever it stands whole (not inside a longer word)."""
     text = _URL_PASSWORD.sub(lambda m: f"{m['head']}{MASK}@", text)
     for secret in sorted(secrets, key=len, reverse=True):
         if secret:
-            text = text.replace(secret, MASK)
+            text = _whole(secret).sub(MASK, text)
     return text
 
 

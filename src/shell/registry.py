@@ -22,11 +22,13 @@ import attrs
 from returns.result import Failure, Success
 
 from ..core import (
+    MAX_MESSAGE_CHARS,
     ErrorInfo,
     Failed,
     Outcome,
     Succeeded,
     ValidationError,
+    cap_message,
     check_name,
     parse_timeout,
     timeout_for,
@@ -202,7 +204,8 @@ class Registry:
             return len(self._entries)
 
 
-MAX_MESSAGE = 2000
+#: The longest error message kept (the core cuts a longer one behind a marker).
+MAX_MESSAGE = MAX_MESSAGE_CHARS
 
 
 def describe(exc: BaseException) -> str:
@@ -213,7 +216,7 @@ def describe(exc: BaseException) -> str:
 def error_from_exception(exc: BaseException) -> ErrorInfo:
     """A handler's exception as an error record: typed by its class, retryable unless
     it is `Permanent`, with its formatted traceback (the core keeps its end)."""
-    message = describe(exc)[:MAX_MESSAGE]
+    message = cap_message(describe(exc))
     trace = "".join(format_exception(exc))
     if isinstance(exc, Permanent):
         return ErrorInfo(exc.type or type(exc).__name__, message, False, trace)
@@ -274,7 +277,7 @@ def outcome_of(returned: Any) -> Outcome:
             if isinstance(reason, BaseException):
                 caught(reason)
                 return Failed(error_from_exception(reason))
-            return Failed(ErrorInfo("failure", str(reason)[:MAX_MESSAGE], retryable=True))
+            return Failed(ErrorInfo("failure", cap_message(str(reason)), retryable=True))
         case _:
             return Succeeded(returned)
 

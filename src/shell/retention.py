@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Protocol
 
 from ..core import PruneOrder, RetentionPolicy, first_prune_at, next_prune_at, prune_order
+from . import outage
 from .ports import Jitter
 
 log = logging.getLogger("conveyor.retention")
@@ -37,11 +38,20 @@ class Pruner:
     """Deletes finished records past their retention, one batch per interval."""
 
     def __init__(
-        self, executor: Prunes, policy: RetentionPolicy, *, jitter: Jitter = random.random
+        self,
+        executor: Prunes,
+        policy: RetentionPolicy,
+        *,
+        jitter: Jitter = random.random,
+        server: outage.ConnectionState | None = None,
     ) -> None:
+        """`server` is the state of the store's server, shared with the process's other
+        loops: an outage met while pruning is told once through it, not per prune."""
         self.executor = executor
         self.policy = policy
         self.jitter = jitter
+        self.server = server
+        self._bugs = outage.Throttle()
         self._next: datetime | None = None
         # Workers of one process share a pruner: one of them prunes, the others go on.
         self._busy = threading.Lock()
@@ -63,9 +73,13 @@ class Pruner:
                 return 0
             try:
                 gone = self.prune_once(now)
-            except Exception:
-                log.warning("pruning finished records failed; trying again later", exc_info=True)
+            except Exception as exc:
+                message = "pruning finished records failed; trying again later"
+                outage.report(self.server, self._bugs, exc, log, message)
                 gone = 0
+            else:
+                if self.server is not None:
+                    self.server.ok()
             backlog = self.policy.batch > 0 and gone >= self.policy.batch
             self._next = next_prune_at(now, self.policy.interval_ms, self.jitter(), backlog=backlog)
             if gone:

@@ -278,7 +278,7 @@ class Runtime:
         self.policies = Policies(retry=config.retry, requeue=config.requeue, lease=lease)
         self.executor = Executor(queue, store, clock=self.clock)
         #: Shared by this process's workers: one of them prunes per interval.
-        self.pruner = Pruner(self.executor, config.retention)
+        self.pruner = Pruner(self.executor, config.retention, server=outage.for_queue(queue))
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.pools: list[WorkerPool] = []
         self._warned: set[str] = set()
@@ -632,8 +632,9 @@ class Runtime:
             self._beat_thread = None
             try:
                 self.presence.leave(self.worker_id)
-            except Exception:
-                log.warning("could not remove worker heartbeat", exc_info=True)
+            except Exception as exc:
+                if not outage.for_queue(self.queue).failed(exc):
+                    log.warning("could not remove worker heartbeat", exc_info=True)
         return clean
 
     def __enter__(self) -> Runtime:
@@ -645,15 +646,19 @@ class Runtime:
 
     def drain(self, *, timeout_s: float = 60.0, wait_scheduled: bool = False) -> WorkerStats:
         """Process in this thread until no configured queue has work due (and, with
-        `wait_scheduled`, until nothing is scheduled either), or `timeout_s` passes."""
-        workers = [
-            Worker(self.queue, self.store, self.registry, queue_name=name, **self._worker_options())
-            for name in self.config.workers.queues
-        ]
+        `wait_scheduled`, until nothing is scheduled either), or `timeout_s` passes.
+        Each queue is claimed under its limits, as the pools claim it: fair shares
+        take turns, and work a cap or a rate holds back is waited for (the next
+        token, or a slot another worker frees) within `timeout_s`."""
+        workers = [self.worker(name) for name in self.config.workers.queues]
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
             worked = sum(w.drain() for w in workers)
             if worked:
+                continue
+            waits = [s for s in (w.held_back_for_s() for w in workers) if s is not None]
+            if waits:
+                time.sleep(max(0.001, min(min(waits), end - time.monotonic())))
                 continue
             if not wait_scheduled:
                 break

@@ -21,6 +21,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+from .notices import notice
+
 log = logging.getLogger("conveyor.supervisor")
 
 #: The environment variable that tells each copy its number (0 to N-1).
@@ -124,14 +126,10 @@ def supervise(argv: Sequence[str], count: int) -> int:
     supervisor = Supervisor(argv, count)
 
     def on_signal(signum: int, _frame: object) -> None:
-        print(
-            f"conveyor worker: {signal.Signals(signum).name}, stopping {count} processes",
-            file=sys.stderr,
-            flush=True,
-        )
+        notice(f"conveyor worker: {signal.Signals(signum).name}, stopping {count} processes")
         supervisor.stop(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    print(f"conveyor worker: starting {count} processes", file=sys.stderr, flush=True)
+    notice(f"conveyor worker: starting {count} processes")
     return supervisor.run()

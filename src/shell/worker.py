@@ -358,8 +358,16 @@ class Worker:
             return timeout
         return min(timeout, max(0.0, (due - self.clock.now()).total_seconds()))
 
+    def held_back_for_s(self) -> float | None:
+        """After a round that claimed nothing because the queue's caps or rates held its
+        ready jobs back: how long to wait before claiming again (until the next rate
+        token, at most a poll interval). None when nothing was held back."""
+        return self._idle_timeout_s() if self._held_back else None
+
     def drain(self, *, max_jobs: int | None = None) -> int:
-        """Run until nothing is due (reclaiming as it goes). Returns jobs run."""
+        """Run until nothing is due (reclaiming as it goes). Returns jobs run. On a
+        limited queue it claims under the limits and returns when they hold the rest
+        back (`held_back_for_s` then says for how long); `Runtime.drain` waits."""
         self.warn_if_empty()
         done = 0
         while max_jobs is None or done < max_jobs:

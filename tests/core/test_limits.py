@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import attrs
 import pytest
-from conveyor.core import create_job
+from conveyor.core import LeasePolicy, RequeuePolicy, RetryPolicy, ValidationError, create_job
 from conveyor.core.limits import (
     Bucket,
     Candidate,
@@ -21,6 +21,8 @@ from conveyor.core.limits import (
     plan_claim,
     refill,
 )
+from conveyor.core.prefetch import PrefetchPolicy
+from conveyor.core.retention import RetentionPolicy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -382,3 +384,46 @@ def test_property_equal_weights_keep_partitions_within_one_job_of_each_other(
         for p in busy:
             for q in busy:
                 assert done[p] - done[q] <= 1
+
+
+@pytest.mark.parametrize(
+    ("make", "field", "reason"),
+    [
+        (lambda: Cap(0), "Cap.max_running", "must be >= 1, got 0"),
+        (lambda: Cap(1.5), "Cap.max_running", "must be an integer, got 1.5"),
+        (lambda: Cap(2, job_type=""), "Cap.job_type", "must be a non-empty string, got ''"),
+        (lambda: Rate(starts=0), "Rate.starts", "must be >= 1, got 0"),
+        (lambda: Rate(1, 0), "Rate.per_seconds", "must be a finite number > 0, got 0"),
+        (lambda: QueueLimits(max_running=-1), "QueueLimits.max_running", "must be >= 1, got -1"),
+        (lambda: QueueLimits(weights={"a": -1}), "QueueLimits.weights.a", "must be a finite"),
+        (lambda: QueueLimits(caps=(3,)), "QueueLimits.caps[0]", "must be a Cap, got 3"),
+        (lambda: QueueLimits(rates=[Cap(1)]), "QueueLimits.rates[0]", "must be a Rate, got"),
+    ],
+)
+def test_a_bad_limit_in_python_is_a_validation_error_naming_its_path(
+    make: object, field: str, reason: str
+) -> None:
+    """The same error type and form as a bad config key or enqueue option."""
+    with pytest.raises(ValidationError) as bad:
+        make()  # type: ignore[operator]
+    assert bad.value.fields == (field,)
+    assert bad.value.errors[0].reason.startswith(reason)
+    assert str(bad.value).startswith(f"{field}: {reason}")
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: RetryPolicy(initial_delay_ms=-1), "RetryPolicy.initial_delay_ms"),
+        (lambda: RequeuePolicy(max_requeues=-5), "RequeuePolicy.max_requeues"),
+        (lambda: LeasePolicy(lease_ms=0), "LeasePolicy.lease_ms"),
+        (lambda: RetentionPolicy(batch=-1), "RetentionPolicy.batch"),
+        (lambda: PrefetchPolicy(max_batch=0), "PrefetchPolicy.max_batch"),
+    ],
+)
+def test_a_bad_policy_in_python_is_a_validation_error_naming_its_path(
+    make: object, field: str
+) -> None:
+    with pytest.raises(ValidationError) as bad:
+        make()  # type: ignore[operator]
+    assert bad.value.fields == (field,)

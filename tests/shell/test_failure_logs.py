@@ -322,3 +322,32 @@ def test_the_cli_worker_logs_failures_as_json_lines(tmp_path: Path) -> None:
     assert "Traceback" in warnings[0]["exc_info"] and "explode" in warnings[0]["exc_info"]
     assert set(warnings[0]) >= {"time", "level", "logger", "message", "job_id", "job_type"}
     assert CANARY not in stderr
+
+
+def reply_too_long(args: Any) -> None:
+    raise ValueError("the upstream replied: " + "<html>" * 3000)
+
+
+@pytest.mark.parametrize("returned", [False, True], ids=["raised", "returned-failure"])
+def test_a_huge_error_message_is_recorded_cut_behind_a_marker_with_its_frames_kept(
+    returned: bool,
+) -> None:
+    def handler(args: Any) -> Any:
+        if returned:
+            try:
+                reply_too_long(args)
+            except ValueError as exc:
+                return Failure(exc)
+        reply_too_long(args)
+
+    worker, queue, store, _ = _worker({"work": handler})
+    job = make_job(max_retries=0)
+    queue.enqueue(job)
+    worker.drain()
+    error = store.get(job.id).last_error
+    assert error.message.startswith("the upstream replied: <html>")
+    assert len(error.message) <= 2000 and error.message.endswith(" more characters cut]")
+    trace = error.traceback
+    assert trace is not None and len(trace) <= 4000
+    assert "in reply_too_long" in trace, "the raising frame is kept"
+    assert "more characters of this message cut ...]" in trace

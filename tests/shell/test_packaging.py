@@ -180,3 +180,73 @@ def test_postgresql_runs_without_greenlet_and_aenqueue_takes_the_thread() -> Non
     finally:
         drop_database(url)
     assert result.returncode == 0, result.stderr
+
+
+def test_building_the_package_prints_no_warning(tmp_path: Path) -> None:
+    """The first `python3 dev.py demo` builds the project: its configuration must not
+    make the build backend print screens of deprecation and packaging warnings."""
+    import shutil
+
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, project / name)
+    shutil.copytree(ROOT / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    build = (
+        "from setuptools import build_meta\n"
+        f"print(build_meta.build_wheel({str(tmp_path / 'dist')!r}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-W", "always", "-c", build],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=project,
+    )
+    assert result.returncode == 0, result.stderr
+    output = result.stdout + result.stderr
+    assert "Warning" not in output, output
+    wheel = next((tmp_path / "dist").glob("*.whl"))
+    import zipfile
+
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "conveyor/shell/dashboard/templates/base.html" in names
+    assert "conveyor/shell/dashboard/static/live.js" in names
+    assert "conveyor/shell/adapters/redis_claim.lua" in names
+
+
+def test_dev_install_steps_keep_their_chatter_unless_they_fail(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sys.path.insert(0, str(ROOT))
+    try:
+        import dev
+    finally:
+        sys.path.remove(str(ROOT))
+    chatty = "import sys; print('WARNING: Location ignored'); print('noise', file=sys.stderr)"
+    dev.run_quietly("installing the project", sys.executable, "-c", chatty)
+    assert capsys.readouterr().out == "+ installing the project\n"
+    with pytest.raises(SystemExit) as failed:
+        dev.run_quietly("installing the project", sys.executable, "-c", chatty + "; exit(3)")
+    assert failed.value.code == 3
+    shown = capsys.readouterr().out
+    assert "WARNING: Location ignored" in shown and "noise" in shown
+
+
+def test_the_demo_reports_its_failing_jobs_in_its_table_not_in_tracebacks(
+    tmp_path: Path,
+) -> None:
+    """The demo's failures are on purpose and its table counts them: at the default
+    log level they do not scroll its progress away as warnings with tracebacks."""
+    demo = subprocess.run(
+        [sys.executable, "-m", "conveyor.shell.cli", "demo", "--dir", str(tmp_path), "--jobs", "4"],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=tmp_path,
+    )
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    output = demo.stdout + demo.stderr
+    assert "Traceback" not in output and "WARNING" not in output, output
+    assert re.search(r"^sync-inventory +0 +2 +1 +ConnectionError", demo.stdout, re.M)
+    assert "\nDead letters:\n" in demo.stdout

@@ -92,3 +92,37 @@ def test_a_password_a_parser_splits_gets_no_driver_text_only_the_fix() -> None:
         guarded("redis.url", "redis://:s3#cret@h:6379/0", connect)
     assert info.value.fields == ("redis.url",)
     assert "'s3'" not in str(info.value) and "%23" in str(info.value)
+
+
+def test_a_short_password_is_masked_only_where_it_stands_whole() -> None:
+    """With the password `p`, the words that hold a `p` are left as they are."""
+    url = "postgresql+psycopg://u:p@127.0.0.1:1/none"
+    text = (
+        f"PostgreSQL at {url}: (psycopg.OperationalError) connection to port 1 failed; "
+        "see https://sqlalche.me; login p refused; as 'p'"
+    )
+    out = redact(text, url_secrets(url))
+    assert out == (
+        "PostgreSQL at postgresql+psycopg://u:***@127.0.0.1:1/none: (psycopg.OperationalError) "
+        "connection to port 1 failed; see https://sqlalche.me; login *** refused; as '***'"
+    )
+
+
+def test_a_secret_with_punctuation_at_its_ends_is_masked_next_to_letters() -> None:
+    assert redact("token=#s3@x#end", {"#s3@x#"}) == "token=***end"
+    assert redact("AUTH hunter2 refused; hunter22 is another", {"hunter2"}) == (
+        "AUTH *** refused; hunter22 is another"
+    )
+
+
+def test_an_unreachable_server_with_a_one_letter_password_reads_plainly() -> None:
+    import conveyor
+    from conveyor.shell.outage import ServerUnreachable
+
+    url = "postgresql+psycopg://u:p@127.0.0.1:1/none"
+    with pytest.raises(ServerUnreachable) as info:
+        conveyor.build({"provider": "db", "url": url}, startup_timeout_s=0)
+    message = str(info.value)
+    assert message.startswith("PostgreSQL at postgresql+psycopg://u:***@127.0.0.1:1/none ")
+    assert "psycopg" in message.split(" is unreachable ", 1)[1]
+    assert ":p@" not in message

@@ -1,0 +1,270 @@
+"""The operator's commands, run as a user runs them: on a machine without the
+application's handler modules, with hostile text in the stored jobs, and on dead
+letters in bulk."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import conveyor
+import pytest
+
+pytestmark = pytest.mark.timeout(180)
+
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
+#: Clears the screen when a terminal obeys it.
+CLEAR = "\x1b[2J"
+#: Red text and the bell.
+RED = "\x1b[31mred\x07"
+#: A handler module nobody installed on the operator's machine.
+MISSING = "nosuch_app.jobs:tasks"
+
+
+def config_text(url: str, handlers: str = MISSING) -> str:
+    return (
+        f'provider = "db"\nurl = "{url}"\nentry_points = false\nhandlers = ["{handlers}"]\n'
+        '[workers]\nqueues = ["default", "mail"]\n'
+        "[limits.default]\nfair = true\n"
+        '[[cron]]\nname = "nightly"\nschedule = "0 3 * * *"\njob_type = "report"\n'
+    )
+
+
+def boom(args: Any) -> None:
+    raise ValueError(f"upstream said {RED}")
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[Path]:
+    """A config naming a handler module that does not exist, over a SQLite file that
+    holds a job with a hostile partition and dead letters with hostile messages."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    (tmp_path / "conveyor.toml").write_text(config_text(url))
+    runtime = conveyor.build(
+        {
+            "provider": "db",
+            "url": url,
+            "entry_points": False,
+            "workers": {"queues": ["default", "mail"]},
+        },
+        handlers={"explode": boom, "bounce": boom},
+        env={},
+    )
+    for n in range(3):
+        runtime.enqueue("explode", {"n": n}, queue="mail", max_retries=0)
+    for n in range(2):
+        runtime.enqueue("bounce", {"n": n}, queue="mail", max_retries=0)
+    runtime.enqueue("explode", {}, queue="default", max_retries=0, tenant_id="acme")
+    runtime.worker("mail").drain()
+    runtime.worker("default").drain()
+    runtime.enqueue("report", {}, queue="default", partition=CLEAR)
+    runtime.close()
+    yield tmp_path
+
+
+def run(
+    site: Path, *args: str, input: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    return subprocess.run(
+        [*CONVEYOR, *args],
+        cwd=site,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=input,
+        stdin=None if input is not None else subprocess.DEVNULL,
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stderr
+    assert "cannot import" not in result.stderr and "nosuch_app" not in result.stderr
+    return result.stdout
+
+
+def dead_ids(site: Path) -> list[str]:
+    return re.findall(r"^([0-9a-f]{8}-[0-9a-f-]{27}) ", ok(run(site, "dead", "list")), re.M)
+
+
+# ---- stored text reaches the terminal escaped ---------------------------------------
+
+
+def test_status_shows_a_hostile_partition_key_escaped(site: Path) -> None:
+    out = ok(run(site, "status"))
+    assert "\x1b" not in out
+    assert "\\x1b[2J" in out, out
+
+
+def test_dead_list_jobs_list_and_job_show_escape_error_messages(site: Path) -> None:
+    listing = ok(run(site, "dead", "list"))
+    assert "\x1b" not in listing and "\x07" not in listing
+    assert "\\x1b[31mred\\x07" in listing
+    jobs = ok(run(site, "jobs", "list", "--state", "dead"))
+    assert "\x1b" not in jobs and "\\x1b[31m" in jobs
+    job_id = dead_ids(site)[0]
+    shown = ok(run(site, "job", "show", job_id, "--traceback"))
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert "\\x1b[31mred\\x07" in shown and "in boom" in shown
+
+
+def test_json_output_keeps_the_text_and_escapes_it_as_json(site: Path) -> None:
+    import json
+
+    letters = json.loads(ok(run(site, "dead", "list", "--json")))
+    assert any(RED in (d["last_error"] or {}).get("message", "") for d in letters)
+    assert "\x1b" not in ok(run(site, "dead", "list", "--json"))
+
+
+def test_escape_keeps_printable_text_and_shows_every_control_character() -> None:
+    from conveyor.shell.terminal import escape, escape_lines
+
+    assert escape("plain text, é and 日本") == "plain text, é and 日本"
+    assert escape(f"a{CLEAR}b\tc\nd\u202ee\x9b") == "a\\x1b[2Jb\\tc\\nd\\u202ee\\x9b"
+    assert escape_lines("line one\x1b]0;title\x07\nline two") == (
+        "line one\\x1b]0;title\\x07\nline two"
+    )
+
+
+def test_text_log_lines_escape_control_characters() -> None:
+    import logging
+
+    from conveyor.shell.terminal import TerminalFilter
+
+    record = logging.LogRecord("conveyor", logging.WARNING, __file__, 1, "got %s", (RED,), None)
+    assert TerminalFilter().filter(record)
+    assert logging.Formatter("%(message)s").format(record) == "got \\x1b[31mred\\x07"
+
+
+# ---- operator commands without the handler modules -------------------------------
+
+
+def test_operator_commands_run_without_the_handler_modules(site: Path) -> None:
+    ok(run(site, "status"))
+    ok(run(site, "dead", "list"))
+    ok(run(site, "jobs", "list"))
+    ok(run(site, "job", "show", dead_ids(site)[0]))
+    assert "nightly" in ok(run(site, "cron", "list"))
+    ok(run(site, "prune", "--dry-run"))
+    job_id = dead_ids(site)[0]
+    assert job_id in ok(run(site, "dead", "retry", job_id))
+    assert ok(run(site, "dead", "purge", dead_ids(site)[0])).strip() == "purged 1"
+
+
+def test_the_worker_still_needs_its_handler_modules(site: Path) -> None:
+    result = run(site, "worker")
+    assert result.returncode == 2
+    assert "handlers[0]: cannot import 'nosuch_app.jobs'" in result.stderr
+
+
+def test_the_dashboard_runs_without_the_handler_modules_and_prints_its_address(
+    site: Path,
+) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    process = subprocess.Popen(
+        [*CONVEYOR, "dashboard", "--port", str(port)],
+        cwd=site,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert f"http://127.0.0.1:{port}/" in line, line
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/dead", timeout=5) as page:
+                    body = page.read().decode()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the dashboard did not answer"
+                time.sleep(0.2)
+        assert "explode" in body
+    finally:
+        process.terminate()
+        process.wait(20)
+        assert process.stderr is not None
+        rest = process.stderr.read()
+    assert "nosuch_app" not in rest, rest
+
+
+# ---- dead letters in bulk --------------------------------------------------------
+
+
+def test_dead_retry_all_takes_queue_and_type_filters(site: Path) -> None:
+    out = ok(run(site, "dead", "retry", "--all", "--queue", "mail", "--type", "explode"))
+    assert out.strip() == "re-enqueued 3 dead letters (queue mail, type explode)"
+    assert len(dead_ids(site)) == 3
+    assert ok(run(site, "dead", "retry", "--all")).strip() == "re-enqueued 3 dead letters"
+    assert dead_ids(site) == []
+
+
+def test_dead_retry_needs_an_id_or_all_and_not_both(site: Path) -> None:
+    neither = run(site, "dead", "retry")
+    assert neither.returncode == 2 and "give a job id, or --all" in neither.stderr
+    both = run(site, "dead", "retry", dead_ids(site)[0], "--queue", "mail")
+    assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_dead_purge_all_without_a_terminal_refuses_unless_yes(site: Path) -> None:
+    refused = run(site, "dead", "purge", "--all")
+    assert refused.returncode == 2
+    assert "would delete 6 dead letters; give --yes" in refused.stderr
+    assert len(dead_ids(site)) == 6, "nothing was deleted"
+    filtered = run(site, "dead", "purge", "--all", "--type", "bounce", "--yes")
+    assert ok(filtered).strip() == "purged 2"
+    assert ok(run(site, "dead", "purge", "--all", "-y")).strip() == "purged 4"
+    assert dead_ids(site) == []
+
+
+def test_dead_purge_all_asks_on_a_terminal(site: Path) -> None:
+    from conveyor.shell import cli
+
+    # The prompt needs a terminal: stand one in for the test's stdin.
+    class Tty:
+        def isatty(self) -> bool:
+            return True
+
+    answers = iter(["n", "yes"])
+    import builtins
+
+    before = len(dead_ids(site))
+    old_stdin, old_input, old_cwd = sys.stdin, builtins.input, os.getcwd()
+    asked: list[str] = []
+    try:
+        os.chdir(site)
+        sys.stdin = Tty()  # type: ignore[assignment]
+        builtins.input = lambda prompt="": asked.append(prompt) or next(answers)
+        assert cli.main(["dead", "purge", "--all"]) == 1
+        assert len(dead_ids(site)) == before
+        assert cli.main(["dead", "purge", "--all"]) == 0
+    finally:
+        sys.stdin, builtins.input = old_stdin, old_input
+        os.chdir(old_cwd)
+    assert asked[0] == f"Delete {before} dead letters? This cannot be undone. [y/N] "
+    assert dead_ids(site) == []
+
+
+def test_dead_list_says_when_it_shows_only_part(site: Path) -> None:
+    out = ok(run(site, "dead", "list", "--limit", "2"))
+    assert out.rstrip().splitlines()[-1] == (
+        "showing 2 of 6 dead letters, newest first; --limit N shows more"
+    )
+    full = ok(run(site, "dead", "list"))
+    assert "showing" not in full
