@@ -12,9 +12,7 @@ import json
 import logging
 import math
 import os
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 from uuid import UUID
@@ -230,16 +228,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except BaseException:
         runtime.close()
         raise
-    done = threading.Event()
+    from .worker_signals import StopSignals, run_until_stopped
 
-    def on_signal(signum: int, _frame: object) -> None:
-        print(
-            f"conveyor worker: {signal.Signals(signum).name}, stopping gracefully", file=sys.stderr
-        )
-        done.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stops = StopSignals().install()
     w = runtime.config.workers
     print(
         f"conveyor worker {runtime.worker_id}: provider={runtime.config.provider} "
@@ -253,16 +244,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
         print(
             f"conveyor worker: metrics at http://{host}:{port}/metrics", file=sys.stderr, flush=True
         )
-    runtime.start()
     try:
-        while not done.wait(0.2):
-            pass
+        return run_until_stopped(runtime, stops, args.grace)
     finally:
-        clean = runtime.stop(args.grace)
-        runtime.close()
         if server is not None:
             server.close()
-    return 0 if clean else 3
 
 
 def _extra(module: str, package: str, extra: str) -> Any:
@@ -839,6 +825,10 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        # Ctrl-C before a command set its own handlers (a worker still starting).
+        print("conveyor: interrupted", file=sys.stderr)
+        return 130
     except ValidationError as exc:
         print(f"conveyor: invalid input: {_printable(str(exc))}", file=sys.stderr)
         return 2

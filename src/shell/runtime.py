@@ -73,6 +73,7 @@ from .tenancy import TenantResolver, TenantScope
 from .worker import Worker, WorkerStats
 
 if TYPE_CHECKING:
+    from .forced_stop import HandedBack
     from .tracing import JobTracer
 
 log = logging.getLogger("conveyor.runtime")
@@ -625,6 +626,23 @@ class Runtime:
         end = time.monotonic() + grace
         clean = all([pool.stop(max(0.0, end - time.monotonic())) for pool in self.pools])
         self.pools = []
+        self._leave()
+        return clean
+
+    def stop_now(self) -> HandedBack:
+        """Stop without waiting for running jobs (a second Ctrl-C): every claim the
+        pools hold goes back to ready now instead of after its lease, a running job's
+        attempt recorded as interrupted. Handlers still running are abandoned: end the
+        process next. Says which jobs went back (see `conveyor.shell.forced_stop`)."""
+        from .forced_stop import hand_back_all
+
+        pools, self.pools = self.pools, []
+        handed = hand_back_all(worker for pool in pools for worker in pool.workers)
+        self._leave()
+        return handed
+
+    def _leave(self) -> None:
+        """Stop cron and the presence beat, and take this process off the live list."""
         self.cron.stop()
         self._beat_stop.set()
         if self._beat_thread is not None:
@@ -634,7 +652,6 @@ class Runtime:
                 self.presence.leave(self.worker_id)
             except Exception:
                 log.warning("could not remove worker heartbeat", exc_info=True)
-        return clean
 
     def __enter__(self) -> Runtime:
         return self.start()
