@@ -21,6 +21,7 @@ from .. import __version__
 from ..core import FieldError, ValidationError
 from ..core.limit_report import LimitReport
 from ..core.validation import as_delay, check_name, parse_job_id
+from .cli_guards import check_cli_config
 from .config import Config, load_config
 from .outage import ServerUnreachable, is_outage
 from .redact import BackendError, RedactingFilter, config_secrets, redact
@@ -64,10 +65,14 @@ def _job_id(value: str) -> UUID:
     return parsed
 
 
-def _runtime(args: argparse.Namespace, startup_timeout_s: float | None = 0.0) -> Runtime:
+def _runtime(
+    args: argparse.Namespace, startup_timeout_s: float | None = 0.0, *, reads_only: bool = False
+) -> Runtime:
     """The runtime of the config. An operator's command tries the server once
-    (`startup_timeout_s` 0); a worker waits for it (None: the config's timeout)."""
+    (`startup_timeout_s` 0); a worker waits for it (None: the config's timeout). A
+    command that `reads_only` creates no database (see `cli_guards`)."""
     config = load_config(args.config)
+    check_cli_config(config, reads_only=reads_only)
     if startup_timeout_s is not None:
         import attrs
 
@@ -203,6 +208,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.processes is not None and args.processes > 1:
         from .supervisor import supervise
 
+        check_cli_config(load_config(args.config))  # once here, not in each copy
         return supervise(args.raw_argv, args.processes)
     runtime = _runtime(args, args.startup_timeout)
     if args.queues:
@@ -304,7 +310,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     _check(_tenant(args.tenant))
-    runtime = _runtime(args)
+    runtime = _runtime(args, reads_only=True)
     try:
         status = runtime.status(tenant_id=args.tenant)
     finally:
@@ -327,7 +333,7 @@ def cmd_dead(args: argparse.Namespace) -> int:
         print("conveyor: give a job id, or --all to purge every dead letter", file=sys.stderr)
         return 2
     job_id = _job_id(args.job_id) if getattr(args, "job_id", None) is not None else None
-    runtime = _runtime(args)
+    runtime = _runtime(args, reads_only=command in ("list", "show"))
     try:
         if args.dead_command == "list":
             jobs = runtime.list_dead(tenant_id=args.tenant, limit=args.limit)
@@ -432,7 +438,7 @@ def cmd_job(args: argparse.Namespace) -> int:
     if args.job_command == "cancel":
         return cmd_job_cancel(args)
     job_id = _job_id(args.job_id)
-    runtime = _runtime(args)
+    runtime = _runtime(args, reads_only=True)
     try:
         view = runtime.get(job_id)
     finally:
@@ -504,7 +510,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         None if args.limit >= 0 else FieldError("--limit", f"must be >= 0, got {args.limit}"),
     )
     assert not isinstance(state, FieldError)
-    runtime = _runtime(args)
+    runtime = _runtime(args, reads_only=True)
     try:
         views = runtime.list_jobs(
             queue=args.queue, state=state, job_type=args.type, limit=args.limit
@@ -519,7 +525,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_cron(args: argparse.Namespace) -> int:
-    runtime = _runtime(args)
+    runtime = _runtime(args, reads_only=args.cron_command == "list")
     try:
         if args.cron_command == "run":
             job = runtime.cron.run(args.name)
@@ -575,7 +581,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         _REDACTING.secrets.add(credentials.partition(":")[2])
     if not 0 < port < 65536:
         raise ValidationError.of("--port", f"must be from 1 to 65535, got {port}")
-    runtime = _runtime(args, startup_timeout_s=None)
+    runtime = _runtime(args, startup_timeout_s=None, reads_only=True)
     try:
         if auth is None and host not in ("127.0.0.1", "localhost", "::1"):
             log.warning(
