@@ -15,10 +15,9 @@ Two mistakes cost a first afternoon without a word from the CLI, so it refuses t
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ..core import ValidationError
 from .config import Config
+from .config_paths import sqlite_file
 from .redact import BackendError
 
 #: The providers a command run in its own process can share jobs through.
@@ -48,21 +47,3 @@ def check_cli_config(config: Config, *, reads_only: bool = False) -> None:
                 "ever written there; check `url` (a relative path in a config file is "
                 "read from that file's folder), or enqueue or run `conveyor migrate` first"
             )
-
-
-def sqlite_file(url: str) -> Path | None:
-    """The file a SQLite URL opens, or None for another database, an in-memory one,
-    or a `file:` URI (whose options may say not to create it)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return None
-    database = parsed.database
-    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
-        return None
-    if database.startswith("file:"):
-        return None
-    return Path(database)

@@ -51,3 +51,21 @@ def with_default_database(merged: dict[str, Any], folder: Path, default: str) ->
     if merged.get("provider", "db") == "db" and "url" not in merged:
         return {**merged, "url": anchor_sqlite(default, folder.absolute())}
     return merged
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL opens, or None for another database, an in-memory one,
+    or a `file:` URI (whose options may say not to create it)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    if database.startswith("file:"):
+        return None
+    return Path(database)

@@ -159,11 +159,13 @@ def _make_backend(config: Config) -> tuple[JobQueue, JobStore, Presence]:
         return MemoryJobQueue(store), store, MemoryPresence()
     if config.provider == "db":
         from .adapters.sql import SqlJobQueue, SqlJobStore, make_engine
+        from .config_paths import sqlite_file
         from .presence import SqlPresence
 
         url = config.url
-        if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        file = sqlite_file(url)
+        if file is not None:
+            file.parent.mkdir(parents=True, exist_ok=True)
         try:
             engine = make_engine(url, pool_size=config.pool_size)
         except ModuleNotFoundError as exc:
@@ -444,7 +446,9 @@ class Runtime:
     def enqueue_in_tx(
         self, conn: Any, job_type: str, args: Mapping[str, Any] | None = None, **options: Any
     ) -> Job:
-        """Enqueue inside the caller's open transaction on `conn` (SQL provider only)."""
+        """Enqueue inside the caller's open transaction on `conn` (SQL provider only), a
+        connection to the queue's own database: another database is refused naming
+        `conn` (docs/sql.md says how the same database is decided)."""
         if not is_transactional(self.queue):
             raise ValidationError.of(
                 "provider",

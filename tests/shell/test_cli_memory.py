@@ -11,6 +11,7 @@ from pathlib import Path
 
 import conveyor
 import pytest
+from test_forced_stop import kill_tree
 
 CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
 JOB = "6f1c1b8e-2f7d-4a63-9a56-0d1f3c6c9b11"
@@ -43,15 +44,23 @@ def test_a_command_that_stores_or_reads_jobs_refuses_the_memory_provider(
     project: Path, argv: tuple[str, ...]
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    process = subprocess.Popen(
+        [*CONVEYOR, *argv],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        result = subprocess.run(
-            [*CONVEYOR, *argv], cwd=project, env=env, capture_output=True, text=True, timeout=20
-        )
+        stdout, stderr = process.communicate(timeout=20)
     except subprocess.TimeoutExpired:
+        kill_tree(process.pid)  # a worker (and its copies) running on the memory provider
+        process.communicate()
         raise AssertionError(f"`conveyor {' '.join(argv)}` ran on the memory provider") from None
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stdout == "", "no job id, no table: nothing happened"
-    (line,) = result.stderr.strip().splitlines()
+    assert process.returncode == 2, stdout + stderr
+    assert stdout == "", "no job id, no table: nothing happened"
+    (line,) = stderr.strip().splitlines()
     assert line.startswith("conveyor: invalid input: provider: 'memory'"), line
     assert "one process" in line and "'db'" in line and "'redis'" in line
 

@@ -144,3 +144,13 @@ def test_a_command_that_writes_still_creates_the_database(project: Path) -> None
         assert rt.status().queues[0].ready == 1
     finally:
         rt.close()
+
+
+def test_a_relative_path_into_a_new_folder_is_made_beside_the_file(
+    project: Path, elsewhere: Path
+) -> None:
+    (project / "conveyor.toml").write_text('provider = "db"\nurl = "sqlite:///data/jobs.db"\n')
+    result = run(elsewhere, "--config", str(project / "conveyor.toml"), "enqueue", "x", "{}")
+    assert result.returncode == 0, result.stderr
+    assert (project / "data" / "jobs.db").exists()
+    assert list(elsewhere.iterdir()) == []

@@ -131,10 +131,23 @@ def site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
 
 
 def _stderr(process: subprocess.Popen[str]) -> str:
+    """What the process wrote; a process still running is killed first, with every
+    process it started (a supervisor's copies are in process groups of their own)."""
     if process.poll() is None:
-        process.kill()
+        kill_tree(process.pid)
         process.wait()
     return process.stderr.read() if process.stderr else ""
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and its descendants, children first found, so none is left behind."""
+    found = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    for child in found.stdout.split():
+        kill_tree(int(child))
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _stop_twice(process: subprocess.Popen[str], second: signal.Signals) -> tuple[int, float]:
