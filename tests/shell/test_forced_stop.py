@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -230,3 +231,74 @@ def test_ctrl_c_twice_at_a_terminal_stops_worker_processes_at_once(tmp_path: Pat
         assert view is not None and view.state is JobStatus.PENDING, stderr
     finally:
         site.close()
+
+
+# ---- in one process: what a forced stop does with each kind of claim --------------------
+
+
+def _blocking_runtime(release: Any, prefetch: int) -> Any:
+    started: list[str] = []
+
+    def block(args: dict[str, Any]) -> None:
+        started.append(args["n"])
+        release.wait(30)
+
+    rt = conveyor.build(
+        {
+            "provider": "memory",
+            "workers": {"count": 1, "prefetch": prefetch, "poll_interval_ms": 20},
+        },
+        handlers={"block": block},
+    )
+    return rt, started
+
+
+def _wait_for(condition: Any) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_a_prefetched_job_goes_back_unstarted_and_the_running_one_interrupted() -> None:
+    release = threading.Event()
+    rt, started = _blocking_runtime(release, prefetch=2)
+    try:
+        first, second = rt.enqueue_many("block", [{"n": "a"}, {"n": "b"}])
+        rt.start()
+        _wait_for(lambda: started == ["a"])
+        handed = rt.stop_now()
+        assert set(handed.handed_back) == {first.id, second.id}
+        assert handed.left_to_lease == ()
+        interrupted, waiting = rt.get(first.id), rt.get(second.id)
+        assert interrupted is not None and waiting is not None
+        assert interrupted.state is JobStatus.PENDING and waiting.state is JobStatus.PENDING
+        assert [a.outcome for a in interrupted.job.attempts] == [AttemptOutcome.INTERRUPTED]
+        assert waiting.job.attempts == () and waiting.job.attempt == 0, "never started"
+    finally:
+        release.set()
+        rt.close()
+
+
+def test_a_hand_back_that_cannot_be_written_is_left_to_the_lease_and_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    release = threading.Event()
+    rt, started = _blocking_runtime(release, prefetch=1)
+    try:
+        job = rt.enqueue("block", {"n": "a"})
+        rt.start()
+        _wait_for(lambda: started == ["a"])
+
+        def down(*_: Any) -> bool:
+            raise ConnectionError("server unreachable")
+
+        monkeypatch.setattr(rt.queue, "replace", down)
+        handed = rt.stop_now()
+        assert (handed.handed_back, handed.left_to_lease) == ((), (job.id,))
+        assert str(job.id) in handed.describe() and "lease" in handed.describe()
+        view = rt.get(job.id)
+        assert view is not None and view.state is JobStatus.RUNNING, "still in flight"
+    finally:
+        release.set()
+        rt.close()
