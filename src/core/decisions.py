@@ -123,7 +123,9 @@ class Reclaim:
 
 @attrs.frozen(slots=True)
 class HandBack:
-    """Return a claim whose job never started to ready, unchanged but for its status."""
+    """Return a claim to ready: one whose job never started, unchanged but for its
+    status, or a running one a forced stop interrupted (`decide_interrupt`), its
+    attempt recorded as interrupted."""
 
     job: Job
 
@@ -355,6 +357,15 @@ def decide_hand_back(job: Job, now: datetime) -> HandBack:
     """A claim whose job never started goes back to ready (a stopping worker's
     prefetched claims)."""
     return HandBack(hand_back_job(job, now))
+
+
+def decide_interrupt(job: Job, now: datetime) -> HandBack:
+    """A running job whose worker is stopped by force goes back to ready at once,
+    rather than after its lease: its attempt is recorded as interrupted (with its
+    start and worker) and nothing is charged to its retries or its reclaim budget,
+    since the job did not fail; the operator stopped it."""
+    history = ended(job, now, AttemptOutcome.INTERRUPTED)
+    return HandBack(_moved(job, Event.INTERRUPT, now, attempts=history))
 
 
 def decide_revive(dead: Job, now: datetime) -> Revive | None:

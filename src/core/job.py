@@ -98,6 +98,7 @@ class AttemptOutcome(enum.Enum):
     REQUEUED = "requeued"  # no handler on that worker: parked for another node
     RECLAIMED = "reclaimed"  # its lease ran out; the lease keeper put the job back
     CANCELLED = "cancelled"  # its cancel was requested while it ran: recorded cancelled
+    INTERRUPTED = "interrupted"  # its worker was stopped by force and gave the job back
 
 
 @attrs.frozen(slots=True)

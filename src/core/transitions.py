@@ -14,8 +14,11 @@ handler may take the job once its requeue delay has passed. `running ->
 pending` on `RECLAIM` is the lease keeper returning an abandoned claim.
 `pending -> pending` on `HAND_BACK` is a claim given back before its job began
 (a prefetched claim at shutdown, or one whose lease ran out while it waited):
-no attempt is counted. `failed -> pending` on `REVIVE` is an operator retrying a
-dead letter by hand; nothing automatic ever takes it.
+no attempt is counted. `running -> pending` on `INTERRUPT` is a running claim
+given back by a worker stopped by force (a second Ctrl-C): the job is ready again
+at once instead of after its lease, its attempt recorded as interrupted.
+`failed -> pending` on `REVIVE` is an operator retrying a dead letter by hand;
+nothing automatic ever takes it.
 
 `CANCEL` ends a job for good. A queued job (`scheduled`, `pending`, `retrying`)
 is cancelled at once. A running one cannot be stopped from outside its worker,
@@ -53,6 +56,7 @@ class Event(enum.Enum):
     RECLAIM = "reclaim"  # the claim's lease expired
     REVIVE = "revive"  # an operator gives a dead letter a fresh start
     HAND_BACK = "hand_back"  # a claim returned before its job started
+    INTERRUPT = "interrupt"  # a worker stopped by force gave back a running claim
     CANCEL = "cancel"  # an operator or the application gave up on the job
 
 
@@ -68,6 +72,7 @@ TABLE: Mapping[JobStatus, Mapping[Event, JobStatus]] = {
         E.REQUEUE: S.SCHEDULED,
         E.DEAD_LETTER: S.FAILED,
         E.RECLAIM: S.PENDING,
+        E.INTERRUPT: S.PENDING,
         E.CANCEL: S.CANCELLED,
     },
     S.RETRYING: {E.PROMOTE: S.PENDING, E.CANCEL: S.CANCELLED},

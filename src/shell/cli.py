@@ -12,9 +12,7 @@ import json
 import logging
 import math
 import os
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 from uuid import UUID
@@ -24,6 +22,7 @@ from ..core import FieldError, ValidationError
 from ..core.limit_report import LimitReport
 from ..core.validation import as_delay, check_name, parse_job_id
 from .cli_dead import add_dead_commands, run_dead
+from .cli_guards import check_cli_config
 from .config import Config, load_config
 from .notices import notice, use_json
 from .operator import OPERATOR_COMMANDS, without_handlers
@@ -71,12 +70,16 @@ def _job_id(value: str) -> UUID:
     return parsed
 
 
-def _runtime(args: argparse.Namespace, startup_timeout_s: float | None = 0.0) -> Runtime:
+def _runtime(
+    args: argparse.Namespace, startup_timeout_s: float | None = 0.0, *, reads_only: bool = False
+) -> Runtime:
     """The runtime of the config. An operator's command tries the server once
-    (`startup_timeout_s` 0); a worker waits for it (None: the config's timeout)."""
+    (`startup_timeout_s` 0); a worker waits for it (None: the config's timeout). A
+    command that `reads_only` creates no database (see `cli_guards`)."""
     config = load_config(args.config)
     if args.command in OPERATOR_COMMANDS:
         config = without_handlers(config)
+    check_cli_config(config, reads_only=reads_only)
     if startup_timeout_s is not None:
         import attrs
 
@@ -204,6 +207,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.processes is not None and args.processes > 1:
         from .supervisor import supervise
 
+        check_cli_config(load_config(args.config))  # once here, not in each copy
         return supervise(args.raw_argv, args.processes)
     runtime = _runtime(args, args.startup_timeout)
     if args.queues:
@@ -229,14 +233,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except BaseException:
         runtime.close()
         raise
-    done = threading.Event()
+    from .worker_signals import StopSignals, run_until_stopped
 
-    def on_signal(signum: int, _frame: object) -> None:
-        notice(f"conveyor worker: {signal.Signals(signum).name}, stopping gracefully")
-        done.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stops = StopSignals().install()
     w = runtime.config.workers
     notice(
         f"conveyor worker {runtime.worker_id}: provider={runtime.config.provider} "
@@ -246,16 +245,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if server is not None:
         host, port = server.address
         notice(f"conveyor worker: metrics at http://{host}:{port}/metrics")
-    runtime.start()
     try:
-        while not done.wait(0.2):
-            pass
+        return run_until_stopped(runtime, stops, args.grace)
     finally:
-        clean = runtime.stop(args.grace)
-        runtime.close()
         if server is not None:
             server.close()
-    return 0 if clean else 3
 
 
 def _extra(module: str, package: str, extra: str) -> Any:
@@ -311,7 +305,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     _check(_tenant(args.tenant))
-    runtime = _runtime(args)
+    runtime = _runtime(args, reads_only=True)
     try:
         status = runtime.status(tenant_id=args.tenant)
     finally:
@@ -324,7 +318,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_dead(args: argparse.Namespace) -> int:
-    return run_dead(args, lambda: _runtime(args))
+    return run_dead(
+        args, lambda: _runtime(args, reads_only=args.dead_command in ("list", "show"))
+    )
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -363,7 +359,7 @@ def cmd_job(args: argparse.Namespace) -> int:
     if args.job_command == "cancel":
         return cmd_job_cancel(args)
     job_id = _job_id(args.job_id)
-    runtime = _runtime(args)
+    runtime = _runtime(args, reads_only=True)
     try:
         view = runtime.get(job_id)
     finally:
@@ -436,7 +432,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         None if args.limit >= 0 else FieldError("--limit", f"must be >= 0, got {args.limit}"),
     )
     assert not isinstance(state, FieldError)
-    runtime = _runtime(args)
+    runtime = _runtime(args, reads_only=True)
     try:
         views = runtime.list_jobs(
             queue=args.queue, state=state, job_type=args.type, limit=args.limit
@@ -451,7 +447,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_cron(args: argparse.Namespace) -> int:
-    runtime = _runtime(args)
+    runtime = _runtime(args, reads_only=args.cron_command == "list")
     try:
         if args.cron_command == "run":
             job = runtime.cron.run(args.name)
@@ -507,7 +503,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         _REDACTING.secrets.add(credentials.partition(":")[2])
     if not 0 < port < 65536:
         raise ValidationError.of("--port", f"must be from 1 to 65535, got {port}")
-    runtime = _runtime(args, startup_timeout_s=None)
+    runtime = _runtime(args, startup_timeout_s=None, reads_only=True)
     try:
         if auth is None and host not in ("127.0.0.1", "localhost", "::1"):
             log.warning(
@@ -749,6 +745,10 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        # Ctrl-C before a command set its own handlers (a worker still starting).
+        print("conveyor: interrupted", file=sys.stderr)
+        return 130
     except ValidationError as exc:
         notice(f"conveyor: invalid input: {_printable(str(exc))}", level=logging.ERROR)
         return 2

@@ -42,6 +42,8 @@ from ..core.cron import CronEntry, check_entry, parse_missed
 from ..core.limits import Cap, QueueLimits, Rate
 from ..core.timeouts import MAX_TIMEOUT_MS
 from ..core.validation import MAX_RETRIES_LIMIT, check_name, freeze_args, parse_priority
+from .config_paths import anchored, with_default_database
+from .config_rules import redis_url, url_problems, warn_unused
 from .cron import expression_problem, timezone_problem
 from .redact import mask_url
 
@@ -645,6 +647,7 @@ def _across(raw: Mapping[str, Any]) -> Iterator[FieldError]:
     if isinstance(url, str) and url and "://" not in url and provider == "db":
         # A bare path is the usual slip: say what it should have been.
         yield FieldError("url", f"{url!r} is not a database URL; a SQLite file is sqlite:///{url}")
+    yield from url_problems(raw)
     tenancy = raw.get("tenancy")
     if isinstance(tenancy, Mapping) and tenancy.get("url") is None and provider != "db":
         yield FieldError(
@@ -671,6 +674,7 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
     errors.extend(_across(raw))
     if errors or file is None:
         raise ValidationError(errors)
+    warn_unused(raw)
     redis = file.redis
     retry = file.workers.retry or file.retry or _Retry()
     workers = file.workers
@@ -679,7 +683,7 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
     return Config(
         provider=file.provider,
         url=file.url,
-        redis_url=redis.url or f"redis://{redis.host}:{redis.port}/{redis.db}",
+        redis_url=redis_url(raw, redis.url, f"redis://{redis.host}:{redis.port}/{redis.db}"),
         redis_prefix=redis.prefix,
         lease_ms=file.lease_ms,
         workers=WorkersConfig(
@@ -779,10 +783,12 @@ def load_config(
     env: Mapping[str, str] | None = None,
 ) -> Config:
     """Build a `Config` from a mapping, a TOML path, or (None) the nearest config file,
-    then apply `CONVEYOR_*` environment overrides."""
+    then apply `CONVEYOR_*` environment overrides. A file's relative SQLite paths are
+    read from the file's folder (`conveyor.shell.config_paths`)."""
     if isinstance(source, Config):
         return source
     env = os.environ if env is None else env
+    path: Path | None = None
     if source is None:
         found = env.get("CONVEYOR_CONFIG")
         path = Path(found) if found else find_file()
@@ -794,4 +800,8 @@ def load_config(
         raw = read_file(path)
     else:
         raw = source
-    return parse_config(apply_env(raw, env))
+    if path is None:
+        return parse_config(apply_env(raw, env))
+    # A file's relative SQLite paths are read from its folder (see config_paths).
+    merged = apply_env(anchored(raw, path.parent), env)
+    return parse_config(with_default_database(merged, path.parent, DEFAULT_URL))

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from uuid import UUID
 
+from ..core import Job
 from . import outage
 from .ports import Claim, Clock, JobQueue
 
@@ -41,6 +42,8 @@ class Heartbeat:
         #: job id -> (claim, monotonic time of the last lease renewal or of the claim)
         self._held: dict[UUID, tuple[Claim, float]] = {}
         self._lost: set[UUID] = set()
+        #: The started record of each held job whose handler began, by job id.
+        self._begun: dict[UUID, Job] = {}
         self._thread: threading.Thread | None = None
         self._server = outage.for_queue(queue)
 
@@ -62,6 +65,28 @@ class Heartbeat:
         with self._lock:
             return tuple(str(i) for i, (claim, _) in self._held.items() if claim.started)
 
+    def begin(self, claim: Claim, started: Job) -> None:
+        """`claim`'s handler begins, as `started` (what a forced stop records)."""
+        with self._lock:
+            held = self._held.get(claim.job.id)
+            if held is not None and held[0].token == claim.token:
+                self._begun[claim.job.id] = started
+
+    def take_all(self, timeout_s: float) -> list[tuple[Claim, Job | None]]:
+        """Stop renewing every held claim and return each with its started record
+        (None when its handler had not begun): a worker stopping by force hands them
+        back itself. Waits up to `timeout_s` for a renewal or write in progress."""
+        acquired = self._renewing.acquire(timeout=timeout_s)
+        try:
+            with self._lock:
+                taken = [(c, self._begun.get(i)) for i, (c, _) in self._held.items()]
+                self._held.clear()
+                self._begun.clear()
+            return taken
+        finally:
+            if acquired:
+                self._renewing.release()
+
     def swap(self, old: Claim, new: Claim) -> None:
         """`old` became `new` (a prefetched claim was started under a new token)."""
         with self._lock:
@@ -75,6 +100,7 @@ class Heartbeat:
                 held = self._held.get(claim.job.id)
                 if held is not None and held[0].token == claim.token:
                     del self._held[claim.job.id]
+                    self._begun.pop(claim.job.id, None)
                 self._lost.discard(claim.job.id)
 
     @contextmanager

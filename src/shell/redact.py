@@ -150,7 +150,8 @@ def guarded(field: str, url: str | None, make: Callable[[], T]) -> T:
 def backend_url(config: Config) -> tuple[str, str | None]:
     """The config key and URL the provider's queue and store are built on."""
     if config.provider == "redis":
-        return "redis.url", config.redis_url
+        # The top-level `url` serves Redis too (see config_rules): name the key used.
+        return ("url" if config.url == config.redis_url else "redis.url"), config.redis_url
     if config.provider == "db":
         return "url", config.url
     return "provider", None

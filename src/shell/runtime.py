@@ -73,6 +73,7 @@ from .tenancy import TenantResolver, TenantScope
 from .worker import Worker, WorkerStats
 
 if TYPE_CHECKING:
+    from .forced_stop import HandedBack
     from .tracing import JobTracer
 
 log = logging.getLogger("conveyor.runtime")
@@ -158,11 +159,13 @@ def _make_backend(config: Config) -> tuple[JobQueue, JobStore, Presence]:
         return MemoryJobQueue(store), store, MemoryPresence()
     if config.provider == "db":
         from .adapters.sql import SqlJobQueue, SqlJobStore, make_engine
+        from .config_paths import sqlite_file
         from .presence import SqlPresence
 
         url = config.url
-        if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        file = sqlite_file(url)
+        if file is not None:
+            file.parent.mkdir(parents=True, exist_ok=True)
         try:
             engine = make_engine(url, pool_size=config.pool_size)
         except ModuleNotFoundError as exc:
@@ -443,7 +446,9 @@ class Runtime:
     def enqueue_in_tx(
         self, conn: Any, job_type: str, args: Mapping[str, Any] | None = None, **options: Any
     ) -> Job:
-        """Enqueue inside the caller's open transaction on `conn` (SQL provider only)."""
+        """Enqueue inside the caller's open transaction on `conn` (SQL provider only), a
+        connection to the queue's own database: another database is refused naming
+        `conn` (docs/sql.md says how the same database is decided)."""
         if not is_transactional(self.queue):
             raise ValidationError.of(
                 "provider",
@@ -625,6 +630,23 @@ class Runtime:
         end = time.monotonic() + grace
         clean = all([pool.stop(max(0.0, end - time.monotonic())) for pool in self.pools])
         self.pools = []
+        self._leave()
+        return clean
+
+    def stop_now(self) -> HandedBack:
+        """Stop without waiting for running jobs (a second Ctrl-C): every claim the
+        pools hold goes back to ready now instead of after its lease, a running job's
+        attempt recorded as interrupted. Handlers still running are abandoned: end the
+        process next. Says which jobs went back (see `conveyor.shell.forced_stop`)."""
+        from .forced_stop import hand_back_all
+
+        pools, self.pools = self.pools, []
+        handed = hand_back_all(worker for pool in pools for worker in pool.workers)
+        self._leave()
+        return handed
+
+    def _leave(self) -> None:
+        """Stop cron and the presence beat, and take this process off the live list."""
         self.cron.stop()
         self._beat_stop.set()
         if self._beat_thread is not None:
@@ -635,7 +657,6 @@ class Runtime:
             except Exception as exc:
                 if not outage.for_queue(self.queue).failed(exc):
                     log.warning("could not remove worker heartbeat", exc_info=True)
-        return clean
 
     def __enter__(self) -> Runtime:
         return self.start()

@@ -7,6 +7,13 @@ ordinary worker with its own pools, heartbeat and lease keeper), passes SIGTERM 
 SIGINT on to them, and starts a fresh copy when one dies unasked. It holds no claim
 and runs no job: a copy that dies leaves its claims to the lease keeper like any
 crashed worker, so nothing here can lose a job.
+
+Each copy runs in a process group of its own, so a Ctrl-C at the terminal reaches
+the supervisor only, and each copy hears every signal exactly once, from the
+supervisor: the first Ctrl-C stops them gracefully, the second at once (each hands
+its claims back and exits 130; see `conveyor.shell.worker_signals`). Were they in
+the terminal's group, one Ctrl-C would reach each copy twice, from the terminal
+and from the supervisor, and count as two.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import time
 from collections.abc import Sequence
 
 from .notices import notice
+from .worker_signals import FORCED_EXIT
 
 log = logging.getLogger("conveyor.supervisor")
 
@@ -65,6 +73,8 @@ class Supervisor:
         self.argv = list(argv)
         self.count = count
         self.stopping = threading.Event()
+        #: Set by a second signal: the copies were told to stop at once.
+        self.forced = threading.Event()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._started: dict[int, float] = {}
         self._delay: dict[int, float] = {}
@@ -72,11 +82,15 @@ class Supervisor:
     def _start(self, index: int) -> None:
         env = {**os.environ, PROCESS_INDEX_ENV: str(index)}
         command = [sys.executable, "-m", "conveyor.shell.cli", *child_argv(self.argv, index)]
-        self._children[index] = subprocess.Popen(command, env=env)
+        # A group of its own: signals come from the supervisor, once each.
+        self._children[index] = subprocess.Popen(command, env=env, process_group=0)
         self._started[index] = time.monotonic()
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
-        """Ask every copy to stop gracefully (they finish or hand back their jobs)."""
+        """Pass `signum` on to every copy: the first asks them to stop gracefully (they
+        finish or hand back their jobs), a second to stop at once."""
+        if self.stopping.is_set():
+            self.forced.set()
         self.stopping.set()
         for child in list(self._children.values()):
             if child.poll() is None:
@@ -117,17 +131,27 @@ class Supervisor:
                     del due[index]
                     self._start(index)
         codes = [child.wait() for child in self._children.values()]
+        if self.forced.is_set():
+            return FORCED_EXIT
         return next((code for code in codes if code != 0), 0)
 
 
 def supervise(argv: Sequence[str], count: int) -> int:
     """Run `count` worker processes for the `conveyor` command line `argv` until
-    SIGTERM or SIGINT, which each copy receives in turn. Returns the exit code."""
+    SIGTERM or SIGINT, which each copy receives in turn (a second one stops them at
+    once). Returns the exit code: the first non-zero one of a copy (130 when a copy
+    was stopped by force), else 0."""
     supervisor = Supervisor(argv, count)
 
     def on_signal(signum: int, _frame: object) -> None:
-        notice(f"conveyor worker: {signal.Signals(signum).name}, stopping {count} processes")
-        supervisor.stop(signal.SIGTERM)
+        name = signal.Signals(signum).name
+        how = (
+            "again, stopping them at once"
+            if supervisor.stopping.is_set()
+            else "stopping them gracefully (once more to stop at once)"
+        )
+        notice(f"conveyor worker: {name}, {count} processes: {how}")
+        supervisor.stop(signum)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

@@ -245,6 +245,15 @@ class Worker:
         """Finish the current job, hand back prefetched ones, then return from `run()`."""
         self._stop.set()
 
+    def give_up_claims(self, timeout_s: float) -> list[tuple[Claim, Job | None]]:
+        """Stopping by force (`conveyor.shell.forced_stop`): stop, and take every claim
+        this worker holds, each with its started record (None if its handler had not
+        begun), for the caller to hand back. The heartbeat no longer renews them."""
+        self._stop.set()
+        woken, self._woken = self._woken, []
+        taken = self._heartbeat.take_all(timeout_s)
+        return [*taken, *((c, None) for c in woken if isinstance(c, Claim))]
+
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
@@ -531,6 +540,7 @@ class Worker:
             self._dead_letter_bad(bad, claim=claim)
             return None
         job = started.unwrap()
+        self._heartbeat.begin(claim, job)
         self.hooks.started(job)
         timeout_ms = self.registry.timeout_ms(job.job_type, job.timeout_ms)
         gate = AttemptGate()

@@ -37,6 +37,7 @@ from conveyor.core import (
     TenantNotFound,
     decide,
     decide_hand_back,
+    decide_interrupt,
     decide_reclaim,
     decide_revive,
     revive,
@@ -344,6 +345,25 @@ def test_a_claim_handed_back_is_pending_with_no_attempt_counted() -> None:
     assert decision.job.status is JobStatus.PENDING
     assert decision.job.attempt == waiting.attempt
     assert decision.job.metadata == waiting.metadata
+
+
+def test_an_interrupted_running_job_is_pending_again_with_its_attempt_recorded() -> None:
+    running = running_job()
+    decision = decide_interrupt(running, LATER)
+    assert isinstance(decision, HandBack)
+    job = decision.job
+    assert job.status is JobStatus.PENDING
+    assert (job.retry_count, job.metadata) == (running.retry_count, running.metadata)
+    assert job.attempt == running.attempt, "the start is counted, nothing more"
+    (attempt,) = job.attempts
+    assert attempt.outcome.value == "interrupted"
+    assert (attempt.number, attempt.started_at, attempt.worker, attempt.error) == (
+        running.attempt,
+        running.started_at,
+        running.worker,
+        None,
+    )
+    assert attempt.finished_at == LATER
 
 
 # ---- revive -----------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ def test_the_table_lists_exactly_the_documented_moves() -> None:
         (S.RUNNING, E.REQUEUE, S.SCHEDULED),
         (S.RUNNING, E.DEAD_LETTER, S.FAILED),
         (S.RUNNING, E.RECLAIM, S.PENDING),
+        (S.RUNNING, E.INTERRUPT, S.PENDING),
         (S.RETRYING, E.PROMOTE, S.PENDING),
         (S.FAILED, E.REVIVE, S.PENDING),
         (S.SCHEDULED, E.CANCEL, S.CANCELLED),

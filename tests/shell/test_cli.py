@@ -58,6 +58,7 @@ def project(request, tmp_path):
             promote_interval_ms = 50
         """)
         )
+    run(tmp_path, "migrate")  # the database exists, as after a deploy: status reads it
     return tmp_path
 
 

@@ -933,7 +933,9 @@ def _served(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 def _config_file(tmp_path: Path, table: str) -> str:
     path = tmp_path / "conveyor.toml"
-    path.write_text(f'provider = "memory"\n\n[dashboard]\n{table}\n')
+    path.write_text(f'provider = "db"\nurl = "sqlite:///jobs.db"\n\n[dashboard]\n{table}\n')
+    # The database the dashboard reads: it creates none.
+    conveyor.build({"provider": "db", "url": f"sqlite:///{tmp_path / 'jobs.db'}"}).close()
     return str(path)
 
 

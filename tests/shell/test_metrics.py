@@ -394,7 +394,7 @@ def test_worker_metrics_without_prometheus_client_is_one_line_naming_the_extra(
         "from conveyor.shell.cli import main\n"
         "sys.exit(main(['worker', '--metrics-port', '0']))\n"
     )
-    env = {**_env(tmp_path), "CONVEYOR_PROVIDER": "memory"}
+    env = {**_env(tmp_path), "CONVEYOR_URL": f"sqlite:///{tmp_path / 'jobs.db'}"}
     result = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
@@ -417,7 +417,7 @@ def test_worker_refuses_a_metrics_port_that_is_not_a_port(tmp_path, port) -> Non
         text=True,
         timeout=60,
         cwd=tmp_path,
-        env={**_env(tmp_path), "CONVEYOR_PROVIDER": "memory"},
+        env={**_env(tmp_path), "CONVEYOR_URL": f"sqlite:///{tmp_path / 'jobs.db'}"},
     )
     assert result.returncode == 2
     assert "--metrics-port" in result.stderr

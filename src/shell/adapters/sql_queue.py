@@ -70,6 +70,7 @@ from ..tokens import fresh_token
 from .sql_copy import RowCopier
 from .sql_engine import Database, from_micros, to_micros
 from .sql_limits import SqlLimitedClaim, held_rows
+from .sql_same_db import SameDatabase
 from .sql_schema import (
     JOB_COUNTER,
     PROCESSING,
@@ -118,6 +119,8 @@ class SqlJobQueue:
         self._limited: SqlLimitedClaim | None = None
         self._adder = SqlAdder(self._db, self._placement_values)
         self._copier = RowCopier(schema)
+        #: Outbox writes go only through connections to this queue's database.
+        self._same_database = SameDatabase(engine)
 
     @property
     def engine(self) -> Engine:
@@ -209,13 +212,16 @@ class SqlJobQueue:
         """`enqueue_new` inside the caller's open transaction on `conn` (checked as by
         `enqueue_in_tx`); a job already there leaves the caller's writes as they were."""
         _check_outbox(conn)
+        self._same_database.check(conn)
         return rerun_on_contention(lambda: self._add(conn, job))
 
     def enqueue_in_tx(self, conn: Any, job: Job) -> None:
         """Enqueue inside the caller's open transaction on `conn` (the outbox row): it
         commits or rolls back with the caller's own writes. `conn` must be a SQLAlchemy
-        `Connection` to this queue's database with a transaction begun."""
+        `Connection` to this queue's database with a transaction begun (a connection
+        to another database is refused, see `sql_same_db`)."""
         _check_outbox(conn)
+        self._same_database.check(conn)
         self._enqueue(conn, job)
 
     # --- claims --------------------------------------------------------------------------
