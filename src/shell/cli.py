@@ -747,7 +747,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         # Ctrl-C before a command set its own handlers (a worker still starting).
-        print("conveyor: interrupted", file=sys.stderr)
+        notice("conveyor: interrupted", level=logging.WARNING)
         return 130
     except ValidationError as exc:
         notice(f"conveyor: invalid input: {_printable(str(exc))}", level=logging.ERROR)
