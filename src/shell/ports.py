@@ -470,6 +470,31 @@ class CancellingJobQueue(FinishingJobQueue, Protocol):
         clear the request and release the claim, all or nothing."""
 
 
+@runtime_checkable
+class WakingJobQueue(JobQueue, Protocol):
+    """A queue that can tell an idle worker when work may be ready, instead of being
+    polled (a wake-up list on Redis, LISTEN/NOTIFY or a watch on SQL, a condition in
+    memory)."""
+
+    def wait_for_work(self, queue: str, timeout_s: float) -> bool:
+        """Block until work may be ready on `queue` (True: try a claim) or `timeout_s`
+        passes (False)."""
+        ...
+
+
+@runtime_checkable
+class ClaimOnWakeJobQueue(WakingJobQueue, Protocol):
+    """A queue whose wake-up claims in the same round trip, so an idle worker picks a
+    job up in one round trip."""
+
+    def wait_and_dequeue(
+        self, queue: str, now: datetime, limit: int, timeout_s: float
+    ) -> Sequence[Claim | BadClaim]:
+        """Wait up to `timeout_s` for work on `queue`, then claim up to `limit` jobs due
+        at `now` (none when nothing came)."""
+        ...
+
+
 def is_transactional(queue: object) -> bool:
     """True when `queue` offers `enqueue_in_tx` (ask before calling it)."""
     return isinstance(queue, TransactionalJobQueue)
