@@ -37,7 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ...core import CancelResult, FieldError, JobStatus, ValidationError
 from ...core.validation import parse_job_id
-from ..job_text import summary_row
+from ..lookup import summary_row
 from ..runtime import Runtime
 from . import views
 
