@@ -59,6 +59,7 @@ GROUPS: list[tuple[str, Any]] = [
         lambda f, n: (
             "/cattrs/" in f
             or f.endswith(("/codec.py", "json/encoder.py", "json/decoder.py"))
+            or "/shell/codec_" in f
             or "<cattrs" in f
             or (f == "~" and "json" in n)
         ),

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 
 from .errors import FieldError
 from .job import JobStatus, UniqueLock
+from .times import as_delay, later
 
 #: The states in which a job keeps its unique key by default: every unfinished one.
 DEFAULT_UNIQUE_STATES: tuple[JobStatus, ...] = (
@@ -117,10 +118,6 @@ def make_lock(
             if given is not None:
                 return FieldError(field, "needs unique_key: it shapes the key's lock")
         return None
-    # Here, not at the top: `validation.create_job` calls this module. After the
-    # common case (no key), which is every plain enqueue: an import costs each call.
-    from .validation import as_delay, later
-
     checked = _check_key(key)
     if isinstance(checked, FieldError):
         return checked

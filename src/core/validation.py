@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -15,8 +14,13 @@ from returns.result import Failure, Result, Success
 from .errors import FieldError, ValidationError
 from .frozen import FrozenMap, NotJson, freeze, json_size
 from .job import Job, JobStatus, Priority
-from .limits import check_partition
+from .partitions import check_partition
 from .timeouts import parse_timeout
+
+# Named here too (the shell imports `as_delay` from this module); they live in `times`.
+from .times import as_delay as as_delay
+from .times import as_utc as as_utc
+from .times import later as later
 from .uniqueness import make_lock
 
 #: Names (job types, queues, tenants) are short and safe to embed in keys and logs.
@@ -64,44 +68,6 @@ def parse_priority(value: object) -> Priority | FieldError:
             pass
     names = ", ".join(p.value for p in Priority)
     return FieldError("priority", f"unknown priority {value!r}; use one of {names}")
-
-
-def as_utc(field: str, value: object) -> datetime | FieldError:
-    """Accept only timezone-aware datetimes, returned in UTC."""
-    if not isinstance(value, datetime):
-        return FieldError(field, f"must be a datetime, got {type(value).__name__}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        return FieldError(field, "must be timezone-aware (UTC); got a naive datetime")
-    try:
-        return value.astimezone(UTC)
-    except OverflowError:
-        return FieldError(field, "is outside the years 1 to 9999 once converted to UTC")
-
-
-def as_delay(field: str, value: object) -> timedelta | FieldError:
-    """Accept a non-negative `timedelta`, or a finite number of seconds."""
-    if isinstance(value, timedelta):
-        delay = value
-    elif isinstance(value, float) and not math.isfinite(value):
-        return FieldError(field, f"must be a finite number of seconds, got {value}")
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        try:
-            delay = timedelta(seconds=value)
-        except OverflowError:
-            return FieldError(field, "is too far in the future (more than 999999999 days)")
-    else:
-        return FieldError(field, f"must be seconds or a timedelta, got {type(value).__name__}")
-    if delay < timedelta(0):
-        return FieldError(field, "must not be negative")
-    return delay
-
-
-def later(field: str, start: datetime, delay: timedelta) -> datetime | FieldError:
-    """`start + delay`, or why that is past the last representable time."""
-    try:
-        return start + delay
-    except OverflowError:
-        return FieldError(field, f"{delay.days} days from now is after the year 9999")
 
 
 def parse_job_id(value: object, field: str = "job_id") -> UUID | FieldError:

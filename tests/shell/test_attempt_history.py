@@ -13,7 +13,7 @@ import test_cli
 from backends import Backend
 from conveyor.core import AttemptOutcome, JobStatus, LeasePolicy, Policies, RetryPolicy
 from conveyor.shell.config import load_config
-from conveyor.shell.lookup import describe
+from conveyor.shell.job_text import describe
 from conveyor.shell.ports import Claim
 from conveyor.shell.registry import Registry
 from conveyor.shell.runtime import Runtime

@@ -176,7 +176,7 @@ def test_jobs_cancel_without_a_queue_or_type_exits_2(project: Path) -> None:
 
 
 def test_a_running_job_shows_its_cancel_request_until_it_is_recorded(tmp_path: Path) -> None:
-    from conveyor.shell.lookup import describe
+    from conveyor.shell.job_text import describe
 
     rt = conveyor.build(_config("memory", tmp_path))
     job = rt.enqueue("export", {})

@@ -19,7 +19,8 @@ import attrs
 from ...core import PRIORITY_ORDER, FieldError, Job, JobStatus, Priority, thaw
 from ...core.limit_report import LimitReport
 from ...core.validation import check_name
-from ..lookup import JobView, parse_state, view_of_record
+from ..job_view import JobView, view_of_record
+from ..lookup import parse_state
 from ..ports import HistoryFilter
 from ..presence import WorkerInfo
 from ..runtime import PRESENCE_TTL, QueueStatus, Runtime

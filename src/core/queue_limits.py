@@ -1,0 +1,115 @@
+"""The limits a queue may declare: fair shares with weights, caps on running jobs
+and rates of starts (the policy that applies them is `core.claim_plan`; the theory is
+in `core.limits`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from .field_checks import integer_at_least, optional_name, positive_number, refuse
+
+
+@attrs.frozen(slots=True)
+class Cap:
+    """At most `max_running` running jobs of `job_type` (None: of every type in the
+    queue), for each partition on its own when `per_partition`, else in all."""
+
+    max_running: int = attrs.field(validator=integer_at_least(1))
+    job_type: str | None = attrs.field(default=None, validator=optional_name)
+    per_partition: bool = False
+
+    def applies(self, job_type: str) -> bool:
+        """True when a job of `job_type` counts against this cap."""
+        return self.job_type is None or self.job_type == job_type
+
+
+@attrs.frozen(slots=True)
+class Rate:
+    """At most `starts` claims per `per_seconds` (default 1) of jobs of `job_type`
+    (None: every type), per partition when `per_partition`: a token bucket of
+    `starts` tokens (the burst), refilled at `starts / per_seconds` tokens a second."""
+
+    starts: int = attrs.field(validator=integer_at_least(1))
+    per_seconds: float = attrs.field(default=1.0, validator=positive_number)
+    job_type: str | None = attrs.field(default=None, validator=optional_name)
+    per_partition: bool = False
+
+    def applies(self, job_type: str) -> bool:
+        """True when a job of `job_type` takes a token of this rate."""
+        return self.job_type is None or self.job_type == job_type
+
+
+def _weights(
+    value: Mapping[str, float] | Iterable[tuple[str, float]],
+) -> tuple[tuple[str, float], ...]:
+    pairs = value.items() if isinstance(value, Mapping) else value
+    # One order, so equal limits compare equal whatever order they were written in.
+    return tuple(sorted((str(k), v) for k, v in pairs))
+
+
+def _check_weights(
+    instance: object,
+    attribute: attrs.Attribute[tuple[tuple[str, float], ...]],
+    value: tuple[tuple[str, float], ...],
+) -> None:
+    for key, weight in value:
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or not 0 < weight < math.inf
+        ):
+            reason = f"must be a finite number > 0, got {weight!r}"
+            refuse(instance, attribute, reason, f".{key}")
+
+
+def _caps(value: Iterable[Cap]) -> tuple[Cap, ...]:
+    return tuple(value)
+
+
+def _rates(value: Iterable[Rate]) -> tuple[Rate, ...]:
+    return tuple(value)
+
+
+def _each_of(kind: type) -> Callable[[object, attrs.Attribute[Any], tuple[object, ...]], None]:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: tuple[object, ...]) -> None:
+        for n, item in enumerate(value):
+            if not isinstance(item, kind):
+                reason = f"must be a {kind.__name__}, got {item!r}"
+                refuse(instance, attribute, reason, f"[{n}]")
+
+    return check
+
+
+@attrs.frozen(slots=True)
+class QueueLimits:
+    """The limits of one queue: fair shares between partitions (`fair`, `weights`:
+    partition -> weight, 1 when absent), a cap on the whole queue (`max_running`),
+    `caps` and `rates`. The default limits nothing."""
+
+    fair: bool = False
+    weights: tuple[tuple[str, float], ...] = attrs.field(
+        default=(), converter=_weights, validator=_check_weights
+    )
+    max_running: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(integer_at_least(1))
+    )
+    caps: tuple[Cap, ...] = attrs.field(default=(), converter=_caps, validator=_each_of(Cap))
+    rates: tuple[Rate, ...] = attrs.field(default=(), converter=_rates, validator=_each_of(Rate))
+
+    def weight(self, partition: str) -> float:
+        """The weight of `partition` in its queue's round robin."""
+        for key, weight in self.weights:
+            if key == partition:
+                return float(weight)
+        return 1.0
+
+    @property
+    def all_caps(self) -> tuple[Cap, ...]:
+        """`caps`, with the whole queue's `max_running` as one more."""
+        if self.max_running is None:
+            return self.caps
+        return (*self.caps, Cap(self.max_running))

@@ -1,0 +1,148 @@
+"""The memory queue's shared state: where each job is, and the moves every port
+operation is built from.
+
+Ready work is one FIFO per (queue, priority); a counter gives every enqueue its
+sequence number, and claims follow the core's `ordering_key`. Parked jobs sit in a
+dict with the sequence number of their enqueue, the promotion tie-break. Every
+method here expects its caller to hold the lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+import attrs
+
+from ....core import PRIORITY_ORDER, Job, Priority, promotion_key
+from ....core.job import UniqueLock
+from ...limits import LimitState
+from ...ports import Claim, Place, QueuedJob
+from .store import MemoryJobStore
+
+#: At most this many due jobs are promoted by one claim.
+PROMOTE_PER_CLAIM = 100
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def us(when: datetime) -> int:
+    """`when` in microseconds since the epoch, as the core's keys take it."""
+    return (when - EPOCH) // timedelta(microseconds=1)
+
+
+@attrs.define
+class InFlight:
+    """A claimed job, the token that holds it, and when it was claimed or renewed."""
+
+    job: Job
+    token: str
+    locked_at: datetime
+
+
+def claimed(entry: InFlight) -> tuple[str, datetime]:
+    """The claim's token and time, as a `QueuedJob` of an in-flight job carries them."""
+    return entry.token, entry.locked_at
+
+
+class QueueState:
+    """The jobs of a memory queue, behind one lock, and the moves between places."""
+
+    def __init__(self, store: MemoryJobStore | None = None) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._ready_signal = threading.Condition(self._lock)
+        self._seq = 0
+        self._ready: dict[str, dict[Priority, deque[tuple[int, Job]]]] = {}
+        self._ready_ids: dict[UUID, str] = {}
+        #: Parked jobs with the sequence number of their enqueue (the promotion tie-break).
+        self._scheduled: dict[UUID, tuple[int, Job]] = {}
+        self._in_flight: dict[UUID, InFlight] = {}
+        #: Cancel requests of claimed jobs (id -> when asked): their outcomes are refused.
+        self._cancel_requests: dict[UUID, datetime] = {}
+        #: Unique key -> (the lock, its holder's id); a stale entry is taken over.
+        self._unique: dict[str, tuple[UniqueLock, UUID]] = {}
+        #: Per queue: the buckets and passes of its limits (see `core.limits`).
+        self._limit_state: dict[str, LimitState] = {}
+        if store is not None:
+            # So its prune spares the records of jobs still here.
+            store._attach(self._lock, self.holds)
+
+    def holds(self, job_id: UUID) -> bool:
+        """True while `job_id` is ready, parked or in flight (caller holds the lock)."""
+        return job_id in self._ready_ids or job_id in self._scheduled or job_id in self._in_flight
+
+    def _lanes(self, queue: str) -> dict[Priority, deque[tuple[int, Job]]]:
+        lanes = self._ready.get(queue)
+        if lanes is None:
+            lanes = {p: deque() for p in PRIORITY_ORDER}
+            self._ready[queue] = lanes
+        return lanes
+
+    def _drop(self, job_id: UUID) -> None:
+        """Remove every trace of `job_id` (caller holds the lock)."""
+        self._scheduled.pop(job_id, None)
+        self._in_flight.pop(job_id, None)
+        queue = self._ready_ids.pop(job_id, None)
+        if queue is not None:
+            for lane in self._ready[queue].values():
+                for entry in lane:
+                    if entry[1].id == job_id:
+                        lane.remove(entry)
+                        return
+
+    def _place(self, job: Job) -> None:
+        """Put `job` where its status says (caller holds the lock)."""
+        self._seq += 1
+        if job.status.is_parked:
+            self._scheduled[job.id] = (self._seq, job)
+        else:
+            self._lanes(job.queue)[job.priority].append((self._seq, job))
+            self._ready_ids[job.id] = job.queue
+        # Parked jobs wake idle workers too: each then sleeps until the next one is due.
+        self._ready_signal.notify_all()
+
+    def _promote(self, now: datetime, queue: str | None, limit: int) -> int:
+        """Move due parked jobs (of `queue`, or all) behind the ready ones, in the
+        promotion order (caller holds the lock)."""
+        due = [
+            (promotion_key(us(job.run_at), seq), job)
+            for seq, job in self._scheduled.values()
+            if job.run_at <= now and (queue is None or job.queue == queue)
+        ]
+        due.sort(key=lambda entry: entry[0])
+        for _, job in due[:limit]:
+            del self._scheduled[job.id]
+            self._seq += 1
+            self._lanes(job.queue)[job.priority].append((self._seq, job))
+            self._ready_ids[job.id] = job.queue
+        return min(len(due), limit)
+
+    def _held(self, claim: Claim) -> InFlight | None:
+        """The in-flight entry `claim` still holds, else None (caller holds the lock)."""
+        entry = self._in_flight.get(claim.job.id)
+        return entry if entry is not None and entry.token == claim.token else None
+
+    def _find(self, job_id: UUID) -> QueuedJob | None:
+        """Where `job_id` is (caller holds the lock)."""
+        held = self._in_flight.get(job_id)
+        if held is not None:
+            job = held.job
+            return QueuedJob(str(job_id), job.queue, Place.IN_FLIGHT, job, None, *claimed(held))
+        parked = self._scheduled.get(job_id)
+        if parked is not None:
+            return QueuedJob(str(job_id), parked[1].queue, Place.SCHEDULED, parked[1])
+        queue = self._ready_ids.get(job_id)
+        for lane in self._ready.get(queue or "", {}).values():
+            for _, job in lane:
+                if job.id == job_id:
+                    return QueuedJob(str(job_id), job.queue, Place.READY, job)
+        return None
+
+    def _store_for(self, action: str) -> MemoryJobStore:
+        """The store this queue finishes into, or why `action` cannot be done."""
+        if self._store is None:
+            raise ValueError(f"this MemoryJobQueue was built without a store to {action}")
+        return self._store
