@@ -79,7 +79,7 @@ def _record_all(runtime: Runtime, records: Sequence[Job]) -> None:
     """Write finished records in bulk: the store's public `record` is one write each."""
     store: Any = runtime.store
     if hasattr(store, "_db"):
-        from conveyor.shell.adapters.sql_store import write_records
+        from conveyor.shell.adapters.sql.store import write_records
 
         db = store._db
         for start in range(0, len(records), BATCH):
@@ -117,7 +117,7 @@ def _config(backend: str, folder: Path) -> dict[str, Any]:
         return {"provider": "db", "url": f"sqlite:///{folder / 'jobs.db'}"}
     if backend == "postgresql":
         from conveyor.shell.adapters.sql import make_engine
-        from conveyor.shell.adapters.sql_schema import create_tables
+        from conveyor.shell.adapters.sql.migration import create_tables
         from conveyor.testing.postgres_server import fresh_database
 
         url = fresh_database(prefix="conveyor_dashboard")

@@ -56,7 +56,7 @@ def _sqlite(folder: Path) -> tuple[dict[str, Any], Measure]:
 
 def _postgresql(naptime_s: int | None) -> tuple[dict[str, Any], Measure]:
     import sqlalchemy as sa
-    from conveyor.shell.adapters.sql_schema import create_tables
+    from conveyor.shell.adapters.sql.migration import create_tables
     from conveyor.testing.postgres_server import fresh_database
 
     url = fresh_database(prefix="conveyor_storage")

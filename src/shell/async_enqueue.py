@@ -1,7 +1,7 @@
 """How `Runtime.aenqueue` writes without blocking the event loop, per backend.
 
 * memory: in the loop's thread (a dict update under a lock, no I/O), then a yield.
-* PostgreSQL: SQLAlchemy's asyncio extension with asyncpg (`adapters.sql_async`).
+* PostgreSQL: SQLAlchemy's asyncio extension with asyncpg (`adapters.sql.async_queue`).
 * Redis: `redis.asyncio` (`adapters.redis_async`).
 * SQLite, and any backend whose asyncio driver is not installed (the `asyncio`
   extra brings asyncpg and greenlet): `enqueue` itself, in a worker thread
@@ -81,12 +81,12 @@ def native_driver(config: Config) -> str | None:
             return None
         return "redis.asyncio"
     if config.provider == "db":
-        from .adapters.sql_engine import normalize_url
+        from .adapters.sql.engine import normalize_url
 
         if normalize_url(config.url).get_backend_name() != "postgresql":
             return None  # SQLite: the thread, by choice (see the module's docstring)
         try:
-            from .adapters.sql_async import async_driver_installed, async_url
+            from .adapters.sql.async_queue import async_driver_installed, async_url
         except ImportError:
             # SQLAlchemy's asyncio extension without greenlet raises a plain ImportError
             # (not ModuleNotFoundError) at import: the sync enqueue in a thread serves.
@@ -141,7 +141,7 @@ class AsyncWriters:
             return AsyncRedisQueue(
                 cfg.redis_url, cfg.redis_prefix, retry_budget_s=_retry_budget_s(cfg)
             )
-        from .adapters.sql_async import AsyncSqlQueue
+        from .adapters.sql.async_queue import AsyncSqlQueue
 
         return AsyncSqlQueue(cfg.url, lock_retry_s=_retry_budget_s(cfg), pool_size=cfg.pool_size)
 

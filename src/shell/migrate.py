@@ -44,8 +44,8 @@ def prepare_schema(config: Config, queue: JobQueue) -> str | None:
     None when the schema is ready; else the one line to show (build raises it)."""
     if config.provider != "db":
         return None
-    from .adapters.sql_schema import migrate as migrate_engine
-    from .adapters.sql_schema import schema_problem
+    from .adapters.sql.migration import migrate as migrate_engine
+    from .adapters.sql.migration import schema_problem
 
     engine: Engine = queue.engine  # type: ignore[attr-defined]
     if auto_migrates(config):
@@ -87,8 +87,8 @@ def migrate(
     nothing = _no_schema(cfg)
     if nothing is not None:
         return nothing
-    from .adapters.sql_schema import migrate as migrate_engine
-    from .adapters.sql_schema import schema_version
+    from .adapters.sql.ddl import schema_version
+    from .adapters.sql.migration import migrate as migrate_engine
 
     def run() -> str:
         engine = _engine(cfg)
@@ -120,7 +120,7 @@ def migration_sql(
         return nothing
     from sqlalchemy.engine import make_url
 
-    from .adapters.sql_schema import ddl_text
+    from .adapters.sql.ddl import ddl_text
 
     dialect = make_url(cfg.url).get_backend_name()
     return ddl_text("postgresql" if dialect == "postgres" else dialect, if_not_exists=True)

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ..core import WriteRetryPolicy
 from .redact import BackendError, backend_url, config_secrets, mask_url, one_line, redact
@@ -177,11 +177,26 @@ def for_engine(engine: Any) -> ConnectionState:
     return for_server(_DIALECTS.get(name, name), engine.url.render_as_string(hide_password=True))
 
 
+@runtime_checkable
+class ReportsOutages(Protocol):
+    """A queue with a thread of its own on its server (the SQL wake-up listener): it
+    tells that thread's failures through the state it is handed."""
+
+    def report_outages_to(self, watch: ConnectionState) -> None:
+        """Tell the failures of the queue's own threads through `watch`."""
+        ...
+
+
 def for_queue(queue: object) -> ConnectionState:
-    """The state of the server behind a queue (SQL engine, Redis client, or none)."""
+    """The state of the server behind a queue (SQL engine, Redis client, or none). A
+    queue with a thread of its own on that server (`ReportsOutages`) is handed the
+    same state, so an outage is told once for the process."""
     engine = getattr(queue, "engine", None)
     if engine is not None and hasattr(engine, "dialect"):
-        return for_engine(engine)
+        state = for_engine(engine)
+        if isinstance(queue, ReportsOutages):
+            queue.report_outages_to(state)
+        return state
     client = getattr(queue, "_client", None)
     pool = getattr(client, "connection_pool", None)
     if pool is not None:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import attrs
 import sqlalchemy as sa
 
-from .adapters.sql_schema import SCHEMA
+from .adapters.sql.schema import SCHEMA
 
 #: At most this many running jobs' ids go in one heartbeat, to keep it small.
 MAX_BEAT_JOBS = 100
@@ -102,7 +102,7 @@ def _us(when: datetime) -> int:
 
 class SqlPresence:
     """Heartbeats in a `conveyor_workers` table beside the job tables. It runs no DDL:
-    the table comes with the schema (`sql_schema.migrate`)."""
+    the table comes with the schema (`adapters.sql.migration.migrate`)."""
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
@@ -110,7 +110,7 @@ class SqlPresence:
     def _reading(self) -> sa.Connection:
         """A connection for reads only: on SQLite it must not take the write lock, so
         `conveyor status` answers while a writer holds it."""
-        from .adapters.sql_engine import SQLITE_BEGIN_OPTION
+        from .adapters.sql.engine import SQLITE_BEGIN_OPTION
 
         conn = self.engine.connect()
         return conn.execution_options(**{SQLITE_BEGIN_OPTION: "DEFERRED"})

@@ -54,7 +54,8 @@ def empty_backend(name: str, folder: Path) -> str:
     if name == "postgresql":
         import sqlalchemy as sa
         from conveyor.shell.adapters.sql import make_engine
-        from conveyor.shell.adapters.sql_schema import SCHEMA, create_tables
+        from conveyor.shell.adapters.sql.migration import create_tables
+        from conveyor.shell.adapters.sql.schema import SCHEMA
 
         url = postgres_database()
         engine = make_engine(url)

@@ -79,7 +79,7 @@ def open_backend(url: str) -> tuple[Any, Any]:
         client = redis.Redis.from_url(url, decode_responses=False)
         return RedisJobQueue(client), RedisJobStore(client)
     from conveyor.shell.adapters.sql import SqlJobQueue, SqlJobStore, make_engine
-    from conveyor.shell.adapters.sql_schema import create_tables
+    from conveyor.shell.adapters.sql.migration import create_tables
 
     engine = make_engine(url)
     create_tables(engine)

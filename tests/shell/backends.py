@@ -61,7 +61,8 @@ def make_backend(name: str) -> Backend:
         return Backend(name, MemoryJobQueue(store), store, None, None, lambda: None)
     if name in ("sqlite", "postgresql"):
         from conveyor.shell.adapters.sql import SqlJobQueue, SqlJobStore, make_engine
-        from conveyor.shell.adapters.sql_schema import SCHEMA, create_tables
+        from conveyor.shell.adapters.sql.migration import create_tables
+        from conveyor.shell.adapters.sql.schema import SCHEMA
 
         folder = Path(tempfile.mkdtemp(prefix="conveyor-sweep-"))
         url = f"sqlite:///{folder / 'jobs.db'}" if name == "sqlite" else _postgres_url()

@@ -40,7 +40,7 @@ def _writer(b: Backend) -> Any:
     if b.name == "sqlite":
         return _ThreadWriter(b.queue)
     if b.name == "postgresql":
-        from conveyor.shell.adapters.sql_async import AsyncSqlQueue
+        from conveyor.shell.adapters.sql.async_queue import AsyncSqlQueue
 
         return AsyncSqlQueue(b.queue.engine.url.render_as_string(hide_password=False))
     from conveyor.shell.adapters.redis_async import AsyncRedisQueue

@@ -54,7 +54,7 @@ def _config(backend: str, folder: Path, **extra: Any) -> dict[str, Any]:
 
 def _clear(rt: Runtime) -> None:
     if rt.config.provider == "db" and rt.config.url.startswith("postgresql"):
-        from conveyor.shell.adapters.sql_schema import SCHEMA
+        from conveyor.shell.adapters.sql.schema import SCHEMA
 
         with rt.queue.engine.begin() as conn:  # type: ignore[attr-defined]
             for table in (SCHEMA.job_queue, SCHEMA.job_store):

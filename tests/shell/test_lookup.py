@@ -147,7 +147,7 @@ def test_a_sqlite_lookup_reads_beside_an_open_writer(tmp_path) -> None:
     import sqlite3
 
     from conveyor.shell.adapters.sql import SqlJobQueue, make_engine
-    from conveyor.shell.adapters.sql_schema import create_tables
+    from conveyor.shell.adapters.sql.migration import create_tables
 
     path = tmp_path / "jobs.db"
     engine = make_engine(f"sqlite:///{path}")

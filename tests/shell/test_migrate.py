@@ -20,7 +20,9 @@ import sqlalchemy as sa
 from conveyor.core import ValidationError
 from conveyor.shell import cli
 from conveyor.shell.adapters.sql import make_engine
-from conveyor.shell.adapters.sql_schema import SCHEMA, ddl_text, schema_problem, schema_version
+from conveyor.shell.adapters.sql.ddl import ddl_text, schema_version
+from conveyor.shell.adapters.sql.migration import schema_problem
+from conveyor.shell.adapters.sql.schema import SCHEMA
 from conveyor.shell.config import load_config
 from conveyor.shell.migrate import SchemaNotCurrent, migrate, migration_sql
 from conveyor.shell.runtime import build

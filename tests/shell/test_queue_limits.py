@@ -20,7 +20,9 @@ import sqlalchemy as sa
 from conveyor.core import ValidationError
 from conveyor.core.limits import Cap, QueueLimits, Rate
 from conveyor.shell.adapters.sql import SqlJobQueue, make_engine
-from conveyor.shell.adapters.sql_schema import SCHEMA, ddl_text, migrate, schema_problem
+from conveyor.shell.adapters.sql.ddl import ddl_text
+from conveyor.shell.adapters.sql.migration import migrate, schema_problem
+from conveyor.shell.adapters.sql.schema import SCHEMA
 from conveyor.shell.codec import decode, encode, to_document
 from conveyor.shell.config import parse_config
 from conveyor.shell.runtime import build

@@ -40,7 +40,9 @@ from conveyor.core import (
     start,
 )
 from conveyor.shell.adapters.sql import SqlJobQueue, SqlJobStore, from_micros, make_engine
-from conveyor.shell.adapters.sql_schema import SCHEMA, create_tables, ddl_text, make_schema
+from conveyor.shell.adapters.sql.ddl import ddl_text
+from conveyor.shell.adapters.sql.migration import create_tables
+from conveyor.shell.adapters.sql.schema import SCHEMA, make_schema
 from conveyor.shell.ports import BadClaim, Claim
 from conveyor.testing.postgres_server import (
     drop_database,

@@ -174,7 +174,8 @@ def no_temp_url() -> Iterator[str]:
     import uuid
 
     from conveyor.shell.adapters.sql import make_engine
-    from conveyor.shell.adapters.sql_schema import SCHEMA, migrate
+    from conveyor.shell.adapters.sql.migration import migrate
+    from conveyor.shell.adapters.sql.schema import SCHEMA
     from conveyor.testing.postgres_server import drop_database, fresh_database
 
     url = fresh_database(prefix="conveyor_notemp")

@@ -1,5 +1,5 @@
 """The GRANT list docs/sql.md gives an application role on PostgreSQL is the one the
-schema gives (`sql_grants.grant_sql`), it names every table and sequence that
+schema gives (`sql.grants.grant_sql`), it names every table and sequence that
 `migrate` creates, and a role holding exactly those rights (and no CREATE right
 anywhere) runs every feature: enqueue, unique keys, a worker on a plain and on a
 limited queue, cancel (queued and running), dead letters, cron, status, limit
@@ -19,7 +19,7 @@ import conveyor
 import pytest
 import sqlalchemy as sa
 from conveyor.shell import cli
-from conveyor.shell.adapters.sql_grants import grant_sequences, grant_sql, grant_tables
+from conveyor.shell.adapters.sql.grants import grant_sequences, grant_sql, grant_tables
 from conveyor.shell.migrate import migrate
 from conveyor.testing.postgres_server import drop_database, fresh_database
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from conveyor.shell.adapters.sql import SqlJobQueue, SqlJobStore, make_engine
-from conveyor.shell.adapters.sql_schema import SCHEMA, create_tables
+from conveyor.shell.adapters.sql.migration import create_tables
+from conveyor.shell.adapters.sql.schema import SCHEMA
 from conveyor.shell.ports import JobQueue
 from conveyor.testing.postgres_server import drop_database, fresh_database, postgres_url
 from conveyor.testing.state_machine import queue_machine

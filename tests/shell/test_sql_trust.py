@@ -24,13 +24,11 @@ import attrs
 import pytest
 from conveyor.core import JobStatus, Priority, revive
 from conveyor.shell.adapters.sql import SqlJobQueue, make_engine
-from conveyor.shell.adapters.sql_schema import (
-    PROMOTE_PER_CLAIM,
-    SCHEMA,
-    claim_function_name,
-    create_tables,
-)
-from conveyor.shell.adapters.sql_wakeup import wakeups_for
+from conveyor.shell.adapters.sql.migration import create_tables
+from conveyor.shell.adapters.sql.postgres_ddl import claim_function_name
+from conveyor.shell.adapters.sql.schema import SCHEMA
+from conveyor.shell.adapters.sql.statements import PROMOTE_PER_CLAIM
+from conveyor.shell.adapters.sql.wakeups import wakeups_for
 from conveyor.shell.ports import PREFETCH_MARK, BadClaim, Claim
 from sqlalchemy import Engine, text
 from test_sql_backend import (

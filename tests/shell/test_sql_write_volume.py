@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from backends import Backend, make_backend
-from conveyor.shell.adapters.sql_schema import SCHEMA
+from conveyor.shell.adapters.sql.schema import SCHEMA
 from conveyor.shell.ports import Claim
 from helpers import T0, make_job
 
@@ -99,7 +99,7 @@ def pg_url() -> Iterator[str]:
 
 def test_each_postgresql_queue_index_holds_only_the_rows_of_its_status(pg_url: str) -> None:
     from conveyor.shell.adapters.sql import make_engine
-    from conveyor.shell.adapters.sql_schema import migrate
+    from conveyor.shell.adapters.sql.migration import migrate
 
     engine = make_engine(pg_url)
     try:
@@ -116,7 +116,7 @@ def test_migrate_rebuilds_whole_queue_indexes_an_earlier_version_made_as_partial
     pg_url: str,
 ) -> None:
     from conveyor.shell.adapters.sql import make_engine
-    from conveyor.shell.adapters.sql_schema import migrate
+    from conveyor.shell.adapters.sql.migration import migrate
 
     engine = make_engine(pg_url)
     try:

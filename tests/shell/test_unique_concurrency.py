@@ -76,7 +76,7 @@ def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, str]]:
         yield name, redis_url(12), prefix
         return
     from conveyor.shell.adapters.sql import make_engine
-    from conveyor.shell.adapters.sql_schema import create_tables
+    from conveyor.shell.adapters.sql.migration import create_tables
 
     if name == "sqlite":
         url = f"sqlite:///{Path(tempfile.mkdtemp(prefix='conveyor-unique-')) / 'jobs.db'}"

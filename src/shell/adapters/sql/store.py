@@ -28,11 +28,12 @@ from sqlalchemy import (
     select,
 )
 
-from ...core import Job, JobStatus, PruneOrder
-from ..codec import decode, encode
-from ..ports import FinishedPerMinute, HistoryFilter
-from .sql_engine import Database, to_micros
-from .sql_schema import SCHEMA, STORE_COUNTER, Schema
+from ....core import Job, JobStatus, PruneOrder
+from ...codec import decode, encode
+from ...ports import FinishedPerMinute, HistoryFilter
+from .database import Database
+from .engine import to_micros
+from .schema import SCHEMA, STORE_COUNTER, Schema
 
 __all__ = ["SqlJobStore", "record_values", "write_record", "write_records"]
 

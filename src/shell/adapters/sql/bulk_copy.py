@@ -30,7 +30,7 @@ from sqlalchemy import Connection, Table
 from sqlalchemy.engine.interfaces import Dialect
 from sqlalchemy.exc import DBAPIError
 
-from .sql_schema import Schema
+from .schema import Schema
 
 __all__ = ["RowCopier"]
 

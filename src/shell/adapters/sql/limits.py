@@ -14,18 +14,23 @@ state is written, before the commit.
 
 In-use counts are read from the rows, never kept as counters: a finish, a cancel or
 the lease keeper's reclaim changes them by changing the rows, so slots cannot leak.
+
+`LimitedClaiming` is the role of `SqlJobQueue` that runs these claims (and the read of
+what a queue holds for its limits) as units of work.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Executable, Select, bindparam, delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from ...core.limits import (
+from ....core.limits import (
     Bucket,
     Candidate,
     ClaimPlan,
@@ -33,9 +38,12 @@ from ...core.limits import (
     candidates_per_partition,
     plan_claim,
 )
-from ..ports import LimitUsage
-from .sql_engine import Database
-from .sql_schema import PROCESSING, PROMOTE_PER_CLAIM, READY
+from ...ports import LimitedClaims, LimitUsage, prefetch_token
+from .base import SqlQueueBase, as_claim
+from .database import Database
+from .engine import from_micros, to_micros
+from .schema import PROCESSING, READY
+from .statements import PROMOTE_PER_CLAIM
 
 #: Partitions whose first rows one SQLite statement reads (its compound-select limit
 #: is 500).
@@ -219,3 +227,46 @@ def _rows(
 def held_rows(rows: Sequence[Any]) -> list[Any]:
     """A re-sent claim's rows (found by its token), in claim order."""
     return sorted(rows, key=lambda r: (r.priority, r.seq))
+
+
+class LimitedClaiming(SqlQueueBase):
+    """The role of `SqlJobQueue` that claims under limits and reports what they hold."""
+
+    #: Claims of queues with limits, made on first use.
+    _limited: SqlLimitedClaim | None = None
+
+    def dequeue_limited(
+        self, queue: str, now: datetime, want: int, limits: QueueLimits
+    ) -> LimitedClaims:
+        """Claim up to `want` jobs of `queue` as `core.limits.plan_claim` chooses, in one
+        transaction serialised with the queue's other limited claims (see
+        `SqlLimitedClaim`); tokens as `dequeue_many` gives them."""
+        if self._limited is None:
+            self._limited = SqlLimitedClaim(self._db, self._promote)
+        limited = self._limited
+        at = to_micros(now)
+        base = prefetch_token(uuid.uuid4().hex[:16] + ":")
+        tries = 0
+
+        def work(conn: Connection) -> tuple[list[Any], ClaimPlan | None]:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                # A re-send: its first try may have committed before the answer was lost.
+                held = list(conn.execute(self._db.sql.held_many, {"at": at, "token": base}))
+                if held:
+                    return held_rows(held), None
+            return limited.claim(conn, queue, at, max(1, want), limits, base)
+
+        rows, plan = self._db.run(work)
+        claims = [as_claim(str(r.id), str(r.locked_by), queue, str(r.payload), now) for r in rows]
+        if plan is None or plan.wait_until_us is None:
+            return LimitedClaims(claims, None, plan is not None and plan.held_back > 0)
+        return LimitedClaims(claims, from_micros(plan.wait_until_us), plan.held_back > 0)
+
+    def limit_usage(self, queue: str, now: datetime) -> LimitUsage:
+        """What `queue` holds now for its limits (see `SqlLimitedClaim`), in one read."""
+        if self._limited is None:
+            self._limited = SqlLimitedClaim(self._db, self._promote)
+        limited = self._limited
+        return self._db.run(lambda conn: limited.usage(conn, queue))

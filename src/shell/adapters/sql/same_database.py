@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import URL
 
-from ...core import ValidationError
+from ....core import ValidationError
 
 _PG_IDENTITY = text("SELECT current_database(), pg_postmaster_start_time()")
 

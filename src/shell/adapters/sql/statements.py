@@ -37,7 +37,12 @@ from sqlalchemy.dialects.postgresql import JSON
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from .sql_schema import PROCESSING, READY, SCHEDULED, Schema, claim_function_name
+from .postgres_ddl import claim_function_name
+from .schema import PROCESSING, READY, SCHEDULED, Schema
+
+#: How many due parked jobs one claim promotes at most, so a claim stays cheap when a
+#: large batch comes due at once (the next claims promote the rest).
+PROMOTE_PER_CLAIM = 100
 
 #: The job_queue columns an enqueue writes, `seq` apart.
 JOB_COLUMNS = (

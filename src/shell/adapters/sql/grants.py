@@ -11,7 +11,7 @@ TEMPORARY on a database unless it was revoked; without it a bulk enqueue takes
 another path).
 
 ```python
-from conveyor.shell.adapters.sql_grants import grant_sql
+from conveyor.shell.adapters.sql.grants import grant_sql
 
 print(grant_sql("app"))
 ```
@@ -22,8 +22,9 @@ from __future__ import annotations
 import re
 import textwrap
 
-from ...core import ValidationError
-from .sql_schema import SCHEMA, Schema, _dialect
+from ....core import ValidationError
+from .schema import SCHEMA, Schema
+from .schema import dialect_of as _dialect
 
 #: The table privileges a role that enqueues, works and reports needs.
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")

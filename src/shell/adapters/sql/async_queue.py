@@ -4,7 +4,7 @@ The statements and the unit of work are the sync adapter's: a `SqlJobQueue` over
 the async engine's `sync_engine` runs its own enqueue inside
 `AsyncConnection.run_sync`, where each statement awaits the driver instead of
 blocking (SQLAlchemy's greenlet bridge). So the SQL of an enqueue lives in one
-place, `sql_statements`; only the transaction and its retries are here, with
+place, `statements`; only the transaction and its retries are here, with
 `asyncio.sleep` between tries instead of `time.sleep`.
 
 SQLite is not served here, by choice: aiosqlite runs sqlite3 on a thread and
@@ -22,10 +22,10 @@ from typing import TypeVar
 from sqlalchemy import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from ...core import Job
-from .sql_engine import normalize_url
-from .sql_queue import SqlJobQueue
-from .sql_schema import SCHEMA, Schema
+from ....core import Job
+from .engine import normalize_url
+from .queue import SqlJobQueue
+from .schema import SCHEMA, Schema
 
 __all__ = ["ASYNC_DRIVERS", "AsyncSqlQueue", "async_driver_installed", "async_url"]
 

@@ -20,6 +20,13 @@ the thread was busy (between its empty claim and its wait) wakes it at once, as 
 per-thread LISTEN would have. The listener thread ends, closing its connection, once
 no queue that waited through it is alive (or all were closed); the next wait starts
 another.
+
+The listener's failures are told through the process's view of the server when one is
+given (`report_outages_to`: the worker hands over its own, so an outage is told once
+for the process with the workers' own failures); this module imports nothing of the
+layers above the adapters.
+
+`WaitingForWork` is the role of `SqlJobQueue` that waits here.
 """
 
 from __future__ import annotations
@@ -28,15 +35,15 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from .. import outage
-from .sql_schema import NOTIFY_CHANNEL
+from .base import SqlQueueBase
+from .postgres_ddl import NOTIFY_CHANNEL
 
-__all__ = ["SQLITE_WATCH_S", "Wakeups", "wakeups_for"]
+__all__ = ["SQLITE_WATCH_S", "ServerWatch", "WaitingForWork", "Wakeups", "wakeups_for"]
 
 _log = logging.getLogger(__name__)
 
@@ -50,11 +57,22 @@ _RECONNECT_S = (0.05, 5.0)
 _ANY = ""
 
 
+class ServerWatch(Protocol):
+    """The process's view of one server (`outage.ConnectionState` is one): `failed(exc)`
+    notes a failure, tells it once if it means the server is unreachable, and says so."""
+
+    def failed(self, exc: BaseException) -> bool:
+        """True when `exc` was an outage, now told; False leaves the error to the caller."""
+        ...
+
+
 class Wakeups:
     """The wake-up listener of one database in this process (see the module docs)."""
 
     def __init__(self, sqlite: bool) -> None:
         self._sqlite = sqlite
+        #: Where the listener's failures are told (None: it logs them itself).
+        self._watch: ServerWatch | None = None
         self._cond = threading.Condition()
         self._heard: dict[str, int] = {}  # announcements per queue name (_ANY on SQLite)
         self._epoch = 0  # bumped when announcements may have been missed (reconnect)
@@ -88,6 +106,11 @@ class Wakeups:
                 self._waiting -= 1
             seen[key] = self._mark(key)
             return bool(woke)
+
+    def report_to(self, watch: ServerWatch) -> None:
+        """Tell the listener's failures through `watch` from now on."""
+        with self._cond:
+            self._watch = watch
 
     def leave(self, user: object) -> None:
         """`user` waits no more (its queue is closing)."""
@@ -178,7 +201,9 @@ class Wakeups:
                 # Waiters fall back to their timeouts (polling) until the listener is back.
                 # A server outage is told once for the process (with the workers' own
                 # failures); anything else once per run of failures, with its traceback.
-                if not outage.for_engine(engine).failed(exc):
+                with self._cond:
+                    watch = self._watch
+                if watch is None or not watch.failed(exc):
                     _log.log(
                         logging.DEBUG if failing else logging.WARNING,
                         "the PostgreSQL wake-up listener failed; reconnecting",
@@ -208,3 +233,20 @@ def wakeups_for(engine: Engine) -> Wakeups:
         if found is None:
             found = _REGISTRY[url] = Wakeups(engine.dialect.name == "sqlite")
         return found
+
+
+class WaitingForWork(SqlQueueBase):
+    """The role of `SqlJobQueue` that lets idle workers sleep until work may be there."""
+
+    def wait_for_work(self, queue: str, timeout_s: float) -> bool:
+        """Block until a job may be ready on `queue` or `timeout_s` passes; True means
+        "try a claim". All idle workers of a process share one listener per database,
+        outside the pool (see `wakeups`). A parked job is announced when it is
+        placed, not when it comes due: ask `next_due` how long to sleep."""
+        return wakeups_for(self._db.engine).wait(self, self._db.engine, queue, timeout_s)
+
+    def report_outages_to(self, watch: ServerWatch) -> None:
+        """Tell the failures of this database's wake-up listener through `watch`, the
+        process's view of the server (`outage.for_queue` hands it over), so that an
+        outage is told once for the process, with the workers' own failures."""
+        wakeups_for(self._db.engine).report_to(watch)

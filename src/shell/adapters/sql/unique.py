@@ -31,14 +31,15 @@ from sqlalchemy import Connection, Executable, Select, bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from ...core import Job, JobStatus, WriteRetryPolicy
-from ...core.job import UniqueLock
-from ...core.uniqueness import lock_holds, state_names
-from ..ports import Place
-from ..retrying import Retrier
-from ..unique import PLACE_NAMES, found_in_queue, stored_job
-from .sql_engine import Database, from_micros, to_micros
-from .sql_schema import JOB_COUNTER
+from ....core import Job, JobStatus, WriteRetryPolicy
+from ....core.job import UniqueLock
+from ....core.uniqueness import lock_holds, state_names
+from ...ports import Place
+from ...retrying import Retrier
+from ...unique import PLACE_NAMES, found_in_queue, stored_job
+from .database import Database
+from .engine import from_micros, to_micros
+from .schema import JOB_COUNTER
 
 T = TypeVar("T")
 

@@ -1,0 +1,168 @@
+"""The SQL backend's engines: how they are built and configured, and the time format.
+
+`make_engine` builds an engine for SQLite (configured by `configure_sqlite`) or
+PostgreSQL (psycopg 3). The unit of work that runs on it, and retries its transient
+failures, is `database.Database`.
+
+Times are stored as integer microseconds since the Unix epoch, UTC (`to_micros`,
+`from_micros`).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
+
+from ....core import ValidationError
+
+__all__ = [
+    "SQLITE_BEGIN_OPTION",
+    "SUPPORTED",
+    "SUPPORTED_NAMES",
+    "configure_sqlite",
+    "from_micros",
+    "make_engine",
+    "normalize_url",
+    "to_micros",
+]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+SUPPORTED = ("postgresql", "sqlite")
+SUPPORTED_NAMES = "sqlite or postgresql"
+#: The execution option naming how a SQLite transaction begins (IMMEDIATE or DEFERRED).
+SQLITE_BEGIN_OPTION = "conveyor_sqlite_begin"
+
+
+def to_micros(when: datetime, field: str = "now") -> int:
+    """`when` as integer microseconds since the Unix epoch (exact; no float rounding)."""
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValidationError.of(field, "must be timezone-aware (UTC); got a naive datetime")
+    return (when - _EPOCH) // _MICROSECOND
+
+
+def from_micros(value: int) -> datetime:
+    """An aware UTC datetime from microseconds since the Unix epoch."""
+    return _EPOCH + timedelta(microseconds=value)
+
+
+_CONFIGURED: weakref.WeakSet[Engine] = weakref.WeakSet()
+_CONFIGURE_LOCK = threading.Lock()
+_SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+
+
+def configure_sqlite(
+    engine: Engine, *, busy_timeout_ms: int = 5000, synchronous: str = "NORMAL"
+) -> None:
+    """Make a SQLite engine safe for several threads and processes on one file.
+
+    Each new connection gets WAL (readers never block the writer),
+    `busy_timeout` (wait for the write lock instead of failing at once) and
+    `synchronous`. Transactions begin with `BEGIN IMMEDIATE`, which takes the write
+    lock up front: a deferred transaction that reads and then writes can fail with
+    `database is locked` no busy timeout can cure, once another writer committed in
+    between. Read-only work of the adapters opts out with `BEGIN DEFERRED`.
+    Idempotent per engine; `make_engine` calls it for you.
+    """
+    if engine.dialect.name != "sqlite":
+        raise ValidationError.of("engine", f"is {engine.dialect.name}, not sqlite")
+    mode = synchronous.upper()
+    if mode not in _SYNCHRONOUS:
+        raise ValidationError.of("synchronous", f"must be one of {', '.join(sorted(_SYNCHRONOUS))}")
+    if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
+        raise ValidationError.of("busy_timeout_ms", "must be an integer")
+    if busy_timeout_ms < 0:
+        raise ValidationError.of("busy_timeout_ms", "must be >= 0")
+    with _CONFIGURE_LOCK:
+        if engine in _CONFIGURED:
+            return
+        _CONFIGURED.add(engine)
+
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take BEGIN away from the sqlite3 module (it would defer it past our SELECTs)
+        # and give it to the "begin" listener below.
+        dbapi_connection.isolation_level = None
+        # A payload that is not UTF-8 (written by something else) must come back as a
+        # BadClaim, not raise inside the driver and wedge the queue behind it.
+        dbapi_connection.text_factory = _lenient_text
+        cursor = dbapi_connection.cursor()
+        try:
+            # The busy timeout first, so switching the journal mode waits its turn too.
+            cursor.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+            current = str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+            if current not in ("wal", "memory"):
+                cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute(f"PRAGMA synchronous = {mode}")
+        finally:
+            cursor.close()
+
+    def on_begin(conn: Connection) -> None:
+        how = conn.get_execution_options().get(SQLITE_BEGIN_OPTION, "IMMEDIATE")
+        conn.exec_driver_sql("BEGIN DEFERRED" if how == "DEFERRED" else "BEGIN IMMEDIATE")
+
+    event.listen(engine, "connect", on_connect)
+    event.listen(engine, "begin", on_begin)
+
+
+def _lenient_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Parse `url`; a bare `postgres://` or `postgresql://` gets the psycopg 3 driver."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgres", "postgresql"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def make_engine(
+    url: str | URL,
+    *,
+    busy_timeout_ms: int = 5000,
+    synchronous: str = "NORMAL",
+    pool_size: int | None = None,
+    **options: Any,
+) -> Engine:
+    """An engine for the SQL backend.
+
+    `sqlite:///path/to/file.db` gets `configure_sqlite` (WAL, busy timeout,
+    `BEGIN IMMEDIATE`); an in-memory SQLite database is refused, since each pooled
+    connection would see its own empty database (use the memory backend instead).
+    `postgresql://...` (or `postgres://`) uses psycopg 3. Pooled connections are not
+    pinged before use; a unit of work that meets a dead one is rerun on a fresh one.
+
+    `pool_size` is how many connections the pool keeps open (SQLAlchemy's default, 5,
+    when None); up to `max_overflow` (default 10) more are opened under load. Idle
+    workers hold none: their wake-up listener has a connection of its own, one per
+    process and database. Other keyword `options` go to `sqlalchemy.create_engine`.
+    """
+    parsed = normalize_url(url)
+    backend = parsed.get_backend_name()
+    # Statement parameters hold job payloads (and so their secrets): keep them out of
+    # exception messages and logs.
+    options.setdefault("hide_parameters", True)
+    if backend not in SUPPORTED:
+        raise ValidationError.of(
+            "url", f"backend {backend!r} is not supported; use {SUPPORTED_NAMES}"
+        )
+    if pool_size is not None:
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise ValidationError.of("pool_size", "must be an integer >= 1")
+        options["pool_size"] = pool_size
+    if backend == "sqlite":
+        database = parsed.database or ""
+        if database in ("", ":memory:") or parsed.query.get("mode") == "memory":
+            raise ValidationError.of(
+                "url", "an in-memory SQLite database is per connection; give a file path"
+            )
+        engine = create_engine(parsed, **options)
+        configure_sqlite(engine, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
+        return engine
+    # No pre-ping (a round trip per transaction): a dead pooled connection fails its
+    # unit of work, which is then rerun on a fresh one (see `database.is_transient`).
+    return create_engine(parsed, **options)
