@@ -89,6 +89,9 @@ def describe(exc: BaseException) -> str:
 #: A failure this soon after the server came back is most likely a pooled connection
 #: opened before the outage: it is told only if the server stays away this long.
 SETTLE_S = 5.0
+#: A success this soon after an outage began is most likely a call sent before it (on
+#: another thread) answering late: it does not end the outage.
+IN_FLIGHT_S = 1.0
 
 
 class ConnectionState:
@@ -146,6 +149,8 @@ class ConnectionState:
         if self._down_since is None:
             return
         with self._lock:
+            if self._down_since is not None and time.monotonic() - self._down_since < IN_FLIGHT_S:
+                return
             since, self._down_since = self._down_since, None
             quiet, self._quiet = self._quiet, False
             if since is not None:

@@ -1,0 +1,55 @@
+"""How one process tells a server outage: one line when it starts, one when it ends."""
+
+import logging
+
+import pytest
+from conveyor.shell import outage
+from conveyor.shell.outage import ConnectionState
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(outage.time, "monotonic", fake)
+    return fake
+
+
+def told(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.levelname for r in caplog.records if r.levelno >= logging.INFO]
+
+
+def test_a_call_that_was_in_flight_when_the_server_went_away_does_not_end_the_outage(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="conveyor.outage")
+    state = ConnectionState("PostgreSQL", "db")
+    assert state.failed(ConnectionError("server closed the connection unexpectedly"))
+    # Another thread's query, sent before the server stopped, answers just after.
+    clock.now += 0.01
+    state.ok()
+    clock.now += 0.5
+    assert state.failed(ConnectionError("no such file"))
+    clock.now += 9.0
+    state.ok()
+    assert told(caplog) == ["WARNING", "INFO"]
+    assert "back after 9.5 s" in caplog.records[-1].getMessage()
+
+
+def test_a_success_after_the_in_flight_window_ends_a_short_outage(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="conveyor.outage")
+    state = ConnectionState("Redis", "redis://h")
+    state.failed(ConnectionError("reset"))
+    clock.now += outage.IN_FLIGHT_S
+    state.ok()
+    assert not state.down
+    assert told(caplog) == ["WARNING", "INFO"]
