@@ -3,7 +3,6 @@
 import asyncio
 
 import pytest
-
 from conveyor.core import WriteRetryPolicy
 from conveyor.shell.retrying import Retrier, retrying
 

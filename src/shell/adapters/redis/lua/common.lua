@@ -1,11 +1,14 @@
--- Prepended to every queue script by redis_queue.py.
+-- Prepended to every queue script by scripts.py, behind the values it renders from
+-- the core (PRIORITIES in claim order, RANK of each priority).
 --
 -- ARGV[1] is the key base, "{prefix}". Every key starts with it, so the whole
 -- deployment hashes to one Redis Cluster slot: that is what lets a script touch
 -- keys it derives here (a job's queue lists, read from its hash) besides KEYS[1],
 -- which is only the routing anchor. Times arrive as arguments from the caller's
--- clock; no script reads the server's TIME (see `server_time` in redis_queue.py for
--- how callers agree on one clock).
+-- clock; no script reads the server's TIME (see `server_time` in reads.py for how
+-- callers agree on one clock). A job's facts (its partition and job type) arrive as
+-- arguments too, computed in Python from the core: no script decodes a body to work
+-- out a rule.
 --
 -- A job's hash is the truth about where it is: `status` says which structure holds
 -- its id (ready list + ready_at zset, scheduled zsets, or in-flight zsets), and
@@ -20,7 +23,6 @@
 -- promoted and removed, ordered among its millisecond's peers by id.
 
 local base = ARGV[1]
-local PRIORITIES = {'critical', 'high', 'normal', 'low'}
 -- Enough wake tokens to rouse a handful of idle workers; more would only make busy
 -- workers spin through stale tokens later.
 local WAKE_CAP = 16
@@ -53,57 +55,42 @@ local function member_id(member)
   return string.match(member, '([^:]*)$')
 end
 
--- Limited queues (fair shares, caps, rates: see redis_limits.py). A queue whose limits
--- are in use is a member of {base}:limited, and each of its ready jobs is also in the
--- zset {base}:pready:<queue>:<partition> as "<job type>:<id>" (`pready_member`; a
--- job type has no ':'), scored by priority rank * 1e15 + seq (an integer below 2^53,
--- exact in a double), so a claim reads the first jobs of each partition in claim order
--- from the index alone, without walking the backlog; {base}:parts:<queue> names the
--- partitions. The hash keeps the job's `part` and `jtype` (derived from the body once
--- per placement) to find its entry and for the running counts. Every path that takes
--- a ready job out removes its entry (the claim scripts, `unplace`, the limited take);
--- one left behind anyway (a hash deleted by hand) is dropped by the limited take,
--- which checks each job it planned against its hash.
-local RANK = {critical = 0, high = 1, normal = 2, low = 3}
+-- Limited queues (fair shares, caps, rates: see limits.py). A queue whose limits are
+-- in use is a member of {base}:limited, and each of its ready jobs is also in the zset
+-- {base}:pready:<queue>:<partition> as "<job type>:<id>" (`pready_member`; a job type
+-- has no ':'), scored by priority rank * 1e15 + seq (an integer below 2^53, exact in a
+-- double), so a claim reads the first jobs of each partition in claim order from the
+-- index alone, without walking the backlog; {base}:parts:<queue> names the partitions.
+-- The hash keeps the job's `part` and `jtype` (its facts, as the placement gave them)
+-- to find its entry and for the running counts: `part` set means "indexed". Every path
+-- that takes a ready job out removes its entry (the claim scripts, `unplace`, the
+-- limited take); one left behind anyway (a hash deleted by hand) is dropped by the
+-- limited take, which checks each job it planned against its hash.
+--
+-- A parked job keeps its facts as `partition` and `job_type` until it is promoted. A
+-- ready job of a limited queue found without facts (placed before its queue's limits
+-- were used, or by an earlier version) waits in the set {base}:nofacts:<queue> for
+-- Python to read its body and hand its facts over (limited_facts.lua); until that set
+-- is empty the limited read answers "not indexed".
 
 -- The index score, as a string: a Lua number would be printed with 14 digits.
 local function ready_score(priority, seq)
-  local rank = RANK[priority] or 2
+  local rank = RANK[priority] or #PRIORITIES
   seq = seq or '0'
   if rank == 0 then return seq end
   return rank .. pad(seq, 15)
-end
-
--- The job's partition (partition_key, else tenant_id, else '') and job type, read from
--- its body; a body that does not decode belongs to the default partition.
-local function job_facts(body)
-  local ok, doc = pcall(cjson.decode, body or '')
-  if not ok or type(doc) ~= 'table' then return '', '' end
-  local part = doc['partition_key']
-  if type(part) ~= 'string' then
-    part = doc['tenant_id']
-    if type(part) ~= 'string' then part = '' end
-  end
-  local jtype = doc['job_type']
-  if type(jtype) ~= 'string' then jtype = '' end
-  return part, jtype
 end
 
 local function pready_member(jtype, id)
   return (jtype or '') .. ':' .. id
 end
 
--- Index a ready job of a limited queue under its partition; `seq` and `body` when the
--- caller has them. Returns the partition.
-local function index_ready(id, jk, queue, priority, seq, body)
-  if not body then body = redis.call('HGET', jk, 'body') end
-  if not seq then seq = redis.call('HGET', jk, 'seq') end
-  local part, jtype = job_facts(body)
+-- Index a ready job of a limited queue under its partition `part`, as `jtype`.
+local function index_ready(id, jk, queue, priority, seq, part, jtype)
   redis.call('HSET', jk, 'part', part, 'jtype', jtype)
   redis.call('ZADD', key('pready', queue, part), ready_score(priority, seq),
              pready_member(jtype, id))
   redis.call('SADD', key('parts', queue), part)
-  return part
 end
 
 -- Ghosts. A limited take claims jobs from anywhere in their priority lists, and taking
@@ -148,12 +135,17 @@ end
 
 -- Ready: tail of its priority list (FIFO), plus its run_at (µs) for oldest_ready_at,
 -- plus the partition index when the queue is limited (the one extra command an
--- ordinary queue pays per ready placement is the SISMEMBER).
-local function push_ready(id, queue, priority, run_us, seq, body)
+-- ordinary queue pays per ready placement is the SISMEMBER). `part` and `jtype` are
+-- the job's facts; nil when its hash has none (see above).
+local function push_ready(id, queue, priority, run_us, seq, part, jtype)
   redis.call('RPUSH', key('queue', queue, priority), id)
   redis.call('ZADD', key('ready_at', queue), run_us, id)
   if is_limited(queue) then
-    index_ready(id, key('job', id), queue, priority, seq, body)
+    if part then
+      index_ready(id, key('job', id), queue, priority, seq, part, jtype)
+    else
+      redis.call('SADD', key('nofacts', queue), id)
+    end
   end
 end
 
@@ -205,26 +197,40 @@ local function unplace(id, jk)
   end
 end
 
--- Write the job unlocked and put it where `target` says ('ready' or 'scheduled').
+-- The placement arguments (Python's `arguments.placement`) from ARGV[at] on: id, body,
+-- queue, priority, target ('ready' or 'scheduled'), run_ms, run_us, and the job's
+-- facts, partition and job type.
+local PLACEMENT_ARGS = 9
+local function placement_at(at)
+  return {id = ARGV[at], body = ARGV[at + 1], queue = ARGV[at + 2], priority = ARGV[at + 3],
+          target = ARGV[at + 4], run_ms = ARGV[at + 5], run_us = ARGV[at + 6],
+          part = ARGV[at + 7], jtype = ARGV[at + 8]}
+end
+
+-- Write the job unlocked and put it where `p.target` says (`p`: a placement_at table).
 -- Every placement takes the next enqueue sequence number: promotion breaks run_at
--- ties by it. Returns true when the queue's idle workers should wake (the caller
--- then wakes them): always, since a parked job changes how long they may sleep
--- before it comes due, and an idle worker sleeps until the next `run_at`.
-local function place(id, jk, body, queue, priority, target, run_ms, run_us)
+-- ties by it. Then the queue's idle workers are woken: also for a parked job, which
+-- changes how long they may sleep before it comes due.
+local function place(jk, p)
+  local id, queue = p.id, p.queue
   local seq = tostring(redis.call('INCR', key('seq', 'queue')))
-  redis.call('HSET', jk, 'body', body, 'status', target, 'queue', queue,
-             'priority', priority, 'run_ms', run_ms, 'run_us', run_us, 'seq', seq)
-  -- `part` and `jtype` describe the body they were read from; a new body may differ.
-  redis.call('HDEL', jk, 'token', 'locked_at', 'part', 'jtype')
   redis.call('SADD', key('queues'), queue)
-  if target == 'scheduled' then
-    local member = sched_member(id, run_us, seq)
-    redis.call('ZADD', key('scheduled'), run_ms, member)
-    redis.call('ZADD', key('scheduled', queue), run_ms, member)
-    return true
+  if p.target == 'scheduled' then
+    redis.call('HSET', jk, 'body', p.body, 'status', p.target, 'queue', queue,
+               'priority', p.priority, 'run_ms', p.run_ms, 'run_us', p.run_us, 'seq', seq,
+               'partition', p.part, 'job_type', p.jtype)
+    -- `part` and `jtype` name an index entry, which a parked job has none of.
+    redis.call('HDEL', jk, 'token', 'locked_at', 'part', 'jtype')
+    local member = sched_member(id, p.run_us, seq)
+    redis.call('ZADD', key('scheduled'), p.run_ms, member)
+    redis.call('ZADD', key('scheduled', queue), p.run_ms, member)
+  else
+    redis.call('HSET', jk, 'body', p.body, 'status', p.target, 'queue', queue,
+               'priority', p.priority, 'run_ms', p.run_ms, 'run_us', p.run_us, 'seq', seq)
+    redis.call('HDEL', jk, 'token', 'locked_at', 'part', 'jtype', 'partition', 'job_type')
+    push_ready(id, queue, p.priority, p.run_us, seq, p.part, p.jtype)
   end
-  push_ready(id, queue, priority, run_us, seq, body)
-  return true
+  wake(queue, 1)
 end
 
 -- An id whose hash (or body) is gone names nothing to run: forget it everywhere it
@@ -295,7 +301,8 @@ local function promote(from, hi_ms, now_ms, now_us, limit)
         and redis.call('ZREM', from, member) == 1 then
       local id = member_id(member)
       local jk = key('job', id)
-      local f = redis.call('HMGET', jk, 'status', 'queue', 'priority', 'run_us', 'body')
+      local f = redis.call('HMGET', jk, 'status', 'queue', 'priority', 'run_us', 'body',
+                           'partition', 'job_type')
       if not f[5] then
         drop_orphan(id, member)
       else
@@ -309,7 +316,7 @@ local function promote(from, hi_ms, now_ms, now_us, limit)
           seq = seq + 1
           local digits = string.format('%d', seq)
           redis.call('HSET', jk, 'status', 'ready', 'seq', digits)
-          push_ready(id, f[2], f[3], f[4], digits, f[5])
+          push_ready(id, f[2], f[3], f[4], digits, f[6], f[7])
           woken[f[2]] = (woken[f[2]] or 0) + 1
           moved = moved + 1
         end

@@ -1,13 +1,14 @@
 -- finish_many: `finish` for several claims in one round trip.
--- ARGV: base, nonce, then per job: id, token, body, status, queue, tenant, claim_queue
--- (the queue the claim was taken from, whose in-flight set holds it).
+-- ARGV: base, nonce, then per job: id, token, the record after its id (7 arguments: see
+-- `record_at`), claim_queue (the queue the claim was taken from, whose in-flight set
+-- holds it).
 -- A re-send of this call finds the nonce in the records that landed (`op`).
 -- Each job's fence, record and release are one step, as in finish (the whole script
 -- is); the fence of prefetched claims and the index, in-flight, held-set and delete
 -- commands are shared by the batch.
 -- Returns 1/0 per job.
 local nonce = ARGV[2]
-local STEP = 7
+local STEP = RECORD_ARGS + 2
 
 -- Which of `ids` already have a record (every record is in {base}:history): one
 -- ZMSCORE per chunk instead of a hash read per job, since most finished jobs were
@@ -24,22 +25,23 @@ local function recorded(ids)
   return known
 end
 
--- `record` for a batch: one INCRBY for the sequence, one ZADD per index key.
+-- `record` for a batch (`items`: record_of tables): one INCRBY for the sequence, one
+-- ZADD per index key.
 local function record_many(items, ids)
   local seq = redis.call('INCRBY', key('seq', 'store'), #items) - #items
   local adds, known, dead, finished = {}, recorded(ids), {}, {}
-  for _, it in ipairs(items) do
-    local id, body, status, queue, tenant = it[1], it[2], it[3], it[4], it[5]
+  for _, r in ipairs(items) do
+    local id, status, queue, tenant, minute = r.id, r.status, r.queue, r.tenant, r.minute
     if known[id] then
       unindex(id)
     end
     -- A batch naming one id twice: its later item replaces the earlier's record.
     known[id] = true
     seq = seq + 1
-    local jtype, minute = facts(body)
-    redis.call('HSET', key('store', id), 'body', body, 'status', status, 'queue', queue,
-               'tenant', tenant, 'seq', seq, 'op', nonce, 'type', jtype, 'minute', minute)
-    for _, k in ipairs(index_keys(status, tenant, queue, jtype)) do
+    redis.call('HSET', key('store', id), 'body', r.body, 'status', status, 'queue', queue,
+               'tenant', tenant, 'seq', seq, 'op', nonce, 'type', r.jtype, 'minute', minute,
+               'finished_us', r.finished_us)
+    for _, k in ipairs(index_keys(status, tenant, queue, r.jtype)) do
       adds[k] = adds[k] or {}
       table.insert(adds[k], seq)
       table.insert(adds[k], id)
@@ -100,14 +102,14 @@ local fast = vouched()
 for i = 3, #ARGV, STEP do
   local id, token = ARGV[i], ARGV[i + 1]
   local jk = key('job', id)
-  local holds, queue = fast[i], ARGV[i + 6]
+  local holds, queue = fast[i], ARGV[i + STEP - 1]
   if not holds then
     local f = redis.call('HMGET', jk, 'token', 'status', 'queue', 'cancel')
     -- A cancel request refuses the outcome: the holder records the cancel instead.
     holds, queue = f[1] == token and f[2] == 'processing' and not f[4], f[3]
   end
   if holds then
-    table.insert(items, {id, ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]})
+    table.insert(items, record_of(id, i + 2))
     table.insert(released, id)
     table.insert(hashes, jk)
     by_queue[queue] = by_queue[queue] or {}

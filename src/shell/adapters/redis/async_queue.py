@@ -1,7 +1,7 @@
 """Enqueues for asyncio code on the Redis backend, through `redis.asyncio`.
 
-The write is the sync adapter's: the same Lua script (`redis_enqueue.lua`) with
-the same arguments (`RedisJobQueue._placement`), run by redis-py's asyncio client,
+The write is the sync adapter's: the same Lua script (`enqueue.lua`) with the same
+arguments (`arguments.placement`), run by redis-py's asyncio client,
 so a job enqueued here is indistinguishable from one enqueued by `RedisJobQueue`.
 A dropped connection is retried within the same budget, with `asyncio.sleep`
 between tries.
@@ -17,14 +17,10 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from ...core import Job
-from .redis_queue import (
-    DEFAULT_RETRY_BUDGET_S,
-    RedisJobQueue,
-    RedisKeys,
-    _source,
-    retrier,
-)
+from ....core import Job
+from .arguments import placement
+from .client import DEFAULT_RETRY_BUDGET_S, RedisKeys, retrier
+from .scripts import QUEUE, source
 
 __all__ = ["AsyncRedisQueue"]
 
@@ -47,10 +43,10 @@ class AsyncRedisQueue:
         self.keys = RedisKeys.for_prefix(prefix)
         self.retry_budget_s = retry_budget_s
         self._anchor = [self.keys.queues()]
-        self._enqueue = self._client.register_script(_source("common", "enqueue"))
+        self._enqueue = self._client.register_script(source(*QUEUE, "enqueue"))
 
     def _argv(self, job: Job, nonce: str) -> list[Any]:
-        return [self.keys.base, *RedisJobQueue._placement(job), nonce]
+        return [self.keys.base, *placement(job), nonce]
 
     async def enqueue(self, job: Job) -> None:
         """`RedisJobQueue.enqueue`, awaiting the server instead of blocking."""

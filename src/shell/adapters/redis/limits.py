@@ -3,13 +3,13 @@
 Theory of operation. The decision is `core.limits.plan_claim`, here in Python as on
 every backend; Redis stores, reads and fences. A claim is two scripts:
 
-1. `redis_limited_read.lua` promotes the queue's due parked jobs (as `claim_many`
+1. `limited_read.lua` promotes the queue's due parked jobs (as `claim_many`
    does) and returns the plan's inputs: the first `candidates_per_partition(want)`
    ready jobs of each partition, most urgent first; the running counts by (job type,
    partition), read from the queue's in-flight set and the jobs' hashes at that
    instant; and the queue's state hash `{prefix}:limits:<queue>` (buckets, passes
    and a version `v`).
-2. `redis_limited_take.lua` takes the planned jobs only while `v` is what the read
+2. `limited_take.lua` takes the planned jobs only while `v` is what the read
    saw and each job's hash still says ready in this queue under the seq, partition
    and type it was read with; it claims them as `claim_many` does (prefetched
    tokens, held set, receipt), writes the buckets and passes and moves `v`, all in
@@ -28,7 +28,7 @@ and whoever made it refused has taken jobs, so the queue always progresses.
 Reading candidates without walking the backlog: each ready job of a limited queue is
 also in `{prefix}:pready:<queue>:<partition>` as "<job type>:<id>", scored by
 priority rank * 1e15 + seq, and `{prefix}:parts:<queue>` names the partitions (see
-`push_ready` in `redis_common.lua`). A read is one ZRANGE per partition (the
+`push_ready` in `common.lua`). A read is one ZRANGE per partition (the
 candidates come from the index alone) plus one hash read per running job. Every path
 that takes a ready job out removes its entry (the claim scripts, `unplace`, the
 take); one left behind anyway (a hash deleted by hand) is caught by the take's check
@@ -36,8 +36,15 @@ of each planned job against its hash, which refuses the plan and drops the entry
 it never yields a wrong claim. Ordinary queues pay one SISMEMBER per ready placement
 (`{prefix}:limited`), nothing per claim or finish. A queue joins `{prefix}:limited`
 the first time its limits are used; the jobs already ready then are indexed by
-`redis_limited_index.lua`, a chunked ZSCAN of the queue's ready_at set, before the
-first read (see `ensure_indexed`).
+`limited_index.lua`, a chunked ZSCAN of the queue's ready_at set, before the first
+read (see `ensure_indexed`).
+
+Facts, not rules: a job's partition and job type are worked out in Python from the
+core (`core.limits.partition_of`) and handed to the scripts with each placement; a
+parked job keeps them in its hash for its promotion. A ready job found without them
+(placed before its queue's limits were used, or by an earlier version) waits in
+`{prefix}:nofacts:<queue>` until `supply_facts` reads its body and hands them over,
+and an in-flight one comes back with the read as a body to count here.
 
 Taking a job out of the middle of its priority list (LREM) would scan up to it, so
 the take leaves its id there as a ghost copy, counted in
@@ -55,8 +62,8 @@ from typing import Any
 
 import attrs
 
-from ...core import WriteRetryPolicy
-from ...core.limits import (
+from ....core import WriteRetryPolicy
+from ....core.limits import (
     Bucket,
     Candidate,
     ClaimPlan,
@@ -64,7 +71,9 @@ from ...core.limits import (
     candidates_per_partition,
     plan_claim,
 )
-from ..retrying import Retrier
+from ...retrying import Retrier
+from .arguments import facts_of_body
+from .client import text
 
 #: Ready jobs the upgrade indexes per script call.
 INDEX_BUDGET = 2000
@@ -79,18 +88,14 @@ VERSION = "v"
 _Run = Callable[..., Any]
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
 def _lines(value: bytes | str) -> list[str]:
-    text = _text(value)
-    return text.split("\n") if text else []
+    lines = text(value)
+    return lines.split("\n") if lines else []
 
 
 @attrs.frozen(slots=True)
 class LimitRead:
-    """One `redis_limited_read.lua` answer, decoded."""
+    """One `limited_read.lua` answer, decoded."""
 
     candidates: tuple[Candidate, ...]
     running: Mapping[tuple[str, str], int]
@@ -101,22 +106,25 @@ class LimitRead:
 
     @classmethod
     def of(cls, reply: Sequence[Any]) -> LimitRead:
-        _, lines, counts, state, ready = reply
+        _, lines, counts, state, ready, unknown = reply
         candidates = []
         for line in _lines(lines):
             score, member, partition = line.split(" ", 2)
             job_type, job_id = member.split(":", 1)
             rank, seq = divmod(int(float(score)), RANK_SCALE)
             candidates.append(Candidate(job_id, rank, seq, job_type, partition))
-        running = {}
+        running: dict[tuple[str, str], int] = {}
         for line in _lines(counts):
             job_type, count, partition = line.split(" ", 2)
             running[job_type, partition] = int(count)
+        for body in unknown:
+            partition, job_type = facts_of_body(body)
+            running[job_type, partition] = running.get((job_type, partition), 0) + 1
         buckets: dict[str, Bucket] = {}
         passes: dict[str, float] = {}
         version = "0"
         for raw_field, raw_value in zip(state[::2], state[1::2], strict=True):
-            field, value = _text(raw_field), _text(raw_value)
+            field, value = text(raw_field), text(raw_value)
             if field.startswith(BUCKET):
                 tokens, at_us = value.split(" ")
                 buckets[field[len(BUCKET) :]] = Bucket(float(tokens), int(at_us))
@@ -124,7 +132,7 @@ class LimitRead:
                 passes[field[len(PASS) :]] = float(value)
             elif field == VERSION:
                 version = value
-        by_partition = {_text(ready[i]): int(ready[i + 1]) for i in range(0, len(ready), 2)}
+        by_partition = {text(ready[i]): int(ready[i + 1]) for i in range(0, len(ready), 2)}
         return cls(tuple(candidates), running, buckets, passes, version, by_partition)
 
 
@@ -151,15 +159,29 @@ def changes_state(plan: ClaimPlan, read: LimitRead, fair: bool) -> bool:
 class RedisLimitedClaim:
     """Limited claims and usage reads for one `RedisJobQueue` (its `_run` and scripts)."""
 
-    def __init__(self, run: _Run, index: Any, read: Any, take: Any) -> None:
+    def __init__(self, run: _Run, index: Any, read: Any, take: Any, facts: Any) -> None:
         self._run, self._index, self._read, self._take = run, index, read, take
+        self._facts = facts
 
     def ensure_indexed(self, queue: str) -> None:
         """Index the ready jobs `queue` held before its limits were first used, one
         chunk per call, until done (a no-op round trip afterwards; callers ask only
-        when a read says the queue is not indexed)."""
+        when a read says the queue is not indexed), then hand over the facts of those
+        placed without them."""
         while not int(self._run(self._index, queue, INDEX_BUDGET)):
             pass
+        self.supply_facts(queue)
+
+    def supply_facts(self, queue: str) -> None:
+        """Work out the partition and job type of each ready job of `queue` waiting for
+        them (its body, read by `limited_facts.lua`, `INDEX_BUDGET` at a time) and hand
+        them over, until none waits."""
+        facts: list[object] = []
+        while asked := self._run(self._facts, queue, INDEX_BUDGET, *facts):
+            facts = []
+            for at in range(0, len(asked), 3):
+                job_id, seq, body = asked[at : at + 3]
+                facts += [text(job_id), text(seq), *facts_of_body(body)]
 
     def read(self, queue: str, now_args: Sequence[object], want: int, *, claim: bool) -> LimitRead:
         """The plan's inputs for a claim of `want` (promoting due jobs when `claim`)."""
@@ -167,7 +189,7 @@ class RedisLimitedClaim:
         mode = "claim" if claim else "usage"
         args = (queue, *now_args, per, mode)
         reply = self._run(self._read, *args)
-        if not int(reply[0]):
+        while not int(reply[0]):
             self.ensure_indexed(queue)
             reply = self._run(self._read, *args)
         return LimitRead.of(reply)

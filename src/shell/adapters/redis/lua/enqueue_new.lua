@@ -1,5 +1,5 @@
 -- enqueue_new: write a job unless its id is taken or its unique key is held.
--- ARGV: base, id, body, queue, priority, target, run_ms, run_us, nonce,
+-- ARGV: base, placement (9 arguments: see `placement_at`), nonce,
 --       lock_key ('' = none), states (comma-separated), exp_us (18 digits, '' = none),
 --       now_us (18 digits), ttl_ms ('' = none)
 -- Returns {1} when written, or {0, where, body} for the job already there, `where`
@@ -10,8 +10,11 @@
 -- expired (by the caller's clock, like every time here). The key's own expiry (ttl_ms,
 -- a little past exp_us) only lets Redis forget a lock nobody reuses.
 -- A re-send of a call that already landed finds its nonce in the hash and answers 1.
-local id, nonce = ARGV[2], ARGV[9]
-local lock_key, states, exp_us, now_us, ttl_ms = ARGV[10], ARGV[11], ARGV[12], ARGV[13], ARGV[14]
+local p = placement_at(2)
+local at = 2 + PLACEMENT_ARGS
+local id, nonce = p.id, ARGV[at]
+local lock_key, states, exp_us = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+local now_us, ttl_ms = ARGV[at + 4], ARGV[at + 5]
 local jk = key('job', id)
 
 -- The job `jid` as stored: its state's name, where it is, and its body; nil if none.
@@ -49,8 +52,6 @@ if lock_key ~= '' then
   if ttl_ms ~= '' then redis.call('PEXPIRE', lk, ttl_ms) end
 end
 
-if place(id, jk, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]) then
-  wake(ARGV[4], 1)
-end
+place(jk, p)
 redis.call('HSET', jk, 'op', nonce)
 return {1}

@@ -7,8 +7,11 @@
 -- holds the server for long, and concurrent callers share the work. ZSCAN returns
 -- every member present from the first call to the last; one placed in between
 -- indexed itself, and one that left needs no entry. A job is indexed only while its
--- hash says ready in this queue. Returns 1 once the queue is fully indexed (`indexed`
--- set), else 0: call again.
+-- hash says ready in this queue, under the facts its hash keeps (`part` and `jtype`
+-- once indexed, `partition` and `job_type` from a parked placement); a job placed
+-- ready before the queue was limited has none, and joins {base}:nofacts:<queue> for
+-- Python to hand them over (limited_facts.lua). Returns 1 once the whole set has been
+-- scanned (`indexed` set), else 0: call again.
 local queue, budget = ARGV[2], tonumber(ARGV[3])
 local lk = key('limits', queue)
 if redis.call('HGET', lk, 'indexed') == '1' then return 1 end
@@ -22,9 +25,16 @@ repeat
   for i = 1, #members, 2 do
     local id = members[i]
     local jk = key('job', id)
-    local f = redis.call('HMGET', jk, 'status', 'queue', 'priority', 'seq', 'body')
+    local f = redis.call('HMGET', jk, 'status', 'queue', 'priority', 'seq', 'body', 'part',
+                         'jtype', 'partition', 'job_type')
     if f[1] == 'ready' and f[2] == queue and f[5] then
-      index_ready(id, jk, queue, f[3], f[4], f[5])
+      if f[6] then
+        index_ready(id, jk, queue, f[3], f[4], f[6], f[7] or '')
+      elseif f[8] then
+        index_ready(id, jk, queue, f[3], f[4], f[8], f[9] or '')
+      else
+        redis.call('SADD', key('nofacts', queue), id)
+      end
     end
     seen = seen + 1
   end

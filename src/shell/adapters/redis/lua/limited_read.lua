@@ -3,8 +3,9 @@
 -- mode 'claim': the queue's due parked jobs are promoted first (as claim_many does),
 -- and ghosts are popped from the heads of its lists.
 -- mode 'usage': nothing is written; each partition's ready count is returned too.
--- Returns {0} while the queue is not indexed yet (run limited_index, then read again),
--- else {1, candidates, running, state, ready}:
+-- Returns {0} while the queue is not indexed yet, or some of its ready jobs wait for
+-- their facts in {base}:nofacts:<queue> (run limited_index and limited_facts, then
+-- read again), else {1, candidates, running, state, ready, unknown}:
 --   candidates: lines "score job_type:id partition", the first `per` entries of each
 --     partition's index in claim order (score = rank * 1e15 + seq). They are read from
 --     the index alone: every path that moves a job keeps its entry right, and the take
@@ -12,15 +13,22 @@
 --   running: lines "job_type count partition" over the queue's in-flight jobs (read
 --     from the in-flight set and the hashes at this instant, never a kept counter);
 --   state: {base}:limits:<queue> as flat field, value (buckets, passes, version `v`);
---   ready (usage only): flat partition, count.
+--   ready (usage only): flat partition, count;
+--   unknown: the bodies of in-flight jobs whose hash keeps no facts (claimed before the
+--     queue was limited, or placed by an earlier version), for Python to count.
 -- The work grows with the partitions holding ready jobs (one range read each) and the
 -- jobs in flight, never with the backlog.
 local queue, per, mode = ARGV[2], tonumber(ARGV[6]), ARGV[7]
 local claim = mode == 'claim'
 local lk = key('limits', queue)
-if redis.call('HGET', lk, 'indexed') ~= '1' then return {0} end
+local nk = key('nofacts', queue)
+if redis.call('HGET', lk, 'indexed') ~= '1' or redis.call('EXISTS', nk) == 1 then
+  return {0}
+end
 if claim then
   promote(key('scheduled', queue), ARGV[3], ARGV[4], ARGV[5], CLAIM_PROMOTE_CAP)
+  -- A promoted job parked by an earlier version brought no facts.
+  if redis.call('EXISTS', nk) == 1 then return {0} end
 end
 
 -- Drop the ghosts (and strays) among the first TRIM entries of each priority list, so
@@ -92,24 +100,25 @@ for _, part in ipairs(redis.call('SMEMBERS', pk)) do
   end
 end
 
-local tally, order = {}, {}
+local tally, order, unknown = {}, {}, {}
 for _, id in ipairs(redis.call('ZRANGE', key('inflight', queue), 0, -1)) do
   local jk = key('job', id)
-  local f = redis.call('HMGET', jk, 'status', 'queue', 'part', 'jtype')
+  local f = redis.call('HMGET', jk, 'status', 'queue', 'part', 'jtype', 'partition',
+                       'job_type')
   if f[1] == 'processing' and f[2] == queue then
     local part, jtype = f[3], f[4]
+    if not part then part, jtype = f[5], f[6] end
     if not part then
-      -- Claimed before its queue was limited: its facts come from the body.
-      part, jtype = job_facts(redis.call('HGET', jk, 'body'))
-      if claim then redis.call('HSET', jk, 'part', part, 'jtype', jtype) end
+      table.insert(unknown, redis.call('HGET', jk, 'body') or '')
+    else
+      jtype = jtype or ''
+      local k = jtype .. '\n' .. part
+      if not tally[k] then
+        tally[k] = {jtype, part, 0}
+        table.insert(order, k)
+      end
+      tally[k][3] = tally[k][3] + 1
     end
-    jtype = jtype or ''
-    local k = jtype .. '\n' .. part
-    if not tally[k] then
-      tally[k] = {jtype, part, 0}
-      table.insert(order, k)
-    end
-    tally[k][3] = tally[k][3] + 1
   end
 end
 local running = {}
@@ -121,4 +130,4 @@ end
 -- Lines rather than nested arrays: one bulk string is far cheaper for the client to
 -- parse than a thousand. A partition is one line and a job type or id has no space.
 return {1, table.concat(candidates, '\n'), table.concat(running, '\n'),
-        redis.call('HGETALL', lk), ready}
+        redis.call('HGETALL', lk), ready, unknown}
