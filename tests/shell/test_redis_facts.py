@@ -93,7 +93,7 @@ def test_a_job_parked_by_an_earlier_version_is_promoted_into_its_partition(
     assert [(c.id, c.partition, c.job_type) for c in usage.candidates] == [
         (str(first.id), "p", "mail")
     ]
-    assert not client.exists(f"{KEYS.base}:nofacts:q")
+    assert not client.hexists(f"{KEYS.base}:limits:q", "nofacts")
 
 
 def test_a_ready_job_written_by_an_earlier_version_is_indexed_by_its_body(

@@ -16,7 +16,7 @@ import redis
 
 from .client import DEFAULT_RETRY_BUDGET_S, RedisKeys, check_server, client_for, log, retrying
 from .limits import RedisLimitedClaim
-from .scripts import QUEUE, QUEUE_AND_STORE, Script, register
+from .scripts import CLAIM, QUEUE, QUEUE_AND_STORE, Script, register
 
 _T = TypeVar("_T")
 
@@ -42,7 +42,8 @@ class RedisQueueBase:
         script = functools.partial(register, self._client, QUEUE)
         self._enqueue = script("enqueue")
         self._enqueue_new = script("enqueue_new")
-        self._claim = script("claim")
+        claim = functools.partial(register, self._client, CLAIM)
+        self._claim = claim("claim")
         self._ack = script("ack")
         self._extend = script("extend")
         self._replace = script("replace")
@@ -50,7 +51,7 @@ class RedisQueueBase:
         self._abandoned = script("abandoned")
         self._reclaim = script("reclaim")
         self._counts = script("counts")
-        self._claim_many = script("claim_many")
+        self._claim_many = claim("claim_many")
         self._start = script("start")
         self._request_cancel = script("request_cancel")
         with_store = functools.partial(register, self._client, QUEUE_AND_STORE)
@@ -63,7 +64,7 @@ class RedisQueueBase:
             self._run,
             script("limited_index"),
             script("limited_read"),
-            script("limited_take"),
+            claim("limited_take"),
             script("limited_facts"),
         )
         for warning in check_server(self._client):

@@ -42,9 +42,10 @@ read (see `ensure_indexed`).
 Facts, not rules: a job's partition and job type are worked out in Python from the
 core (`core.limits.partition_of`) and handed to the scripts with each placement; a
 parked job keeps them in its hash for its promotion. A ready job found without them
-(placed before its queue's limits were used, or by an earlier version) waits in
-`{prefix}:nofacts:<queue>` until `supply_facts` reads its body and hands them over,
-and an in-flight one comes back with the read as a body to count here.
+(placed before its queue's limits were used, or by an earlier version) waits, as the
+field `n:<id>` of the queue's state hash (`nofacts` counts them), until
+`supply_facts` reads its body and hands them over; an in-flight one comes back with
+the read as a body to count here.
 
 Taking a job out of the middle of its priority list (LREM) would scan up to it, so
 the take leaves its id there as a ghost copy, counted in

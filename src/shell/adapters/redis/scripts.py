@@ -1,12 +1,12 @@
 """Script loading: each Lua script with its preludes and the core's values before it.
 
-A script is `lua/<name>.lua` with preludes prepended (`common.lua` for the queue's,
-`store_common.lua` for the store's; both for scripts that record an outcome), and
-in front of all of them a header of values the core owns, rendered here from the
-core: the priorities in claim order, each priority's rank, and how long a minute's
-finished count is kept. The scripts hold no rule of their own: what a job's
-partition, type or finish minute is, is computed in Python and arrives as
-arguments (see `arguments`).
+A script is `lua/<name>.lua` with preludes prepended (`QUEUE` for the queue's,
+`CLAIM` for its claims, `STORE` for the store's, `QUEUE_AND_STORE` for scripts that
+record an outcome), and in front of all of them a header of values the core owns,
+rendered here from the core: the priorities in claim order, each priority's rank,
+and how long a minute's finished count is kept. The scripts hold no rule of their
+own: what a job's partition, type or finish minute is, is computed in Python and
+arrives as arguments (see `arguments`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,14 @@ from ....core.throughput import FINISH_COUNT_RETENTION_S
 
 Script = Callable[..., Any]
 
-#: The prelude of every queue script.
-QUEUE = ("common",)
+#: The preludes of every queue script: keys and fences, the partition index, placement.
+QUEUE = ("common", "index", "placement")
+#: The preludes of a claim script: the queue's, then receipts and batch ends.
+CLAIM = (*QUEUE, "claiming")
 #: The prelude of every store script.
 STORE = ("store_common",)
 #: The preludes of a queue script that also records an outcome in the store.
-QUEUE_AND_STORE = ("common", "store_common")
+QUEUE_AND_STORE = (*QUEUE, "store_common")
 
 
 def core_values() -> str:

@@ -9,8 +9,8 @@
 -- indexed itself, and one that left needs no entry. A job is indexed only while its
 -- hash says ready in this queue, under the facts its hash keeps (`part` and `jtype`
 -- once indexed, `partition` and `job_type` from a parked placement); a job placed
--- ready before the queue was limited has none, and joins {base}:nofacts:<queue> for
--- Python to hand them over (limited_facts.lua). Returns 1 once the whole set has been
+-- ready before the queue was limited has none, and waits for Python to hand them over
+-- (`await_facts`; limited_facts.lua). Returns 1 once the whole set has been
 -- scanned (`indexed` set), else 0: call again.
 local queue, budget = ARGV[2], tonumber(ARGV[3])
 local lk = key('limits', queue)
@@ -33,7 +33,7 @@ repeat
       elseif f[8] then
         index_ready(id, jk, queue, f[3], f[4], f[8], f[9] or '')
       else
-        redis.call('SADD', key('nofacts', queue), id)
+        await_facts(queue, id)
       end
     end
     seen = seen + 1

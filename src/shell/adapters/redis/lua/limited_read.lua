@@ -4,8 +4,8 @@
 -- and ghosts are popped from the heads of its lists.
 -- mode 'usage': nothing is written; each partition's ready count is returned too.
 -- Returns {0} while the queue is not indexed yet, or some of its ready jobs wait for
--- their facts in {base}:nofacts:<queue> (run limited_index and limited_facts, then
--- read again), else {1, candidates, running, state, ready, unknown}:
+-- their facts (`await_facts`: run limited_index and limited_facts, then read again),
+-- else {1, candidates, running, state, ready, unknown}:
 --   candidates: lines "score job_type:id partition", the first `per` entries of each
 --     partition's index in claim order (score = rank * 1e15 + seq). They are read from
 --     the index alone: every path that moves a job keeps its entry right, and the take
@@ -21,14 +21,14 @@
 local queue, per, mode = ARGV[2], tonumber(ARGV[6]), ARGV[7]
 local claim = mode == 'claim'
 local lk = key('limits', queue)
-local nk = key('nofacts', queue)
-if redis.call('HGET', lk, 'indexed') ~= '1' or redis.call('EXISTS', nk) == 1 then
+local ready_to_read = redis.call('HMGET', lk, 'indexed', NOFACTS)
+if ready_to_read[1] ~= '1' or ready_to_read[2] then
   return {0}
 end
 if claim then
   promote(key('scheduled', queue), ARGV[3], ARGV[4], ARGV[5], CLAIM_PROMOTE_CAP)
   -- A promoted job parked by an earlier version brought no facts.
-  if redis.call('EXISTS', nk) == 1 then return {0} end
+  if redis.call('HEXISTS', lk, NOFACTS) == 1 then return {0} end
 end
 
 -- Drop the ghosts (and strays) among the first TRIM entries of each priority list, so
