@@ -50,7 +50,7 @@ the read as a body to count here.
 Taking a job out of the middle of its priority list (LREM) would scan up to it, so
 the take leaves its id there as a ghost copy, counted in
 `{prefix}:ghosts:<queue>:<priority>`; whoever pops it drops it, the read pops the
-ghosts that reach the head of a list, and `counts` subtracts them (see the prelude).
+ghosts that reach the head of a list, and `counts` subtracts them (see `index.lua`).
 
 State hash fields: `b:<bucket key>` = "<tokens> <at_us>", `p:<partition>` = pass,
 `v` = version, `indexed` = "1" once the upgrade is done (`scan`: its cursor meanwhile).
@@ -79,7 +79,8 @@ from .client import text
 #: Ready jobs the upgrade indexes per script call.
 INDEX_BUDGET = 2000
 
-#: An index entry's score is rank * RANK_SCALE + seq (see `ready_score` in the prelude).
+#: An index entry's score is rank * RANK_SCALE + seq (see `ready_score` in
+#: `index.lua`, which pads `seq` to `SEQ_DIGITS`, rendered from this).
 RANK_SCALE = 10**15
 
 BUCKET = "b:"

@@ -20,6 +20,7 @@ import redis
 
 from ....core import PRIORITY_ORDER
 from ....core.throughput import FINISH_COUNT_RETENTION_S
+from .limits import RANK_SCALE
 
 Script = Callable[..., Any]
 
@@ -35,7 +36,8 @@ QUEUE_AND_STORE = (*QUEUE, "store_common")
 
 def core_values() -> str:
     """The Lua locals every script is given from the core: `PRIORITIES` (claim
-    order), `RANK` (priority name -> rank) and `FINISH_COUNT_KEEP_S`."""
+    order), `RANK` (priority name -> rank) and `FINISH_COUNT_KEEP_S`; and from the
+    partition index's layout (`limits.RANK_SCALE`), `SEQ_DIGITS`."""
     names = ", ".join(f"'{p.value}'" for p in PRIORITY_ORDER)
     ranks = ", ".join(f"{p.value} = {p.rank}" for p in PRIORITY_ORDER)
     return (
@@ -43,6 +45,7 @@ def core_values() -> str:
         f"local PRIORITIES = {{{names}}}\n"
         f"local RANK = {{{ranks}}}\n"
         f"local FINISH_COUNT_KEEP_S = {FINISH_COUNT_RETENTION_S}\n"
+        f"local SEQ_DIGITS = {len(str(RANK_SCALE)) - 1}\n"
     )
 
 

@@ -1,6 +1,6 @@
 -- claim (dequeue). ARGV: base, queue, token, hi_ms, now_ms, now_us, receipt_ttl_ms,
--- [locked_ms] (now three ways: see `promote` in the prelude; locked_ms, when given, is
--- the lock time to record instead of now_ms: see `lock_time` in the prelude)
+-- [locked_ms] (now three ways: see `promote` in placement.lua; locked_ms, when given, is
+-- the lock time to record instead of now_ms: see `lock_time` in claiming.lua)
 -- Atomic: the queue's due parked jobs are promoted (up to CLAIM_PROMOTE_CAP, in
 -- promotion order, behind the ready ones), then the pop from a ready list and the
 -- entry into the in-flight sets are one step, so a claimed job is never in neither
@@ -22,7 +22,7 @@ for _, priority in ipairs(PRIORITIES) do
     local jk = key('job', id)
     local f = redis.call('HMGET', jk, 'status', 'body', 'part', 'queue', 'priority', 'jtype')
     local live = f[1] == 'ready' and f[2] and f[4] == queue and f[5] == priority
-    -- Only a job of a limited queue (`part`) can have ghost copies (see the prelude).
+    -- Only a job of a limited queue (`part`) can have ghost copies (see index.lua).
     if live and not (f[3] and unghost(queue, priority, id)) then
       redis.call('ZREM', key('ready_at', queue), id)
       -- Indexed (its queue is limited): a claim without limits still takes it out.

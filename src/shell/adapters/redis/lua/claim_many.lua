@@ -5,7 +5,7 @@
 -- `limit` jobs in one round trip. Each claim gets its own token, token_base .. ':' ..
 -- id, where token_base is fresh per call and carries the prefetch mark: these claims
 -- have not started. Per job only its hash is read and written; the list pops, the
--- ready_at and in-flight set changes and the held set (see `held_key` in the prelude)
+-- ready_at and in-flight set changes and the held set (see `held_key` in common.lua)
 -- are one command each for the whole batch.
 -- Idempotent by token_base: a re-send returns the claims the first send took.
 -- Returns a flat list {id, body, id, body, ...}.
@@ -32,7 +32,7 @@ for _, priority in ipairs(PRIORITIES) do
       local f = redis.call('HMGET', jk, 'status', 'body', 'part', 'queue', 'priority',
                            'jtype')
       local live = f[1] == 'ready' and f[2] and f[4] == queue and f[5] == priority
-      -- Only a job of a limited queue (`part`) can have ghost copies (see the prelude).
+      -- Only a job of a limited queue (`part`) can have ghost copies (see index.lua).
       if live and not (f[3] and unghost(queue, priority, id)) then
         -- Indexed (its queue is limited): a claim without limits still takes it out.
         if f[3] then

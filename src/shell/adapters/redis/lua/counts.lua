@@ -3,7 +3,7 @@
 -- oldest ready run_at in µs or nil, {ready per priority in PRIORITIES order},
 -- {scheduled per priority} or false, {in flight per priority} or false}.
 -- Ready lists are per priority already (less the ghost copies a limited queue's lists
--- hold: see the prelude). The scheduled and in-flight sets are per queue, so their
+-- hold: see index.lua). The scheduled and in-flight sets are per queue, so their
 -- split reads each member's hash: done only while the set holds at most split_limit
 -- members (false beyond), so a scrape stays a few milliseconds.
 -- Read-only.
@@ -35,7 +35,7 @@ for _, queue in ipairs(redis.call('SMEMBERS', key('queues'))) do
   local ready = 0
   local lanes = {}
   for _, priority in ipairs(PRIORITIES) do
-    -- A list of a limited queue may hold ghost copies of claimed jobs (see the prelude).
+    -- A list of a limited queue may hold ghost copies of claimed jobs (see index.lua).
     local ghosts = redis.call('ZSCORE', ghosts_key(queue, priority), GHOSTS_TOTAL)
     local n = redis.call('LLEN', key('queue', queue, priority)) - (tonumber(ghosts) or 0)
     table.insert(lanes, n)

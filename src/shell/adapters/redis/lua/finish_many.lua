@@ -70,7 +70,7 @@ local function record_many(items, ids)
   end
 end
 
--- Which items their call's held set vouches for (see `held_key` in the prelude): one
+-- Which items their call's held set vouches for (see `held_key` in common.lua): one
 -- SMISMEMBER per set, instead of a hash read per job.
 local function vouched()
   local groups, ok = {}, {}

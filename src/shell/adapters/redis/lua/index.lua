@@ -42,7 +42,7 @@ local function ready_score(priority, seq)
   local rank = RANK[priority] or #PRIORITIES
   seq = seq or '0'
   if rank == 0 then return seq end
-  return rank .. pad(seq, 15)
+  return rank .. pad(seq, SEQ_DIGITS)
 end
 
 local function pready_member(jtype, id)

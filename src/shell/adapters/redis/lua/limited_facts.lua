@@ -1,5 +1,5 @@
 -- limited_facts: the facts of a limited queue's ready jobs that were placed without
--- them (see `await_facts` in the prelude), handed over by Python.
+-- them (see `await_facts` in index.lua), handed over by Python.
 -- ARGV: base, queue, budget, then n × (id, seq, partition, job type) worked out from
 -- the bodies this script returned last time.
 -- Each job handed over waits no more, and is indexed under its facts while its hash

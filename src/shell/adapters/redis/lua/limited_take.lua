@@ -59,7 +59,7 @@ local drops = tonumber(ARGV[at])
 if drops > 0 then call_many('HDEL', lk, args(at, drops)) end
 redis.call('HINCRBY', lk, 'v', 1)
 
--- Each id stays in its priority list as a ghost copy (see the prelude): taking it out
+-- Each id stays in its priority list as a ghost copy (see index.lua): taking it out
 -- of the middle of a long list would cost a scan up to it.
 local out, taken, flight, ghosts = {}, {}, {}, {}
 for _, job in ipairs(jobs) do
