@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from datetime import UTC, datetime, timedelta
 
-from .job import Job, JobStatus
+from .job import JobStatus
 
 #: The statuses whose records are counted per minute: completions and dead letters.
 COUNTED_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED})
@@ -23,6 +23,7 @@ FINISH_COUNT_RETENTION_S = 2 * 3600
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MINUTE = timedelta(minutes=1)
+_US_PER_MINUTE = 60_000_000
 
 
 def minute_key(when: datetime) -> str:
@@ -30,16 +31,18 @@ def minute_key(when: datetime) -> str:
     return _label((when - _EPOCH) // _MINUTE)
 
 
+def counted_minute(status: JobStatus, finished_us: int | None) -> str:
+    """The minute a record counts in (as `minute_key` names it), given its status and
+    its `finished_at` in µs since the epoch (None when it has none); "" when it is not
+    counted: not completed or failed, or without a finish time. In µs, because a
+    backend that stores the finish time has it so already."""
+    if finished_us is None or status not in COUNTED_STATUSES:
+        return ""
+    return _label(finished_us // _US_PER_MINUTE)
+
+
 @functools.lru_cache(maxsize=256)
 def _label(minute: int) -> str:
     # Cached: a batch of finishes mostly falls in one minute.
     at = _EPOCH + minute * _MINUTE
     return f"{at.year:04d}{at.month:02d}{at.day:02d}{at.hour:02d}{at.minute:02d}"
-
-
-def counted_minute(job: Job) -> str:
-    """The minute `job`'s record counts in (`minute_key` of its `finished_at`), or ""
-    when it is not counted: not completed or failed, or without a finish time."""
-    if job.finished_at is None or job.status not in COUNTED_STATUSES:
-        return ""
-    return minute_key(job.finished_at)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
-import attrs
 import pytest
 from conveyor.core import JobStatus
 from conveyor.core.throughput import (
@@ -13,7 +12,7 @@ from conveyor.core.throughput import (
     counted_minute,
     minute_key,
 )
-from core_support import NOW, make_job
+from core_support import NOW
 
 
 def test_a_minute_is_named_by_its_utc_digits() -> None:
@@ -31,17 +30,25 @@ def test_a_time_before_1970_or_in_an_early_year_keeps_four_digits_of_year() -> N
     assert minute_key(datetime(999, 1, 1, tzinfo=UTC)) == "099901010000"
 
 
+def _us(when: datetime) -> int:
+    return (when - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
 @pytest.mark.parametrize("status", list(JobStatus))
 def test_only_completed_and_failed_records_count(status: JobStatus) -> None:
-    job = attrs.evolve(make_job(), status=status, finished_at=NOW + timedelta(seconds=90))
     expected = "202601010001" if status in COUNTED_STATUSES else ""
-    assert counted_minute(job) == expected
+    assert counted_minute(status, _us(NOW + timedelta(seconds=90))) == expected
     assert (status in COUNTED_STATUSES) == (status in (JobStatus.COMPLETED, JobStatus.FAILED))
 
 
+@pytest.mark.parametrize("seconds", [0, 59.999_999, 60, 3599.5, -0.000_001])
+def test_a_record_counts_in_the_minute_its_finish_falls_in(seconds: float) -> None:
+    at = NOW + timedelta(seconds=seconds)
+    assert counted_minute(JobStatus.FAILED, _us(at)) == minute_key(at)
+
+
 def test_a_record_without_a_finish_time_does_not_count() -> None:
-    job = attrs.evolve(make_job(), status=JobStatus.COMPLETED, finished_at=None)
-    assert counted_minute(job) == ""
+    assert counted_minute(JobStatus.COMPLETED, None) == ""
 
 
 def test_a_count_outlives_the_hour_the_dashboard_charts() -> None:

@@ -79,8 +79,12 @@ def record_args(record: Job) -> list[object]:
     """A record as the store prelude's `record` takes it: id, body, status, queue,
     tenant, and its facts: job type, the minute its finish counts in ("" when it does
     not count) and its finish time in µs ("" when it has none)."""
+    return [str(record.id), *record_body(record)]
+
+
+def record_body(record: Job) -> list[object]:
+    """`record_args` after the id."""
     return [
-        str(record.id),
         encode(record),
         record.status.value,
         record.queue,
@@ -91,8 +95,9 @@ def record_args(record: Job) -> list[object]:
 
 def record_facts(record: Job) -> list[object]:
     """A record's job type, counted minute and finish time in µs (see `record_args`)."""
-    finished = record.finished_at
-    return [record.job_type, counted_minute(record), "" if finished is None else us(finished)]
+    finished = None if record.finished_at is None else us(record.finished_at)
+    minute = counted_minute(record.status, finished)
+    return [record.job_type, minute, "" if finished is None else finished]
 
 
 def same_job(claim: Claim, record: Job) -> str:
@@ -105,7 +110,7 @@ def same_job(claim: Claim, record: Job) -> str:
 def finish_args(claim: Claim, record: Job) -> list[object]:
     """A finish script's arguments for one job: its id and token, then `record_args`
     after the id."""
-    return [same_job(claim, record), claim.token, *record_args(record)[1:]]
+    return [same_job(claim, record), claim.token, *record_body(record)]
 
 
 def job_id(claim: Claim | BadClaim) -> str:

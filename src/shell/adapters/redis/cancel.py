@@ -10,7 +10,7 @@ from uuid import UUID
 
 from ....core import Job
 from ...ports import BadClaim, Claim
-from .arguments import cutoff_ms, job_id, ms, record_args, same_job
+from .arguments import cutoff_ms, job_id, ms, record_args, record_body, same_job
 from .base import RedisQueueBase
 
 
@@ -45,7 +45,7 @@ class Cancelling(RedisQueueBase):
                 job_id(claim),
                 claim.token,
                 cutoff_ms(abandoned_before),
-                *record_args(record)[1:],
+                *record_body(record),
                 uuid.uuid4().hex,
             )
         )
