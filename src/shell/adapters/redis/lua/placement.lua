@@ -4,7 +4,7 @@
 -- Ready: tail of its priority list (FIFO), plus its run_at (µs) for oldest_ready_at,
 -- plus the partition index when the queue is limited (the one extra command an
 -- ordinary queue pays per ready placement is the SISMEMBER). `part` and `jtype` are
--- the job's facts; nil when its hash has none (see above).
+-- the job's facts; nil when its hash has none (see `await_facts` in index.lua).
 local function push_ready(id, queue, priority, run_us, seq, part, jtype)
   redis.call('RPUSH', key('queue', queue, priority), id)
   redis.call('ZADD', key('ready_at', queue), run_us, id)
