@@ -86,14 +86,13 @@ def _record_all(runtime: Runtime, records: Sequence[Job]) -> None:
             batch = records[start : start + BATCH]
             db.run(lambda conn, batch=batch: write_records(db, conn, batch))
     elif hasattr(store, "_record"):
-        from conveyor.shell.codec import encode
+        from conveyor.shell.adapters.redis.arguments import record_args
 
         # Redis: the record script, pipelined (the same script `record` runs).
         for start in range(0, len(records), BATCH):
             pipe = store._client.pipeline(transaction=False)
             for job in records[start : start + BATCH]:
-                values = [job.status.value, job.queue, job.tenant_id or ""]
-                args = [store.keys.base, str(job.id), encode(job), *values]
+                args = [store.keys.base, *record_args(job)]
                 store._record(keys=store._anchor, args=args, client=pipe)
             pipe.execute()
     else:

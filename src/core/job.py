@@ -28,11 +28,10 @@ class Priority(enum.Enum):
 
     @property
     def rank(self) -> int:
-        """0 for the most urgent; the ordering key sorts on it."""
+        """0 for the most urgent: the priority's place in `PRIORITY_ORDER`, which the
+        ordering key sorts on and the backends store (the Redis partition index)."""
         return _RANK[self]
 
-
-_RANK = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Priority.LOW: 3}
 
 #: Every priority, most urgent first: the order every backend claims in.
 PRIORITY_ORDER: tuple[Priority, ...] = (
@@ -41,6 +40,8 @@ PRIORITY_ORDER: tuple[Priority, ...] = (
     Priority.NORMAL,
     Priority.LOW,
 )
+
+_RANK = {priority: rank for rank, priority in enumerate(PRIORITY_ORDER)}
 
 
 class JobStatus(enum.Enum):

@@ -2,7 +2,7 @@
 
 * memory: in the loop's thread (a dict update under a lock, no I/O), then a yield.
 * PostgreSQL: SQLAlchemy's asyncio extension with asyncpg (`adapters.sql.async_queue`).
-* Redis: `redis.asyncio` (`adapters.redis_async`).
+* Redis: `redis.asyncio` (`adapters.redis.async_queue`).
 * SQLite, and any backend whose asyncio driver is not installed (the `asyncio`
   extra brings asyncpg and greenlet): `enqueue` itself, in a worker thread
   (`asyncio.to_thread`). For SQLite this is a choice, not a fallback: the
@@ -136,7 +136,7 @@ class AsyncWriters:
         if cfg.provider == "memory":
             return InlineWriter(self._queue)
         if cfg.provider == "redis":
-            from .adapters.redis_async import AsyncRedisQueue
+            from .adapters.redis.async_queue import AsyncRedisQueue
 
             return AsyncRedisQueue(
                 cfg.redis_url, cfg.redis_prefix, retry_budget_s=_retry_budget_s(cfg)

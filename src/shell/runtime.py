@@ -184,7 +184,7 @@ def _make_backend(config: Config) -> tuple[JobQueue, JobStore, Presence]:
         return queue, SqlJobStore(engine, lock_retry_s=budget), SqlPresence(engine)
     if config.provider == "redis":
         try:
-            from .adapters.redis_queue import RedisJobQueue, RedisJobStore, connect
+            from .adapters.redis import RedisJobQueue, RedisJobStore, connect
         except ModuleNotFoundError as exc:
             if (exc.name or "").partition(".")[0] != "redis":
                 raise

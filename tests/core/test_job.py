@@ -132,6 +132,11 @@ def test_priority_order_lists_every_priority_most_urgent_first() -> None:
     assert PRIORITY_ORDER[-1] is Priority.LOW
 
 
+def test_a_priority_ranks_by_its_place_in_the_claim_order() -> None:
+    # Stored by the backends (the Redis partition index scores by it): never renumber.
+    assert [p.rank for p in PRIORITY_ORDER] == [0, 1, 2, 3]
+
+
 def test_only_completed_failed_and_cancelled_are_terminal() -> None:
     terminal = {s for s in JobStatus if s.is_terminal}
     assert terminal == {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED}

@@ -43,7 +43,7 @@ def _writer(b: Backend) -> Any:
         from conveyor.shell.adapters.sql.async_queue import AsyncSqlQueue
 
         return AsyncSqlQueue(b.queue.engine.url.render_as_string(hide_password=False))
-    from conveyor.shell.adapters.redis_async import AsyncRedisQueue
+    from conveyor.shell.adapters.redis.async_queue import AsyncRedisQueue
     from conveyor.testing.redis_server import redis_url
 
     return AsyncRedisQueue(redis_url(REDIS_TEST_DB))

@@ -49,6 +49,7 @@ from sweep_bulk import BULK_CASES
 from sweep_cancel import CANCEL_CASES
 from sweep_cron import CRON_CASES
 from sweep_dashboard_store import DASHBOARD_STORE_CASES
+from sweep_facts import FACT_CASES
 from sweep_hotpath import HOTPATH_CASES
 from sweep_limit_usage import LIMIT_USAGE_CASES
 from sweep_limits import LIMIT_CASES
@@ -449,6 +450,7 @@ CASES: dict[str, Callable[[Backend], None]] = {
         *DASHBOARD_STORE_CASES,
         *LIMIT_CASES,
         *LIMIT_USAGE_CASES,
+        *FACT_CASES,
         *HOTPATH_CASES,
         *BULK_CASES,
     )

@@ -56,7 +56,7 @@ def test_scheduled_and_in_flight_jobs_are_counted_per_priority(backend: Backend)
 def test_redis_leaves_out_the_split_of_a_set_above_its_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from conveyor.shell.adapters import redis_queue
+    from conveyor.shell.adapters.redis import reads as redis_queue
 
     b = make_backend("redis")
     try:

@@ -80,6 +80,26 @@ def test_the_base_install_holds_no_server_driver() -> None:
         assert needed in dev
 
 
+def test_the_wheel_lists_every_package_and_the_redis_scripts() -> None:
+    """Every folder of `src` holding Python is a listed package, and every Lua script is
+    package data of the package it sits in (the Redis backend cannot run without)."""
+    tool = PYPROJECT["tool"]["setuptools"]
+    listed = set(tool["packages"])
+    src = ROOT / "src"
+    for init in src.rglob("__init__.py"):
+        dotted = ".".join(("conveyor", *init.parent.relative_to(src).parts))
+        assert dotted in listed, f"{dotted} is not in [tool.setuptools] packages"
+    scripts = sorted(src.rglob("*.lua"))
+    assert scripts
+    for script in scripts:
+        owner = next(
+            parent for parent in script.parents if (parent / "__init__.py").is_file()
+        )
+        dotted = ".".join(("conveyor", *owner.relative_to(src).parts))
+        globs = tool["package-data"].get(dotted, [])
+        assert any(script in owner.glob(glob) for glob in globs), f"{script} is not package data"
+
+
 @pytest.mark.parametrize(
     ("blocked", "env", "extra"),
     [
@@ -212,7 +232,7 @@ def test_building_the_package_prints_no_warning(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "conveyor/shell/dashboard/templates/base.html" in names
     assert "conveyor/shell/dashboard/static/live.js" in names
-    assert "conveyor/shell/adapters/redis_claim.lua" in names
+    assert "conveyor/shell/adapters/redis/lua/claim.lua" in names
 
 
 def test_dev_install_steps_keep_their_chatter_unless_they_fail(

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 from conveyor.core.limits import Cap, QueueLimits, Rate
-from conveyor.shell.adapters import redis_limits
+from conveyor.shell.adapters.redis import limits as redis_limits
 from conveyor.shell.adapters.redis_queue import RedisJobQueue, RedisKeys
 from conveyor.shell.ports import Claim
 from conveyor.testing.redis_server import redis_url

@@ -1,0 +1,24 @@
+"""Redis backend: a `JobQueue` (`RedisJobQueue`) and a `JobStore` (`RedisJobStore`) on
+redis-py, one module per job of the port (see `queue` for how it works):
+
+* `client`: connecting, the key names, the retry budget; `scripts`: loading the Lua
+  scripts of `lua/`; `arguments`: what the scripts are given (times and job facts);
+  `replies`: what they answer, as the ports' values;
+* the queue's roles over one shared `base`: `enqueue`, `unique`, `claims`, `holder`
+  (the claim holder's writes and the lease keeper's), `cancel`, `reads`;
+* `limits` (limited claims), `store` (the `JobStore`), `async_queue` (enqueues for
+  asyncio code).
+"""
+
+from .client import DEFAULT_RETRY_BUDGET_S, RedisKeys, check_server, connect
+from .queue import RedisJobQueue
+from .store import RedisJobStore
+
+__all__ = [
+    "DEFAULT_RETRY_BUDGET_S",
+    "RedisJobQueue",
+    "RedisJobStore",
+    "RedisKeys",
+    "check_server",
+    "connect",
+]

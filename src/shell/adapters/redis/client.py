@@ -1,0 +1,178 @@
+"""The client, the key names and the retry budget every Redis call runs under.
+
+Transient failures (a dropped connection, a timeout, a server still loading its
+AOF) are retried here and nowhere else: `connect` builds clients with redis-py's
+own retries off, and `retrying` retries within `retry_budget_s` through the shell's
+one retry helper (`shell.retrying.Retrier`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+import attrs
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import AuthenticationError, AuthorizationError
+from redis.retry import Retry
+
+from ....core import Priority, WriteRetryPolicy
+from ...retrying import Retrier
+
+log = logging.getLogger("conveyor.redis")
+
+#: The default for `retry_budget_s`: a quarter of the default 60 s lease, so a claim
+#: whose renewal is being retried is still held when the retry lands.
+DEFAULT_RETRY_BUDGET_S = 15.0
+_FIRST_BACKOFF_S = 0.05
+_MAX_BACKOFF_S = 1.0
+
+_T = TypeVar("_T")
+
+
+def text(value: bytes | str) -> str:
+    """A reply's bytes as text (bytes that are not UTF-8 are replaced, never raised)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+@attrs.frozen(slots=True)
+class RedisKeys:
+    """The key names (the Lua scripts derive the same ones; `docs/redis.md` lists them).
+
+    `base` is the hash tag: `prefix` wrapped in braces unless it already has some.
+    """
+
+    base: str
+
+    @classmethod
+    def for_prefix(cls, prefix: str) -> RedisKeys:
+        """Keys for `prefix`; `"conveyor"` gives `{conveyor}:...`."""
+        return cls(prefix if "{" in prefix else "{" + prefix + "}")
+
+    def job(self, job_id: str) -> str:
+        return f"{self.base}:job:{job_id}"
+
+    def ready(self, queue: str, priority: Priority) -> str:
+        return f"{self.base}:queue:{queue}:{priority.value}"
+
+    def scheduled(self, queue: str | None = None) -> str:
+        return f"{self.base}:scheduled" + (f":{queue}" if queue else "")
+
+    def inflight(self, queue: str | None = None) -> str:
+        return f"{self.base}:inflight" + (f":{queue}" if queue else "")
+
+    def ready_at(self, queue: str) -> str:
+        return f"{self.base}:ready_at:{queue}"
+
+    def queues(self) -> str:
+        return f"{self.base}:queues"
+
+    def wake(self, queue: str) -> str:
+        return f"{self.base}:wake:{queue}"
+
+    def store(self, job_id: str) -> str:
+        return f"{self.base}:store:{job_id}"
+
+    def dead(self) -> str:
+        return f"{self.base}:dead"
+
+    def history(self) -> str:
+        return f"{self.base}:history"
+
+
+def connect(url: str) -> redis.Redis:
+    """A client for `redis://` or `rediss://` (TLS) URLs, password and DB included:
+    `rediss://:secret@host:6380/0`. Responses stay bytes: see `RedisJobQueue`.
+
+    redis-py's own retries are off: the queue and store retry within their budget,
+    and two layers of retries would multiply each other's waits past it.
+    """
+    return redis.Redis.from_url(url, decode_responses=False, retry=Retry(NoBackoff(), 0))
+
+
+def client_for(
+    client_or_url: redis.Redis | str, retry_budget_s: float = 0.0
+) -> tuple[redis.Redis, bool]:
+    """The client to use and whether this adapter owns (and closes) it; the retry
+    budget is checked here, once for the queue and the store alike."""
+    if retry_budget_s < 0:
+        raise ValueError("retry_budget_s must be >= 0")
+    if isinstance(client_or_url, str):
+        return connect(client_or_url), True
+    if client_or_url.get_encoder().decode_responses:
+        # A body that is not UTF-8 (a pickle, say) would then blow up inside redis-py
+        # instead of coming back as a BadClaim.
+        raise ValueError("give RedisJobQueue/RedisJobStore a client with decode_responses=False")
+    return client_or_url, False
+
+
+def _retryable(exc: Exception) -> bool:
+    # Wrong credentials arrive as a ConnectionError too; waiting will not fix them.
+    return not isinstance(exc, (AuthenticationError, AuthorizationError))
+
+
+def _transient(exc: Exception) -> bool:
+    return isinstance(exc, (redis.ConnectionError, redis.TimeoutError)) and _retryable(exc)
+
+
+def _told(exc: Exception, failures: int, wait: float) -> None:
+    # DEBUG: an outage that outlasts the budget is told once by the worker loop.
+    log.debug("redis unavailable (%s); retrying in %.2f s", exc, wait)
+
+
+@functools.lru_cache(maxsize=16)
+def retrier(budget_s: float) -> Retrier:
+    """Tries a call again after a dropped connection or a timeout, doubling its waits,
+    until `budget_s` has passed since the first try; the last error then propagates."""
+    policy = WriteRetryPolicy(
+        initial_s=_FIRST_BACKOFF_S,
+        max_s=_MAX_BACKOFF_S,
+        max_attempts=None,
+        give_up_after_s=budget_s,
+        last_try_at_deadline=True,
+    )
+    return Retrier(policy, transient=_transient, on_retry=_told)
+
+
+def retrying(budget_s: float, call: Callable[[], _T]) -> _T:
+    """`call()` under the retry budget `budget_s` (see `retrier`)."""
+    return retrier(budget_s).call(call)
+
+
+def check_server(client: redis.Redis) -> list[str]:
+    """Warnings about server settings that lose jobs; empty when all is well.
+
+    An evicting `maxmemory-policy` silently deletes job keys under memory
+    pressure; without AOF a restart loses every change since the last snapshot.
+    """
+    try:
+        memory = client.info("memory")
+        persistence = client.info("persistence")
+    except redis.RedisError as exc:
+        return [
+            f"could not read the Redis server's settings ({exc}); check by hand that "
+            "maxmemory-policy is noeviction and AOF is on"
+        ]
+    warnings: list[str] = []
+    policy = memory.get("maxmemory_policy")
+    if policy != "noeviction":
+        warnings.append(
+            f"maxmemory-policy is {policy!r}, not 'noeviction': under memory pressure the "
+            "server deletes keys, and an evicted job key is a lost job"
+        )
+    if not persistence.get("aof_enabled"):
+        try:
+            save = text(client.config_get("save").get("save") or b"")
+        except redis.RedisError:
+            save = None
+        if save == "":
+            warnings.append("persistence is off (no AOF, no RDB save): a restart loses every job")
+        else:
+            warnings.append(
+                "AOF is off: a crash loses every job changed since the last RDB snapshot; "
+                "set appendonly yes (appendfsync everysec or always)"
+            )
+    return warnings

@@ -1,0 +1,65 @@
+"""Script loading: each Lua script with its preludes and the core's values before it.
+
+A script is `lua/<name>.lua` with preludes prepended (`QUEUE` for the queue's,
+`CLAIM` for its claims, `STORE` for the store's, `QUEUE_AND_STORE` for scripts that
+record an outcome), and in front of all of them a header of values the core owns,
+rendered here from the core: the priorities in claim order, each priority's rank,
+and how long a minute's finished count is kept. The scripts hold no rule of their
+own: what a job's partition, type or finish minute is, is computed in Python and
+arrives as arguments (see `arguments`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+from collections.abc import Callable
+from typing import Any, cast
+
+import redis
+
+from ....core import PRIORITY_ORDER
+from ....core.throughput import FINISH_COUNT_RETENTION_S
+from .limits import RANK_SCALE
+
+Script = Callable[..., Any]
+
+#: The preludes of every queue script: keys and fences, the partition index, placement.
+QUEUE = ("common", "index", "placement")
+#: The preludes of a claim script: the queue's, then receipts and batch ends.
+CLAIM = (*QUEUE, "claiming")
+#: The prelude of every store script.
+STORE = ("store_common",)
+#: The preludes of a queue script that also records an outcome in the store.
+QUEUE_AND_STORE = (*QUEUE, "store_common")
+
+
+def core_values() -> str:
+    """The Lua locals every script is given from the core: `PRIORITIES` (claim
+    order), `RANK` (priority name -> rank) and `FINISH_COUNT_KEEP_S`; and from the
+    partition index's layout (`limits.RANK_SCALE`), `SEQ_DIGITS`."""
+    names = ", ".join(f"'{p.value}'" for p in PRIORITY_ORDER)
+    ranks = ", ".join(f"{p.value} = {p.rank}" for p in PRIORITY_ORDER)
+    return (
+        "-- Rendered from the core by scripts.py.\n"
+        f"local PRIORITIES = {{{names}}}\n"
+        f"local RANK = {{{ranks}}}\n"
+        f"local FINISH_COUNT_KEEP_S = {FINISH_COUNT_RETENTION_S}\n"
+        f"local SEQ_DIGITS = {len(str(RANK_SCALE)) - 1}\n"
+    )
+
+
+@functools.cache
+def source(*names: str) -> str:
+    """The text of `lua/<name>.lua` for each of `names`, in order, behind the core's
+    values: the preludes first, the script last."""
+    here = importlib.resources.files(__package__).joinpath("lua")
+    parts = [here.joinpath(f"{name}.lua").read_text("utf-8") for name in names]
+    return "\n".join([core_values(), *parts])
+
+
+def register(client: redis.Redis, preludes: tuple[str, ...], name: str) -> Script:
+    """The script `name` with `preludes` before it, registered on `client` (sent by
+    EVALSHA, loaded on the first NOSCRIPT)."""
+    # redis-py leaves Script.__call__ unannotated; one cast here keeps the rest typed.
+    return cast(Script, client.register_script(source(*preludes, name)))
