@@ -25,6 +25,7 @@ from ..core import FieldError, ValidationError
 from .config_converter import converter, problems
 from .config_hooks import Bad
 from .config_model import (
+    DEFAULT_PROVIDER,
     DEFAULT_URL,
     PROVIDERS,
     STRATEGIES,
@@ -161,4 +162,6 @@ def load_config(
         return parse_config(apply_env(raw, env))
     # A file's relative SQLite paths are read from its folder (see config_paths).
     merged = apply_env(anchored(raw, path.parent), env)
-    return parse_config(with_default_database(merged, path.parent, DEFAULT_URL))
+    return parse_config(
+        with_default_database(merged, path.parent, DEFAULT_URL, DEFAULT_PROVIDER)
+    )

@@ -75,7 +75,7 @@ def _table(
     )
     attributes = [a.evolve(default=attrs.NOTHING) if a.name in required else a for a in attributes]
     overrides: dict[str, Any] = {name: override(omit=True) for name in omitted}
-    for attribute in attributes:
+    for attribute in (a for a in attributes if a.name not in omitted):
         hook = fields.get(attribute.name)
         if hook is None and isinstance(attribute.validator, checks.Rule):
             hook = checked(attribute.validator.check)

@@ -1,4 +1,6 @@
-"""Which keys each provider reads: one rule for the URL, and no key set in vain.
+"""Rules across keys: one rule for the URL, keys tied to one another, and no key
+set in vain. Each reads the raw mapping, so its problems join the per-key ones of
+the converter in one report.
 
 The URL: the top-level `url` is the provider's server, whichever it is: a database
 URL for `db`, a Redis URL for `redis` (the quick start's `url = ...` works for both).
@@ -11,6 +13,10 @@ Keys the chosen provider does not read (`[redis]` with provider `db`, `url` with
 about by name: they are often a sign that the provider is not the one
 meant, and a config that switches provider through `CONVEYOR_PROVIDER` may keep
 them on purpose, so they are not refused.
+
+Keys tied to one another (`tied_problems`): a bare file path as a `db` URL, a
+`tenancy.url` missing where the job database is not SQL, two `[[cron]]` entries of
+one name.
 """
 
 from __future__ import annotations
