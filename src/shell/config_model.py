@@ -38,7 +38,8 @@ REDIS_HOST = "127.0.0.1"
 REDIS_PORT = 6379
 REDIS_DB = 0
 
-_LEASE = LeasePolicy()
+#: The lease's defaults are the core's `LeasePolicy`'s.
+_LEASE = attrs.fields(LeasePolicy)
 _NON_NEGATIVE = Rule(integer_at_least(0))
 _POSITIVE = Rule(integer_at_least(1))
 _NAME = Rule(name)
@@ -107,7 +108,7 @@ class Config:
     )
     redis_prefix: str = "conveyor"
     #: How long a claim lives unrenewed (`conveyor.core.LeasePolicy`).
-    lease_ms: int = attrs.field(default=_LEASE.lease_ms, validator=_POSITIVE)
+    lease_ms: int = attrs.field(default=_LEASE.lease_ms.default, validator=_POSITIVE)
     workers: WorkersConfig = WorkersConfig()
     retry: RetryPolicy = RetryPolicy()
     requeue: RequeuePolicy = RequeuePolicy()
@@ -115,9 +116,7 @@ class Config:
     entry_points: bool = True
     tenancy: TenancyConfig | None = None
     #: Reclaims a started job survives before it is dead-lettered (`LeasePolicy`).
-    max_reclaims: int = attrs.field(
-        default=attrs.fields(LeasePolicy).max_reclaims.default, validator=_NON_NEGATIVE
-    )
+    max_reclaims: int = attrs.field(default=_LEASE.max_reclaims.default, validator=_NON_NEGATIVE)
     pool_size: int = attrs.field(default=10, validator=_POSITIVE)
     #: Per-job-type attempt timeouts in ms (`[timeouts_ms]`), as (job type, ms) pairs.
     timeouts_ms: tuple[tuple[str, int], ...] = ()
