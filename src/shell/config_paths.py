@@ -45,11 +45,13 @@ def anchored(raw: Mapping[str, Any], folder: Path) -> dict[str, Any]:
     return out
 
 
-def with_default_database(merged: dict[str, Any], folder: Path, default: str) -> dict[str, Any]:
+def with_default_database(
+    merged: dict[str, Any], folder: Path, default_url: str, default_provider: str
+) -> dict[str, Any]:
     """`merged` (a config file with the environment applied) with the default SQLite
     database beside the file, when the provider is `db` and no URL was given."""
-    if merged.get("provider", "db") == "db" and "url" not in merged:
-        return {**merged, "url": anchor_sqlite(default, folder.absolute())}
+    if merged.get("provider", default_provider) == "db" and "url" not in merged:
+        return {**merged, "url": anchor_sqlite(default_url, folder.absolute())}
     return merged
 
 

@@ -1,4 +1,6 @@
-"""Which keys each provider reads: one rule for the URL, and no key set in vain.
+"""Rules across keys: one rule for the URL, keys tied to one another, and no key
+set in vain. Each reads the raw mapping, so its problems join the per-key ones of
+the converter in one report.
 
 The URL: the top-level `url` is the provider's server, whichever it is: a database
 URL for `db`, a Redis URL for `redis` (the quick start's `url = ...` works for both).
@@ -11,6 +13,10 @@ Keys the chosen provider does not read (`[redis]` with provider `db`, `url` with
 about by name: they are often a sign that the provider is not the one
 meant, and a config that switches provider through `CONVEYOR_PROVIDER` may keep
 them on purpose, so they are not refused.
+
+Keys tied to one another (`tied_problems`): a bare file path as a `db` URL, a
+`tenancy.url` missing where the job database is not SQL, two `[[cron]]` entries of
+one name.
 """
 
 from __future__ import annotations
@@ -20,24 +26,51 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..core import FieldError
+from .config_checks import REDIS_SCHEMES
+from .config_model import DEFAULT_PROVIDER, DEFAULT_URL
 from .redact import mask_url
 
 log = logging.getLogger("conveyor.config")
 
-REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 #: The keys of `[redis]` that a Redis URL replaces.
 REDIS_PARTS = ("host", "port", "db")
 #: Top-level keys only SQL reads.
 SQL_ONLY = ("pool_size", "auto_migrate")
 
-def _table(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+
+def table(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """The table at `key`, or an empty one when `key` holds no table."""
     value = raw.get(key)
     return value if isinstance(value, Mapping) else {}
 
 
+def tied_problems(raw: Mapping[str, Any]) -> Iterator[FieldError]:
+    """Rules that tie one key to another. A hook sees one value, not its neighbours,
+    and checking the raw mapping lets these join the per-key problems in one report
+    even when some other key is wrong."""
+    provider, url = raw.get("provider", DEFAULT_PROVIDER), raw.get("url", DEFAULT_URL)
+    if isinstance(url, str) and url and "://" not in url and provider == "db":
+        # A bare path is the usual slip: say what it should have been.
+        yield FieldError("url", f"{url!r} is not a database URL; a SQLite file is sqlite:///{url}")
+    yield from url_problems(raw)
+    tenancy = raw.get("tenancy")
+    if isinstance(tenancy, Mapping) and tenancy.get("url") is None and provider != "db":
+        yield FieldError(
+            "tenancy.url", "is required unless provider is 'db' (then the job database is used)"
+        )
+    # Slot ids derive from the entry's name: two entries of one name would share slots.
+    entries = raw.get("cron")
+    seen: dict[object, int] = {}
+    for n, entry in enumerate(entries if isinstance(entries, list | tuple) else ()):
+        name = entry.get("name") if isinstance(entry, Mapping) else None
+        if isinstance(name, str) and name in seen:
+            yield FieldError(f"cron[{n}].name", f"{name!r} is already cron[{seen[name]}]'s name")
+        seen.setdefault(name, n)
+
+
 def url_problems(raw: Mapping[str, Any]) -> Iterator[FieldError]:
     """A URL of the wrong kind for the provider, or two Redis URLs that disagree."""
-    provider, url = raw.get("provider", "db"), raw.get("url")
+    provider, url = raw.get("provider", DEFAULT_PROVIDER), raw.get("url")
     if not isinstance(url, str) or not url:
         return
     if provider == "redis":
@@ -48,7 +81,7 @@ def url_problems(raw: Mapping[str, Any]) -> Iterator[FieldError]:
                 f"unix://), got {mask_url(url)!r}",
             )
             return
-        other = _table(raw, "redis").get("url")
+        other = table(raw, "redis").get("url")
         if isinstance(other, str) and other != url:
             yield FieldError(
                 "redis.url",
@@ -63,19 +96,20 @@ def url_problems(raw: Mapping[str, Any]) -> Iterator[FieldError]:
         )
 
 
-def redis_url(raw: Mapping[str, Any], table_url: str | None, from_parts: str) -> str:
-    """The Redis server: the top-level `url` under provider `redis`, else `[redis]
-    url`, else the URL built from `[redis]` host, port and db."""
+def redis_url(raw: Mapping[str, Any], from_table: str) -> str:
+    """The Redis server: the top-level `url` under provider `redis`, else the one
+    `[redis]` names (its url, or its host, port and db). A top-level `url` that is
+    no Redis URL is `url_problems`' to report."""
     url = raw.get("url")
-    if raw.get("provider", "db") == "redis" and isinstance(url, str) and url:
-        return url
-    return table_url or from_parts
+    if raw.get("provider", DEFAULT_PROVIDER) == "redis" and isinstance(url, str):
+        return url if url.startswith(REDIS_SCHEMES) else from_table
+    return from_table
 
 
 def unused_keys(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(key, why) for each key set that the provider does not read."""
-    provider = raw.get("provider", "db")
-    redis = _table(raw, "redis")
+    provider = raw.get("provider", DEFAULT_PROVIDER)
+    redis = table(raw, "redis")
     found: list[tuple[str, str]] = []
     if provider != "redis" and "redis" in raw:
         found.append(("redis", f"only provider 'redis' reads it (provider is {provider!r})"))
