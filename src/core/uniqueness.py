@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
+from .durations import as_delay, later
 from .errors import FieldError
 from .job import JobStatus, UniqueLock
 
@@ -117,10 +118,6 @@ def make_lock(
             if given is not None:
                 return FieldError(field, "needs unique_key: it shapes the key's lock")
         return None
-    # Here, not at the top: `validation.create_job` calls this module. After the
-    # common case (no key), which is every plain enqueue: an import costs each call.
-    from .validation import as_delay, later
-
     checked = _check_key(key)
     if isinstance(checked, FieldError):
         return checked

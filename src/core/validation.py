@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -12,6 +11,8 @@ from uuid import UUID
 import attrs
 from returns.result import Failure, Result, Success
 
+from .durations import as_delay as as_delay
+from .durations import later as later
 from .errors import FieldError, ValidationError
 from .frozen import FrozenMap, NotJson, freeze, json_size
 from .job import Job, JobStatus, Priority
@@ -76,32 +77,6 @@ def as_utc(field: str, value: object) -> datetime | FieldError:
         return value.astimezone(UTC)
     except OverflowError:
         return FieldError(field, "is outside the years 1 to 9999 once converted to UTC")
-
-
-def as_delay(field: str, value: object) -> timedelta | FieldError:
-    """Accept a non-negative `timedelta`, or a finite number of seconds."""
-    if isinstance(value, timedelta):
-        delay = value
-    elif isinstance(value, float) and not math.isfinite(value):
-        return FieldError(field, f"must be a finite number of seconds, got {value}")
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        try:
-            delay = timedelta(seconds=value)
-        except OverflowError:
-            return FieldError(field, "is too far in the future (more than 999999999 days)")
-    else:
-        return FieldError(field, f"must be seconds or a timedelta, got {type(value).__name__}")
-    if delay < timedelta(0):
-        return FieldError(field, "must not be negative")
-    return delay
-
-
-def later(field: str, start: datetime, delay: timedelta) -> datetime | FieldError:
-    """`start + delay`, or why that is past the last representable time."""
-    try:
-        return start + delay
-    except OverflowError:
-        return FieldError(field, f"{delay.days} days from now is after the year 9999")
 
 
 def parse_job_id(value: object, field: str = "job_id") -> UUID | FieldError:
