@@ -22,7 +22,9 @@ from ...core.validation import check_name
 from ..lookup import JobView, parse_state, view_of_record
 from ..ports import HistoryFilter
 from ..presence import WorkerInfo
-from ..runtime import PRESENCE_TTL, QueueStatus, Runtime
+from ..presence_beat import PRESENCE_TTL
+from ..runtime import Runtime
+from ..status import QueueStatus
 
 #: Jobs per page of the jobs and dead-letter listings.
 PAGE_SIZE = 50

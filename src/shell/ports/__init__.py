@@ -27,13 +27,7 @@ from .capabilities import CancellingJobQueue, ClaimOnWakeJobQueue, WakingJobQueu
 from .claims import PREFETCH_MARK, BadClaim, Claim, is_prefetched, prefetch_token
 from .clock import Clock, Handler, HandlerRegistry, Jitter, SystemClock
 from .limits import LimitedClaims, LimitedJobQueue, LimitReportingJobQueue, LimitUsage
-from .queue import (
-    BatchingJobQueue,
-    FinishingJobQueue,
-    JobQueue,
-    TransactionalJobQueue,
-    is_transactional,
-)
+from .queue import BatchingJobQueue, FinishingJobQueue, JobQueue, TransactionalJobQueue
 from .reads import (
     HISTORY_FILTER_SCAN,
     FinishedPerMinute,
@@ -77,3 +71,8 @@ __all__ = [
     "is_transactional",
     "prefetch_token",
 ]
+
+
+def is_transactional(queue: object) -> bool:
+    """True when `queue` offers `enqueue_in_tx` (ask before calling it)."""
+    return isinstance(queue, TransactionalJobQueue)

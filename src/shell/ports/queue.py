@@ -164,8 +164,3 @@ class BatchingJobQueue(FinishingJobQueue, Protocol):
     def start_claim(self, claim: Claim, now: datetime) -> Claim | None:
         """Mark a prefetched claim started: swap its token for a plain one and renew its
         lease to `now`, fenced by the old token. The started claim, or None if lost."""
-
-
-def is_transactional(queue: object) -> bool:
-    """True when `queue` offers `enqueue_in_tx` (ask before calling it)."""
-    return isinstance(queue, TransactionalJobQueue)
