@@ -17,6 +17,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .version import __version__
+
 if TYPE_CHECKING:
     from .core import (
         CancelCounts,
@@ -42,9 +44,6 @@ if TYPE_CHECKING:
     from .shell.tasks import Task, Tasks
     from .shell.worker import Worker
 
-#: The newest release in CHANGELOG.md, which `conveyor --version` prints; a release
-#: moves both together (the tests hold them to each other and to pyproject.toml).
-__version__ = "0.3.0"
 
 # Resolved on first access (PEP 562), so `import conveyor.core` or
 # `conveyor.testing.clock` does not drag in the shell and SQLAlchemy with it.

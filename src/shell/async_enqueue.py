@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ..core import Job
-from .config import Config
+from .endpoints import BackendSettings, retry_budget_s
 from .ports import JobQueue
 
 log = logging.getLogger("conveyor.runtime")
@@ -69,9 +69,9 @@ class InlineWriter:
         return None
 
 
-def native_driver(config: Config) -> str | None:
-    """The asyncio driver `aenqueue` uses for `config`'s backend, or None when it runs
-    the sync enqueue in a thread (SQLite, or a driver not installed)."""
+def native_driver(config: BackendSettings) -> str | None:
+    """The asyncio driver `aenqueue` uses for the backend `config` names, or None when
+    it runs the sync enqueue in a thread (SQLite, or a driver not installed)."""
     if config.provider == "memory":
         return InlineWriter.driver
     if config.provider == "redis":
@@ -97,10 +97,6 @@ def native_driver(config: Config) -> str | None:
     return None
 
 
-def _retry_budget_s(config: Config) -> float:
-    return config.lease_ms / 4000  # as for the sync adapters: a quarter of the lease
-
-
 class AsyncWriters:
     """One writer per event loop for a runtime's backend.
 
@@ -108,8 +104,9 @@ class AsyncWriters:
     first `aenqueue`): a runtime that never enqueues from asyncio code runs on an
     install without them."""
 
-    def __init__(self, config: Config, queue: JobQueue, *, native: bool = True) -> None:
-        """`native=False` always takes the thread path (to compare, or to test it)."""
+    def __init__(self, config: BackendSettings, queue: JobQueue, *, native: bool = True) -> None:
+        """`config` says where the backend is (a `Config` does); `native=False` always
+        takes the thread path (to compare, or to test it)."""
         self._config, self._queue = config, queue
         self._native = native
         self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncWriter] = (
@@ -139,11 +136,12 @@ class AsyncWriters:
             from .adapters.redis.async_queue import AsyncRedisQueue
 
             return AsyncRedisQueue(
-                cfg.redis_url, cfg.redis_prefix, retry_budget_s=_retry_budget_s(cfg)
+                cfg.redis_url, cfg.redis_prefix, retry_budget_s=retry_budget_s(cfg)
             )
         from .adapters.sql.async_queue import AsyncSqlQueue
 
-        return AsyncSqlQueue(cfg.url, lock_retry_s=_retry_budget_s(cfg), pool_size=cfg.pool_size)
+        # As for the sync adapters: a quarter of the lease.
+        return AsyncSqlQueue(cfg.url, lock_retry_s=retry_budget_s(cfg), pool_size=cfg.pool_size)
 
     async def aclose(self) -> None:
         """Release the running loop's connections (its writer is made again on next use)."""

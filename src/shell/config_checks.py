@@ -17,7 +17,7 @@ import attrs
 
 from ..core.field_checks import refuse
 from ..core.validation import MAX_RETRIES_LIMIT, check_name
-from .cron import expression_problem, timezone_problem
+from .cron_schedule import expression_problem, timezone_problem
 
 #: The schemes of a Redis server's URL.
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")

@@ -1,4 +1,4 @@
-"""Periodic jobs in the shell: reading cron expressions, and the ticker.
+"""Periodic jobs in the shell: the ticker, and the operator's view of the entries.
 
 Every worker process runs one ticker thread beside its pools. It sleeps until
 the next slot of any entry, asks the core which slots are due
@@ -8,8 +8,10 @@ on every backend, so any number of processes enqueue each slot once and none of
 them leads. The last run of an entry is read back from storage by those same
 ids; no table of its own is kept.
 
-Expressions are read by `cronsim` (Debian cron's rules, including its handling
-of the hours the clocks skip or repeat), in an IANA time zone from `zoneinfo`.
+The ticker takes what it needs as values (an enqueue, a look-up of a slot's job,
+the clock, the server's shared state, the retention policy), not the runtime that
+owns it. Reading expressions is `conveyor.shell.cron_schedule`'s job; its names
+are importable from here too.
 """
 
 from __future__ import annotations
@@ -17,41 +19,35 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Any
 
 import attrs
-from cronsim import CronSim, CronSimError
 
-from ..core import FieldError, Job, JobStatus, ValidationError
-from ..core.cron import (
-    DEFAULT_GRACE,
-    CronEntry,
-    Missed,
-    check_entry,
-    plan_slots,
-    recent_slots,
-    slot_id,
-)
+from ..core import Job, JobStatus, RetentionPolicy, ValidationError
+from ..core.cron import DEFAULT_GRACE, CronEntry, Missed, plan_slots, recent_slots, slot_id
 from . import outage
+from .cron_schedule import (
+    MACROS,
+    CronSchedule,
+    expression_problem,
+    parse_entry,
+    timezone_problem,
+)
+from .ports import Clock
 
-if TYPE_CHECKING:
-    from .runtime import Runtime
+__all__ = [
+    "MACROS",
+    "Cron",
+    "CronSchedule",
+    "CronStatus",
+    "expression_problem",
+    "parse_entry",
+    "timezone_problem",
+]
 
 log = logging.getLogger("conveyor.cron")
-
-#: The shorthands cron users write, spelt out for the parser.
-MACROS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
 
 #: The longest a ticker sleeps between checks, so a clock that jumps (or an entry
 #: added while it sleeps) is noticed soon.
@@ -59,72 +55,6 @@ MAX_SLEEP_S = 5.0
 
 #: How many past slots `Cron.list` looks back through for the last run.
 LAST_RUN_LOOKBACK = 10
-
-
-def _expanded(expression: str) -> str:
-    text = expression.strip()
-    return MACROS.get(text.lower(), text)
-
-
-def expression_problem(expression: object) -> str | None:
-    """Why `expression` is not a cron expression this parser reads, or None."""
-    if not isinstance(expression, str):
-        return f"must be a cron expression (a string), got {type(expression).__name__}"
-    try:
-        CronSim(_expanded(expression), datetime(2000, 1, 1, tzinfo=UTC))
-    except CronSimError as exc:
-        reason = str(exc)
-        return (
-            f"{expression!r} is not a cron expression: {reason[:1].lower()}{reason[1:]} "
-            "(five fields, or six with seconds first, or @hourly/@daily/@weekly/...)"
-        )
-    return None
-
-
-def timezone_problem(name: object) -> str | None:
-    """Why `name` is not an IANA time zone this machine knows, or None."""
-    if not isinstance(name, str) or not name:
-        return f"must be an IANA time zone name such as 'Europe/Berlin', got {name!r}"
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return f"unknown time zone {name!r}; use an IANA name such as 'Europe/Berlin' or 'UTC'"
-    return None
-
-
-@attrs.frozen(slots=True)
-class CronSchedule:
-    """A cron expression in a time zone: the core's `Schedule`. Slots come back in UTC."""
-
-    expression: str
-    zone: ZoneInfo
-
-    def next_after(self, moment: datetime) -> datetime:
-        local = moment.astimezone(self.zone)
-        return next(CronSim(_expanded(self.expression), local)).astimezone(UTC)
-
-    def last_before(self, moment: datetime) -> datetime | None:
-        local = moment.astimezone(self.zone)
-        try:
-            found = next(CronSim(_expanded(self.expression), local, reverse=True))
-        except StopIteration:
-            return None
-        return found.astimezone(UTC)
-
-
-def parse_entry(entry: CronEntry, prefix: str = "cron") -> tuple[CronEntry, CronSchedule]:
-    """`entry` checked and normalized, with its schedule; a `ValidationError` naming
-    every bad field (`prefix.schedule`, `prefix.timezone`, ...) otherwise."""
-    checked, errors = check_entry(entry, prefix)
-    for field, problem in (
-        ("schedule", expression_problem(entry.schedule)),
-        ("timezone", timezone_problem(entry.timezone)),
-    ):
-        if problem is not None:
-            errors.append(FieldError(f"{prefix}.{field}", problem))
-    if errors:
-        raise ValidationError(errors)
-    return checked, CronSchedule(entry.schedule, ZoneInfo(entry.timezone))
 
 
 @attrs.frozen(slots=True)
@@ -161,22 +91,36 @@ class CronStatus:
         }
 
 
+#: Enqueues a job: `Runtime.enqueue`'s signature (job type, args, keyword options).
+Enqueue = Callable[..., Job]
+
+
 class Cron:
     """The periodic jobs of one runtime (`runtime.cron`): its entries, the ticker
     that enqueues their slots while the runtime's workers run, and the operator's
     view and manual run.
 
-    `tick()` is one check, done by the ticker thread at each slot; tests with a
-    manual clock call it themselves."""
+    `enqueue` writes a slot's job (`Runtime.enqueue`); `state_of` reads the state of
+    the job with an id, None when there is none (for the last run); `server` is the
+    state of the queue's server shared with the process's other loops; `retention`
+    says how long finished records are kept (a missed slot older than that is not
+    caught up). `tick()` is one check, done by the ticker thread at each slot; tests
+    with a manual clock call it themselves."""
 
     def __init__(
         self,
-        runtime: Runtime,
         entries: Iterable[CronEntry] = (),
         *,
+        enqueue: Enqueue,
+        state_of: Callable[[uuid.UUID], JobStatus | None],
+        clock: Clock,
+        server: outage.ConnectionState,
+        retention: RetentionPolicy | None = None,
         grace: timedelta = DEFAULT_GRACE,
     ) -> None:
-        self._runtime = runtime
+        self._enqueue_job, self._state_of = enqueue, state_of
+        self._clock, self._server_state = clock, server
+        self._retention = retention or RetentionPolicy()
         self.grace = grace
         self._entries: dict[str, tuple[CronEntry, CronSchedule]] = {}
         #: Per entry, the instant of this process's last check (none yet: a start).
@@ -230,7 +174,7 @@ class Cron:
         jobs the enqueues gave back (an existing job for a slot another node took).
         An entry whose enqueue fails keeps its last check, so the next tick retries."""
         with self._ticking:
-            now = self._runtime.clock.now()
+            now = self._clock.now()
             with self._lock:
                 entries = list(self._entries.values())
             return [job for entry, schedule in entries for job in self._check(entry, schedule, now)]
@@ -270,12 +214,12 @@ class Cron:
         return jobs
 
     def _server(self) -> outage.ConnectionState:
-        return outage.for_queue(self._runtime.queue)
+        return self._server_state
 
     def _records_kept(self) -> timedelta | None:
         """How long every finished record is surely kept (None: for ever): a missed
         slot older than this may have run without a trace left, so it is not caught up."""
-        keep = self._runtime.config.retention
+        keep = self._retention
         ages = [ms for ms in (keep.completed_ms, keep.dead_ms) if ms > 0]
         return timedelta(milliseconds=min(ages)) if ages else None
 
@@ -287,7 +231,7 @@ class Cron:
         }
         if job_id is not None:
             options["id"] = job_id
-        return self._runtime.enqueue(entry.job_type, entry.args, **options)
+        return self._enqueue_job(entry.job_type, entry.args, **options)
 
     def run(self, name: str) -> Job:
         """Enqueue entry `name`'s job now, outside its schedule (a fresh job id)."""
@@ -296,7 +240,7 @@ class Cron:
 
     def next_run(self, now: datetime | None = None) -> datetime | None:
         """The earliest next slot of any entry after `now`, or None without entries."""
-        moment = now or self._runtime.clock.now()
+        moment = now or self._clock.now()
         with self._lock:
             schedules = [schedule for _, schedule in self._entries.values()]
         return min((s.next_after(moment) for s in schedules), default=None)
@@ -306,7 +250,7 @@ class Cron:
     def list(self) -> list[CronStatus]:
         """Each entry with its next slot and its last run, read back from storage by
         slot id (looking back `LAST_RUN_LOOKBACK` slots). Reads only."""
-        now = self._runtime.clock.now()
+        now = self._clock.now()
         with self._lock:
             entries = list(self._entries.values())
         rows = []
@@ -321,10 +265,10 @@ class Cron:
             )
             for slot in recent_slots(schedule, now, LAST_RUN_LOOKBACK):
                 job_id = slot_id(entry.name, slot)
-                view = self._runtime.get(job_id)
-                if view is not None:
+                state = self._state_of(job_id)
+                if state is not None:
                     row = attrs.evolve(
-                        row, last_slot=slot, last_job_id=str(job_id), last_state=view.state
+                        row, last_slot=slot, last_job_id=str(job_id), last_state=state
                     )
                     break
             rows.append(row)
@@ -357,7 +301,7 @@ class Cron:
                 self.tick()
             except Exception as exc:
                 outage.report(self._server(), self._bugs, exc, log, "cron tick failed")
-            clock = self._runtime.clock
+            clock = self._clock
             wake = self.next_run(clock.now())
             wait = MAX_SLEEP_S
             if wake is not None:

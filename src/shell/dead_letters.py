@@ -12,17 +12,26 @@ skipped, never acted on twice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 from uuid import UUID
 
-from ..core import JobStatus, ValidationError
+from ..core import Job, JobStatus, ValidationError
 from .ports import HistoryFilter, JobStore
-
-if TYPE_CHECKING:
-    from .runtime import Runtime
 
 #: Dead letters read per page of a bulk action.
 PAGE = 500
+
+
+class DeadLetterActions(Protocol):
+    """What the bulk actions act through: a `Runtime` (its store, `retry_dead` and
+    `purge_dead`)."""
+
+    @property
+    def store(self) -> JobStore: ...
+
+    def retry_dead(self, job_id: UUID) -> Job: ...
+
+    def purge_dead(self, job_id: UUID | None = None) -> int: ...
 
 
 def dead_filter(
@@ -46,7 +55,7 @@ def count_dead(store: JobStore, where: HistoryFilter) -> int:
     return store.count_history(where)
 
 
-def retry_matching(runtime: Runtime, where: HistoryFilter) -> int:
+def retry_matching(runtime: DeadLetterActions, where: HistoryFilter) -> int:
     """Re-enqueue every dead letter matching `where`, retries reset; returns how many."""
 
     def retry(job_id: UUID) -> int:
@@ -59,7 +68,7 @@ def retry_matching(runtime: Runtime, where: HistoryFilter) -> int:
     return _each(runtime.store, where, retry)
 
 
-def purge_matching(runtime: Runtime, where: HistoryFilter) -> int:
+def purge_matching(runtime: DeadLetterActions, where: HistoryFilter) -> int:
     """Delete every dead letter matching `where`; returns how many went."""
     if is_everything(where):
         return runtime.purge_dead(None)  # one statement, however many there are

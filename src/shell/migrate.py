@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config import Config, load_config
-from .redact import BackendError, backend_url, guarded, mask_url
+from .endpoints import backend_url
+from .redact import BackendError, guarded, mask_url
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -31,24 +32,25 @@ class SchemaNotCurrent(BackendError):
     `conveyor migrate` (or `conveyor.shell.migrate.migrate(config)`) first."""
 
 
-def auto_migrates(config: Config) -> bool:
-    """Whether processes built from `config` migrate the schema themselves: the
-    `auto_migrate` key, or, when unset, only for SQLite."""
-    if config.auto_migrate is not None:
-        return config.auto_migrate
-    return config.url.startswith("sqlite")
+def auto_migrates(auto_migrate: bool | None, url: str) -> bool:
+    """Whether processes migrate the schema at `url` themselves: as `auto_migrate` (the
+    config key) says, or, when it is unset, only for SQLite."""
+    if auto_migrate is not None:
+        return auto_migrate
+    return url.startswith("sqlite")
 
 
-def prepare_schema(config: Config, queue: JobQueue) -> str | None:
-    """At process start: migrate when `config` says so, else read the schema mark once.
-    None when the schema is ready; else the one line to show (build raises it)."""
-    if config.provider != "db":
+def prepare_schema(queue: JobQueue, *, provider: str, migrates: bool) -> str | None:
+    """At process start: migrate when `migrates` (see `auto_migrates`), else read the
+    schema mark once. None when the schema is ready (or `provider` has none); else
+    the one line to show (build raises it)."""
+    if provider != "db":
         return None
     from .adapters.sql.migration import migrate as migrate_engine
     from .adapters.sql.migration import schema_problem
 
     engine: Engine = queue.engine  # type: ignore[attr-defined]
-    if auto_migrates(config):
+    if migrates:
         migrate_engine(engine)
         return None
     return schema_problem(engine)

@@ -27,14 +27,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import attrs
 
 from ..core import WriteRetryPolicy
-from .redact import BackendError, backend_url, config_secrets, mask_url, one_line, redact
+from .redact import BackendError, one_line, redact
 from .retrying import Retrier
-
-if TYPE_CHECKING:
-    from .config import Config
 
 T = TypeVar("T")
 
@@ -173,13 +172,14 @@ def for_server(backend: str, where: str) -> ConnectionState:
         return state
 
 
-_DIALECTS = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}
+#: The backend's name by SQLAlchemy dialect (or URL scheme), as messages show it.
+DIALECTS = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}
 
 
 def for_engine(engine: Any) -> ConnectionState:
     """The state of a SQLAlchemy engine's database server."""
     name = str(engine.dialect.name)
-    return for_server(_DIALECTS.get(name, name), engine.url.render_as_string(hide_password=True))
+    return for_server(DIALECTS.get(name, name), engine.url.render_as_string(hide_password=True))
 
 
 @runtime_checkable
@@ -211,13 +211,16 @@ def for_queue(queue: object) -> ConnectionState:
     return for_server(type(queue).__name__, "this process")
 
 
-def backend_label(config: Config) -> tuple[str, str]:
-    """The backend's name and its masked URL, from the config."""
-    _, url = backend_url(config)
-    if config.provider == "redis":
-        return "Redis", str(mask_url(url))
-    scheme = (url or "").split(":", 1)[0].split("+", 1)[0]
-    return _DIALECTS.get(scheme, scheme or config.provider), str(mask_url(url))
+@attrs.frozen(slots=True)
+class Endpoint:
+    """A backend's server as messages name it: `backend` ("PostgreSQL"), `where` (its
+    URL, password masked), the config `key` that sets it, and the `secrets` to keep
+    out of a driver's text (`conveyor.shell.endpoints.endpoint` reads one from a config)."""
+
+    backend: str
+    where: str
+    key: str
+    secrets: frozenset[str] = frozenset()
 
 
 class ServerUnreachable(BackendError):
@@ -239,11 +242,10 @@ class ServerUnreachable(BackendError):
         )
 
     @classmethod
-    def of(cls, config: Config, exc: BaseException) -> ServerUnreachable:
-        """The error for `exc`, an outage met while using `config`'s backend."""
-        backend, where = backend_label(config)
-        detail = one_line(redact(describe(exc), config_secrets(config)))
-        return cls(backend, where, backend_url(config)[0], detail)
+    def of(cls, endpoint: Endpoint, exc: BaseException) -> ServerUnreachable:
+        """The error for `exc`, an outage met while using the server at `endpoint`."""
+        detail = one_line(redact(describe(exc), endpoint.secrets))
+        return cls(endpoint.backend, endpoint.where, endpoint.key, detail)
 
 
 class Backoff:

@@ -12,13 +12,10 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 from urllib.parse import unquote
 
 from ..core import FieldError, ValidationError
-
-if TYPE_CHECKING:
-    from .config import Config
 
 T = TypeVar("T")
 
@@ -73,12 +70,6 @@ def url_secrets(*urls: str | None) -> frozenset[str]:
         if password:
             found.update({password, unquote(password)})
     return frozenset(s for s in found if s)
-
-
-def config_secrets(config: Config) -> frozenset[str]:
-    """Every password in the URLs of `config`."""
-    tenancy_url = config.tenancy.url if config.tenancy is not None else None
-    return url_secrets(config.url, config.redis_url, tenancy_url)
 
 
 def _whole(secret: str) -> re.Pattern[str]:
@@ -145,25 +136,6 @@ def guarded(field: str, url: str | None, make: Callable[[], T]) -> T:
     except Exception as exc:
         error = describe_failure(field, url, exc)
     raise error
-
-
-def backend_url(config: Config) -> tuple[str, str | None]:
-    """The config key and URL the provider's queue and store are built on."""
-    if config.provider == "redis":
-        # The top-level `url` serves Redis too (see config_rules): name the key used.
-        return ("url" if config.url == config.redis_url else "redis.url"), config.redis_url
-    if config.provider == "db":
-        return "url", config.url
-    return "provider", None
-
-
-def tenancy_url(config: Config) -> tuple[str, str | None]:
-    """The config key and URL the tenant resolver is built on."""
-    if config.tenancy is None:
-        return "tenancy", None
-    if config.tenancy.url is not None:
-        return "tenancy.url", config.tenancy.url
-    return "url", config.url
 
 
 class RedactingFilter(logging.Filter):

@@ -32,19 +32,16 @@ from __future__ import annotations
 
 import functools
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from returns.result import Failure
-
-from ..core import Priority, ValidationError, check_name, create_job
+from ..core import Priority, ValidationError, check_name
+from .enqueue_options import ENQUEUE_OPTIONS, EnqueueOptions
 
 if TYPE_CHECKING:
     from ..core import Job
-    from .runtime import Runtime
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -59,17 +56,23 @@ def default_job_type(fn: Callable[..., Any]) -> str:
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
+class TaskRuntime(Protocol):
+    """What a task enqueues on: a `conveyor.Runtime` (its `enqueue` and `enqueue_many`)."""
+
+    @property
+    def enqueue(self) -> Callable[..., Job]: ...
+
+    @property
+    def enqueue_many(self) -> Callable[..., list[Job]]: ...
+
+
 def _check_defaults(job_type: str, defaults: Mapping[str, Any]) -> None:
     """Refuse unknown options and invalid values when the task is declared, not at
-    its first enqueue."""
-    from .runtime import ENQUEUE_OPTIONS
-
+    its first enqueue: the defaults make one `EnqueueOptions`, and a probe job."""
     unknown = set(defaults) - ENQUEUE_OPTIONS
     if unknown:
         raise TypeError(f"task {job_type!r}: unexpected options: {sorted(unknown)}")
-    probe = create_job(id=uuid.uuid4(), job_type=job_type, now=datetime.now(UTC), **defaults)
-    if isinstance(probe, Failure):
-        raise probe.failure()
+    EnqueueOptions.of(defaults).job(job_type, None, datetime.now(UTC))
 
 
 class Task(Generic[P, R]):
@@ -109,7 +112,7 @@ class Task(Generic[P, R]):
         self,
         args: Mapping[str, Any] | None = None,
         *,
-        runtime: Runtime | None = None,
+        runtime: TaskRuntime | None = None,
         **options: Any,
     ) -> Job:
         """Enqueue one job of this task with `args`; `options` are `Runtime.enqueue`'s
@@ -123,7 +126,7 @@ class Task(Generic[P, R]):
         self,
         args_list: Sequence[Mapping[str, Any] | None],
         *,
-        runtime: Runtime | None = None,
+        runtime: TaskRuntime | None = None,
         **options: Any,
     ) -> list[Job]:
         """Enqueue one job per args mapping in one round trip (see
@@ -140,7 +143,7 @@ class Tasks(Mapping[str, Callable[..., Any]]):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tasks: dict[str, Task[Any, Any]] = {}
-        self._runtime: Runtime | None = None
+        self._runtime: TaskRuntime | None = None
 
     @overload
     def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
@@ -218,18 +221,18 @@ class Tasks(Mapping[str, Callable[..., Any]]):
     # ---- the runtime ----------------------------------------------------------
 
     @property
-    def runtime(self) -> Runtime | None:
+    def runtime(self) -> TaskRuntime | None:
         """The runtime this collection's tasks enqueue on by default, if bound."""
         with self._lock:
             return self._runtime
 
-    def bind(self, runtime: Runtime | None) -> None:
+    def bind(self, runtime: TaskRuntime | None) -> None:
         """Make `runtime` the one these tasks enqueue on by default (None unbinds).
         `build` does this for the collections it registers handlers from."""
         with self._lock:
             self._runtime = runtime
 
-    def runtime_for(self, task: Task[Any, Any], runtime: Runtime | None = None) -> Runtime:
+    def runtime_for(self, task: Task[Any, Any], runtime: TaskRuntime | None = None) -> TaskRuntime:
         """`runtime` when given, else the bound one; `TaskNotBound` when neither."""
         found = runtime if runtime is not None else self.runtime
         if found is None:
@@ -241,7 +244,7 @@ class Tasks(Mapping[str, Callable[..., Any]]):
         return found
 
 
-def bind_collections(runtime: Runtime, sources: Iterable[object]) -> None:
+def bind_collections(runtime: TaskRuntime, sources: Iterable[object]) -> None:
     """Bind every `Tasks` collection among `sources` (handler mappings) to `runtime`."""
     for source in sources:
         if isinstance(source, Tasks):

@@ -23,19 +23,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
-from .. import __version__
 from ..core import Failed, FrozenMap, Job, Outcome, Succeeded
+from ..version import __version__
 from .async_jobs import awaitable_of
 from .registry import catching, caught, error_from_exception, outcome_of
-
-if TYPE_CHECKING:
-    from .runtime import Runtime
 
 #: `messaging.system`: the semantic conventions name known brokers; a job queue
 #: library names itself.
@@ -114,7 +111,13 @@ class JobTracer:
         return outcome
 
 
-def instrument(runtime: Runtime, tracer_provider: trace.TracerProvider | None = None) -> JobTracer:
+class Traced(Protocol):
+    """What `instrument` traces: a `Runtime`, whose enqueues and workers read `tracer`."""
+
+    tracer: JobTracer | None
+
+
+def instrument(runtime: Traced, tracer_provider: trace.TracerProvider | None = None) -> JobTracer:
     """Trace `runtime`'s enqueues and the workers it starts from now on (call it
     before `start()`); `tracer_provider` defaults to the global one."""
     tracer = JobTracer(tracer_provider)

@@ -13,7 +13,7 @@ import conveyor
 import pytest
 from conveyor.core import ValidationError
 from conveyor.shell.config import load_config, parse_config
-from conveyor.shell.redact import backend_url
+from conveyor.shell.endpoints import backend_url
 
 
 @pytest.fixture(scope="module")

@@ -886,7 +886,7 @@ def test_a_working_process_heartbeat_names_the_job_it_is_running(
 ) -> None:
     import threading
 
-    from conveyor.shell import runtime as runtime_module
+    from conveyor.shell import presence_beat as runtime_module
 
     monkeypatch.setattr(runtime_module, "PRESENCE_INTERVAL", timedelta(milliseconds=20))
     began, release = threading.Event(), threading.Event()

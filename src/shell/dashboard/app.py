@@ -1,4 +1,4 @@
-"""The dashboard's ASGI application: routes, authentication, CSRF and rendering.
+"""The dashboard's ASGI application: routes, pages and rendering.
 
 Pages are rendered on the server by Jinja2 with autoescaping on, so job data
 (args, errors, tracebacks, results) is always text, never markup. One small
@@ -8,16 +8,16 @@ few seconds; the pages work without it.
 Every POST is an action. Each is refused with 403 in read-only mode, and
 otherwise must come from the dashboard's own origin and carry a CSRF token signed
 by this server (`csrf.CsrfGuard` says how and why). Failed logins are throttled
-per client (`auth.LoginThrottle`).
+per client (`auth.LoginThrottle`). `gate.Gate` makes those checks; the actions
+themselves are in `actions`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import urlencode
 from uuid import UUID
 
 from starlette.applications import Starlette
@@ -33,19 +33,18 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from ...core import CancelResult, FieldError, JobStatus, ValidationError
+from ...core import FieldError, JobStatus, ValidationError
 from ...core.validation import parse_job_id
 from ..runtime import Runtime
 from . import views
+from .actions import Actions
 from .auth import AuthHook, BasicAuth, LoginThrottle
 from .csrf import CSRF_COOKIE, CSRF_FIELD, CsrfGuard
+from .gate import Gate, Refused
 from .reachability import DEFAULT_TIMEOUT_S, BackendReads, BackendUnavailable
 from .rendering import SecurityHeaders, environment
 
 __all__ = ["CSRF_COOKIE", "CSRF_FIELD", "AuthHook", "BasicAuth", "LoginThrottle", "create_app"]
-
-#: The largest action form body read (every form holds a few short fields).
-MAX_FORM_BYTES = 16_384
 
 HERE = Path(__file__).resolve().parent
 
@@ -61,7 +60,7 @@ NOTICES = {
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-class Dashboard:
+class Dashboard(Actions):
     """The pages and actions over one runtime; `create_app` wraps it in Starlette."""
 
     def __init__(
@@ -82,6 +81,7 @@ class Dashboard:
         self.csrf = CsrfGuard(csrf_secret, trusted_origins)
         self.backend = BackendReads(runtime, backend_timeout_s)
         self.throttle = login_throttle or LoginThrottle()
+        self.gate = Gate(auth, self.throttle, self.csrf, read_only=read_only)
         self.live_every_ms = max(250, round(live_every_s * 1000))
         self.env = environment(HERE / "templates")
         self.chart = views.ThroughputCounts(runtime)
@@ -110,30 +110,9 @@ class Dashboard:
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
 
-    def _refused(self, request: Request) -> Response | None:
-        if self.auth is None:
-            return None
-        client = request.client.host if request.client else ""
-        wait = self.throttle.wait_s(client)
-        if wait > 0:
-            return Response(
-                "too many failed logins from this address: try again later",
-                429,
-                headers={"retry-after": str(math.ceil(wait))},
-            )
-        if self.auth(request):
-            self.throttle.succeeded(client)
-            return None
-        if request.headers.get("authorization"):
-            self.throttle.failed(client)  # a wrong guess, not the browser's first ask
-        challenge = getattr(self.auth, "challenge", None)
-        if isinstance(challenge, str):
-            return Response("authentication required", 401, headers={"www-authenticate": challenge})
-        return Response("not allowed", 403)
-
     def _page(self, handler: Endpoint) -> Endpoint:
         async def guarded(request: Request) -> Response:
-            refused = self._refused(request)
+            refused = self.gate.refused(request)
             if refused is not None:
                 return refused
             try:
@@ -147,25 +126,12 @@ class Dashboard:
         self, handler: Callable[[Request, dict[str, str]], Awaitable[Response]]
     ) -> Endpoint:
         async def guarded(request: Request) -> Response:
-            refused = self._refused(request)
+            refused = self.gate.refused(request)
             if refused is not None:
                 return refused
-            if self.read_only:
-                return self._error(request, 403, "The dashboard is read-only: actions are off.")
-            foreign = self.csrf.foreign_origin(request)
-            if foreign is not None:
-                return self._error(request, 403, f"The action was refused: {foreign}.")
-            body = b""
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > MAX_FORM_BYTES:  # read no further than a form can need
-                    return self._error(request, 413, "The form is too large.")
-            parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
-            form = {key: values[0] for key, values in parsed.items()}
-            if not self.csrf.token_matches(request, form.get(CSRF_FIELD, "")):
-                return self._error(
-                    request, 403, "The form's CSRF token is missing or wrong: reload the page."
-                )
+            form = await self.gate.action_form(request)
+            if isinstance(form, Refused):
+                return self._error(request, form.status, form.message)
             try:
                 return await handler(request, form)
             except ValidationError as exc:
@@ -380,62 +346,6 @@ class Dashboard:
     async def cron(self, request: Request) -> Response:
         rows = await self.backend.read(self.runtime.cron.list)
         return self._render(request, "cron.html", {"title": "Cron", "page": "cron", "rows": rows})
-
-    # ---- actions ----------------------------------------------------------------
-
-    async def cancel(self, request: Request, form: dict[str, str]) -> Response:
-        job_id = request.path_params["job_id"]
-        result = await self.backend.act(self.runtime.cancel, job_id)
-        if result is CancelResult.CANCELLED:
-            return self._redirect(request, f"/jobs/{job_id}", done="cancelled")
-        if result is CancelResult.REQUESTED:
-            return self._redirect(request, f"/jobs/{job_id}", done="requested")
-        return self._error(request, 409, f"Job {job_id} has finished or is unknown: not cancelled.")
-
-    async def dead_retry(self, request: Request, form: dict[str, str]) -> Response:
-        job = await self.backend.act(self.runtime.retry_dead, form.get("job_id", ""))
-        return self._redirect(request, f"/jobs/{job.id}", done="retried", n=1)
-
-    async def dead_purge(self, request: Request, form: dict[str, str]) -> Response:
-        job_id = form.get("job_id", "")
-        if not job_id:
-            raise ValidationError.of("job_id", "give the dead letter to purge")
-        purged = await self.backend.act(self.runtime.purge_dead, job_id)
-        if purged == 0:
-            return self._error(request, 409, f"{job_id} is not a dead letter: nothing purged.")
-        return self._redirect(request, "/dead", done="purged", n=purged)
-
-    async def dead_bulk(self, request: Request, form: dict[str, str]) -> Response:
-        filters = views.parse_filters(form)
-        if isinstance(filters, FieldError):
-            raise ValidationError((filters,))
-        what = form.get("action", "")
-        if what not in ("retry", "purge"):
-            raise ValidationError.of("action", "must be retry or purge")
-        done = await self.backend.act(self._bulk, what, filters)
-        back = {key: value for key, value in filters.query().items() if key != "state"}
-        return self._redirect(
-            request, "/dead", done="retried" if what == "retry" else "purged", n=done, **back
-        )
-
-    def _bulk(self, what: str, filters: views.Filters) -> int:
-        if what == "purge" and filters == views.Filters():
-            return self.runtime.purge_dead(None)  # one statement, however many there are
-        done = 0
-        for job in views.matching_dead(self.runtime, filters):
-            try:
-                if what == "retry":
-                    self.runtime.retry_dead(job.id)
-                    done += 1
-                else:
-                    done += self.runtime.purge_dead(job.id)
-            except ValidationError:
-                pass  # retried or purged by someone else since it was listed
-        return done
-
-    async def cron_run(self, request: Request, form: dict[str, str]) -> Response:
-        job = await self.backend.act(self.runtime.cron.run, form.get("name", ""))
-        return self._redirect(request, f"/jobs/{job.id}", done="ran")
 
 
 def create_app(

@@ -29,7 +29,8 @@ from starlette.concurrency import run_in_threadpool
 
 from ...core import ValidationError
 from .. import outage
-from ..redact import config_secrets, one_line, redact
+from ..endpoints import backend_label, config_secrets
+from ..redact import one_line, redact
 from ..runtime import Runtime
 
 T = TypeVar("T")
@@ -50,7 +51,7 @@ class BackendReads:
         if timeout_s <= 0:
             raise ValidationError.of("backend_timeout_s", f"must be > 0, got {timeout_s!r}")
         self.timeout_s = timeout_s
-        name, where = outage.backend_label(runtime.config)
+        name, where = backend_label(runtime.config)
         self._backend = f"{name} at {where}"
         self._secrets = config_secrets(runtime.config)
         # Set when the read that ran out of time ends (in its thread, whichever loop).

@@ -1,0 +1,96 @@
+"""Reading cron expressions: the check a config makes, and a schedule's slots.
+
+Expressions are read by `cronsim` (Debian cron's rules, including its handling
+of the hours the clocks skip or repeat), in an IANA time zone from `zoneinfo`.
+The config checks each `[[cron]]` entry with `expression_problem` and
+`timezone_problem`; the ticker (`conveyor.shell.cron`) plans slots with
+`CronSchedule`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import attrs
+from cronsim import CronSim, CronSimError
+
+from ..core import FieldError, ValidationError
+from ..core.cron import CronEntry, check_entry
+
+#: The shorthands cron users write, spelt out for the parser.
+MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+def _expanded(expression: str) -> str:
+    text = expression.strip()
+    return MACROS.get(text.lower(), text)
+
+
+def expression_problem(expression: object) -> str | None:
+    """Why `expression` is not a cron expression this parser reads, or None."""
+    if not isinstance(expression, str):
+        return f"must be a cron expression (a string), got {type(expression).__name__}"
+    try:
+        CronSim(_expanded(expression), datetime(2000, 1, 1, tzinfo=UTC))
+    except CronSimError as exc:
+        reason = str(exc)
+        return (
+            f"{expression!r} is not a cron expression: {reason[:1].lower()}{reason[1:]} "
+            "(five fields, or six with seconds first, or @hourly/@daily/@weekly/...)"
+        )
+    return None
+
+
+def timezone_problem(name: object) -> str | None:
+    """Why `name` is not an IANA time zone this machine knows, or None."""
+    if not isinstance(name, str) or not name:
+        return f"must be an IANA time zone name such as 'Europe/Berlin', got {name!r}"
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return f"unknown time zone {name!r}; use an IANA name such as 'Europe/Berlin' or 'UTC'"
+    return None
+
+
+@attrs.frozen(slots=True)
+class CronSchedule:
+    """A cron expression in a time zone: the core's `Schedule`. Slots come back in UTC."""
+
+    expression: str
+    zone: ZoneInfo
+
+    def next_after(self, moment: datetime) -> datetime:
+        local = moment.astimezone(self.zone)
+        return next(CronSim(_expanded(self.expression), local)).astimezone(UTC)
+
+    def last_before(self, moment: datetime) -> datetime | None:
+        local = moment.astimezone(self.zone)
+        try:
+            found = next(CronSim(_expanded(self.expression), local, reverse=True))
+        except StopIteration:
+            return None
+        return found.astimezone(UTC)
+
+
+def parse_entry(entry: CronEntry, prefix: str = "cron") -> tuple[CronEntry, CronSchedule]:
+    """`entry` checked and normalized, with its schedule; a `ValidationError` naming
+    every bad field (`prefix.schedule`, `prefix.timezone`, ...) otherwise."""
+    checked, errors = check_entry(entry, prefix)
+    for field, problem in (
+        ("schedule", expression_problem(entry.schedule)),
+        ("timezone", timezone_problem(entry.timezone)),
+    ):
+        if problem is not None:
+            errors.append(FieldError(f"{prefix}.{field}", problem))
+    if errors:
+        raise ValidationError(errors)
+    return checked, CronSchedule(entry.schedule, ZoneInfo(entry.timezone))

@@ -1,0 +1,87 @@
+"""The dashboard's actions: cancel a job, retry or purge dead letters, run a cron entry.
+
+Each is a call to the runtime's own operator action (`Runtime.cancel`,
+`retry_dead`, `purge_dead`, `cron.run`), made in a worker thread by
+`reachability.BackendReads.act`, so the dashboard behaves as the CLI does on every
+backend. `Actions` is mixed into `app.Dashboard`, which checks each request first
+(`gate.Gate`) and answers with its own pages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from ...core import CancelResult, FieldError, ValidationError
+from ..runtime import Runtime
+from . import views
+from .reachability import BackendReads
+
+
+class Actions:
+    """The action endpoints of `app.Dashboard` (mixed into it)."""
+
+    runtime: Runtime
+    backend: BackendReads
+
+    def _redirect(self, request: Request, path: str, **params: Any) -> Response:
+        raise NotImplementedError  # the dashboard's
+
+    def _error(self, request: Request, status: int, message: str) -> HTMLResponse:
+        raise NotImplementedError  # the dashboard's
+
+    async def cancel(self, request: Request, form: dict[str, str]) -> Response:
+        job_id = request.path_params["job_id"]
+        result = await self.backend.act(self.runtime.cancel, job_id)
+        if result is CancelResult.CANCELLED:
+            return self._redirect(request, f"/jobs/{job_id}", done="cancelled")
+        if result is CancelResult.REQUESTED:
+            return self._redirect(request, f"/jobs/{job_id}", done="requested")
+        return self._error(request, 409, f"Job {job_id} has finished or is unknown: not cancelled.")
+
+    async def dead_retry(self, request: Request, form: dict[str, str]) -> Response:
+        job = await self.backend.act(self.runtime.retry_dead, form.get("job_id", ""))
+        return self._redirect(request, f"/jobs/{job.id}", done="retried", n=1)
+
+    async def dead_purge(self, request: Request, form: dict[str, str]) -> Response:
+        job_id = form.get("job_id", "")
+        if not job_id:
+            raise ValidationError.of("job_id", "give the dead letter to purge")
+        purged = await self.backend.act(self.runtime.purge_dead, job_id)
+        if purged == 0:
+            return self._error(request, 409, f"{job_id} is not a dead letter: nothing purged.")
+        return self._redirect(request, "/dead", done="purged", n=purged)
+
+    async def dead_bulk(self, request: Request, form: dict[str, str]) -> Response:
+        filters = views.parse_filters(form)
+        if isinstance(filters, FieldError):
+            raise ValidationError((filters,))
+        what = form.get("action", "")
+        if what not in ("retry", "purge"):
+            raise ValidationError.of("action", "must be retry or purge")
+        done = await self.backend.act(self._bulk, what, filters)
+        back = {key: value for key, value in filters.query().items() if key != "state"}
+        return self._redirect(
+            request, "/dead", done="retried" if what == "retry" else "purged", n=done, **back
+        )
+
+    def _bulk(self, what: str, filters: views.Filters) -> int:
+        if what == "purge" and filters == views.Filters():
+            return self.runtime.purge_dead(None)  # one statement, however many there are
+        done = 0
+        for job in views.matching_dead(self.runtime, filters):
+            try:
+                if what == "retry":
+                    self.runtime.retry_dead(job.id)
+                    done += 1
+                else:
+                    done += self.runtime.purge_dead(job.id)
+            except ValidationError:
+                pass  # retried or purged by someone else since it was listed
+        return done
+
+    async def cron_run(self, request: Request, form: dict[str, str]) -> Response:
+        job = await self.backend.act(self.runtime.cron.run, form.get("name", ""))
+        return self._redirect(request, f"/jobs/{job.id}", done="ran")

@@ -1,0 +1,92 @@
+"""Which server a config names, told without its password.
+
+Messages about the backend (an unreachable server, a URL a driver refused, the
+dashboard's "did not answer") name the config key to fix and the server's masked
+URL. These read them from the settings that say where the backend is: a `Config`
+is one, and nothing here needs more of it than `BackendSettings` names.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .outage import DIALECTS, Endpoint
+from .redact import mask_url, url_secrets
+
+
+class _HasUrl(Protocol):
+    @property
+    def url(self) -> str | None: ...
+
+
+class BackendSettings(Protocol):
+    """Where the queue's backend is and how to reach it: the part of a `Config` the
+    backend's builders and messages read."""
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def redis_url(self) -> str: ...
+
+    @property
+    def redis_prefix(self) -> str: ...
+
+    @property
+    def pool_size(self) -> int: ...
+
+    @property
+    def lease_ms(self) -> int: ...
+
+    @property
+    def tenancy(self) -> _HasUrl | None: ...
+
+
+def retry_budget_s(settings: BackendSettings) -> float:
+    """How long an adapter may retry one storage call: a quarter of the lease, so a
+    retried write lands while the claim it writes for is still live."""
+    return settings.lease_ms / 4000
+
+
+def backend_url(settings: BackendSettings) -> tuple[str, str | None]:
+    """The config key and URL the provider's queue and store are built on."""
+    if settings.provider == "redis":
+        # The top-level `url` serves Redis too (see config_rules): name the key used.
+        key = "url" if settings.url == settings.redis_url else "redis.url"
+        return key, settings.redis_url
+    if settings.provider == "db":
+        return "url", settings.url
+    return "provider", None
+
+
+def tenancy_url(settings: BackendSettings) -> tuple[str, str | None]:
+    """The config key and URL the tenant resolver is built on."""
+    if settings.tenancy is None:
+        return "tenancy", None
+    if settings.tenancy.url is not None:
+        return "tenancy.url", settings.tenancy.url
+    return "url", settings.url
+
+
+def config_secrets(settings: BackendSettings) -> frozenset[str]:
+    """Every password in the URLs of the settings."""
+    tenancy = settings.tenancy.url if settings.tenancy is not None else None
+    return url_secrets(settings.url, settings.redis_url, tenancy)
+
+
+def backend_label(settings: BackendSettings) -> tuple[str, str]:
+    """The backend's name and its masked URL."""
+    _, url = backend_url(settings)
+    if settings.provider == "redis":
+        return "Redis", str(mask_url(url))
+    scheme = (url or "").split(":", 1)[0].split("+", 1)[0]
+    return DIALECTS.get(scheme, scheme or settings.provider), str(mask_url(url))
+
+
+def endpoint(settings: BackendSettings) -> Endpoint:
+    """The backend's server as messages name it (see `outage.Endpoint`)."""
+    backend, where = backend_label(settings)
+    return Endpoint(backend, where, backend_url(settings)[0], config_secrets(settings))

@@ -1,0 +1,69 @@
+"""Optional capabilities of a queue beyond claiming: cancelling jobs, and waking an
+idle worker instead of being polled. Callers ask with `isinstance`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+from uuid import UUID
+
+from ...core import Job
+from .claims import BadClaim, Claim
+from .queue import FinishingJobQueue, JobQueue
+
+
+@runtime_checkable
+class CancellingJobQueue(FinishingJobQueue, Protocol):
+    """A queue that cancels jobs: at once while queued, by a request while claimed.
+
+    While a cancel request stands for a job, every outcome write of its claim holder
+    (`finish`, `finish_many`, `replace`, `reclaim`) is refused, checked in the same
+    atomic write, so the holder records the job cancelled (`finish_cancelled`)
+    instead of completed, retried or requeued. `ack` and `extend` are not refused.
+    """
+
+    def cancel(self, record: Job) -> bool:
+        """Only while `record.id` is still ready or parked (no claim holds it), take it
+        out of the queue and record `record` (cancelled) in the store, both or neither.
+        False, with nothing written, when it was claimed or finished meanwhile."""
+
+    def request_cancel(self, job_id: UUID, now: datetime) -> bool:
+        """Only while a claim holds `job_id`, mark it cancel-requested (at `now`). False
+        when no claim holds it (it is queued, finished or unknown)."""
+
+    def cancel_requested(self, job_id: UUID) -> bool:
+        """True while a cancel request stands for `job_id`: one cheap read, for a
+        handler that checks between steps whether to stop."""
+
+    def finish_cancelled(
+        self, claim: Claim | BadClaim, record: Job, abandoned_before: datetime | None = None
+    ) -> bool:
+        """`finish` for a cancel-requested claim: fenced by the token (and with
+        `abandoned_before` by "still locked before it"), record `record` (cancelled),
+        clear the request and release the claim, all or nothing."""
+
+
+@runtime_checkable
+class WakingJobQueue(JobQueue, Protocol):
+    """A queue that can tell an idle worker when work may be ready, instead of being
+    polled (a wake-up list on Redis, LISTEN/NOTIFY or a watch on SQL, a condition in
+    memory)."""
+
+    def wait_for_work(self, queue: str, timeout_s: float) -> bool:
+        """Block until work may be ready on `queue` (True: try a claim) or `timeout_s`
+        passes (False)."""
+        ...
+
+
+@runtime_checkable
+class ClaimOnWakeJobQueue(WakingJobQueue, Protocol):
+    """A queue whose wake-up claims in the same round trip, so an idle worker picks a
+    job up in one round trip."""
+
+    def wait_and_dequeue(
+        self, queue: str, now: datetime, limit: int, timeout_s: float
+    ) -> Sequence[Claim | BadClaim]:
+        """Wait up to `timeout_s` for work on `queue`, then claim up to `limit` jobs due
+        at `now` (none when nothing came)."""
+        ...
