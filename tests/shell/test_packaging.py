@@ -82,7 +82,8 @@ def test_the_base_install_holds_no_server_driver() -> None:
 
 def test_the_wheel_lists_every_package_and_the_redis_scripts() -> None:
     """Every folder of `src` holding Python is a listed package, and every Lua script is
-    package data of the package it sits in (the Redis backend cannot run without)."""
+    package data of the listed package nearest to it (the Redis backend cannot run
+    without)."""
     tool = PYPROJECT["tool"]["setuptools"]
     listed = set(tool["packages"])
     src = ROOT / "src"
@@ -92,10 +93,12 @@ def test_the_wheel_lists_every_package_and_the_redis_scripts() -> None:
     scripts = sorted(src.rglob("*.lua"))
     assert scripts
     for script in scripts:
-        owner = next(
-            parent for parent in script.parents if (parent / "__init__.py").is_file()
+        # The nearest listed package: a data folder is listed as a package of its own.
+        owner, dotted = next(
+            (parent, name)
+            for parent in script.parents
+            if (name := ".".join(("conveyor", *parent.relative_to(src).parts))) in listed
         )
-        dotted = ".".join(("conveyor", *owner.relative_to(src).parts))
         globs = tool["package-data"].get(dotted, [])
         assert any(script in owner.glob(glob) for glob in globs), f"{script} is not package data"
 
