@@ -30,13 +30,21 @@ class Candidate:
     partition: str
 
 
+#: A stored bucket is dropped only once it has been full for this long. A claimer may
+#: read its clock, then take its turn after one that read a later time; had the bucket
+#: been dropped in between, it would find none and start a whole burst on top of the
+#: refill. Claimers' readings differ by far less than this (the workers' clocks are
+#: checked against the server's to a quarter lease, and a turn takes milliseconds).
+KEEP_FULL_US = 60 * 1_000_000
+
+
 @attrs.frozen(slots=True)
 class ClaimPlan:
     """What one claim of a limited queue takes and stores back.
 
     `take`: candidate ids, in claim order. `buckets`: buckets to store (the ones this
-    claim took tokens from); `drop_buckets`: stored buckets that have refilled to
-    full and need no row. `passes`: every partition's pass to store (replacing the
+    claim took tokens from); `drop_buckets`: stored buckets that have been full again
+    for `KEEP_FULL_US` and need no row. `passes`: every partition's pass to store (replacing the
     stored ones). `wait_until_us`: when some candidate was held only by rates, the
     first instant one of them has its tokens (None otherwise): a worker that took
     nothing may sleep until then."""
@@ -141,7 +149,7 @@ class _Planner:
             if key in self.consumed:
                 continue
             rate = self._rate(key)
-            if rate is None or refill(rate, bucket, self.now_us) >= rate.starts:
+            if rate is None or refill(rate, bucket, self.now_us - KEEP_FULL_US) >= rate.starts:
                 dropped.add(key)
         return changed, frozenset(dropped)
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import attrs
 import pytest
 from conveyor.core import LeasePolicy, RequeuePolicy, RetryPolicy, ValidationError, create_job
+from conveyor.core.claim_plan import KEEP_FULL_US
 from conveyor.core.limits import (
     Bucket,
     Candidate,
@@ -193,13 +194,15 @@ def test_a_per_partition_rate_keeps_one_bucket_per_partition() -> None:
     assert set(result.buckets) == keys
 
 
-def test_a_bucket_full_again_is_dropped_from_the_state() -> None:
+def test_a_bucket_full_again_is_dropped_from_the_state_once_it_has_stayed_full() -> None:
     rate = Rate(1, 1.0)
     key = bucket_key(0, rate, jobs("a", 1)[0])
-    result = plan(
-        QueueLimits(rates=(rate,)), [], 1, buckets={key: Bucket(0.0, 0)}, now_us=5 * SECOND
-    )
-    assert result.drop_buckets == {key}
+    limits, stored = QueueLimits(rates=(rate,)), {key: Bucket(0.0, 0)}
+    # Full again after 1 s; kept while a late claimer could still read the old time.
+    kept = plan(limits, [], 1, buckets=stored, now_us=5 * SECOND)
+    assert kept.drop_buckets == frozenset()
+    later = plan(limits, [], 1, buckets=stored, now_us=SECOND + KEEP_FULL_US)
+    assert later.drop_buckets == {key}
 
 
 def test_wait_until_is_none_when_a_cap_holds_the_jobs() -> None:
@@ -292,6 +295,24 @@ def test_property_no_cap_is_exceeded_by_a_claim(
         after[(c.job_type, c.partition)] += 1
     assert len(result.take) <= want
     assert len(set(result.take)) == len(result.take)
+
+
+def test_a_bucket_refilled_to_full_is_kept_while_a_late_claimer_could_still_use_it() -> None:
+    # One start per 2 s. Claimers read their clocks, then take turns: one that read an
+    # earlier time may come after one that read a later time.
+    limits = QueueLimits(rates=[Rate(1, 2.0)])
+    job = Candidate("j", 0, 0, "x", "a")
+    buckets: dict[str, Bucket] = {}
+    taken = 0
+    # The second claim finds nothing to take: the bucket it reads is full again by then.
+    for n, (jobs, now) in enumerate([(1, 0), (0, 2 * SECOND), (1, 0), (1, 2 * SECOND)]):
+        ready = [attrs.evolve(job, id=f"j{n}")][:jobs]
+        result = plan(limits, ready, 1, buckets=buckets, now_us=now)
+        for key in result.drop_buckets:
+            buckets.pop(key, None)
+        buckets.update(result.buckets)
+        taken += len(result.take)
+    assert taken == 2, "one start at 0 and one refilled by 2 s: never a third"
 
 
 @settings(max_examples=200, deadline=None)
