@@ -55,6 +55,18 @@ class PrefetchPolicy:
         """Claim `size` jobs every time (1: one at a time)."""
         return cls(adaptive=False, max_batch=size, first_batch=size)
 
+    @classmethod
+    def of(cls, prefetch: int | str | PrefetchPolicy) -> PrefetchPolicy:
+        """The policy a worker's `prefetch` setting names: a policy, `"auto"` (adaptive,
+        the defaults) or a fixed size of at least 1 (else a `ValueError`)."""
+        if isinstance(prefetch, PrefetchPolicy):
+            return prefetch
+        if prefetch == "auto":
+            return cls()
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+            raise ValueError(f'prefetch must be "auto" or >= 1, got {prefetch!r}')
+        return cls.fixed(prefetch)
+
 
 def batch_size(policy: PrefetchPolicy, mean_job_ms: float | None) -> int:
     """How many jobs to claim next, given the running mean duration of a job here
