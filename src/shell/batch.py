@@ -153,7 +153,7 @@ class BatchRunner:
         now = self._clock.now()
         begin = decide_start(claim.job, claim.started, now)
         if begin is not None:
-            begun = self._writes.start(claim, begin)
+            begun = self._writes.start_prefetched(claim, begin)
             if begun is None:
                 self._reporter.lost()
                 return None

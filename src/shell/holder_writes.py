@@ -3,12 +3,13 @@
 Each decision goes to the executor (write, then release) while the heartbeat holds
 its renewals off, and the claim is let go of right after: written, or left to its
 lease. Completed and dead-lettered jobs can be finished several at a time, in one
-round trip, each still atomic and fenced by its own token (`finish_together`). A write the
-fence refused because a cancel was requested while the job ran is settled as the
-cancel instead (`conveyor.shell.cancellation.settle_refused`). An undecodable
-claim is dead-lettered as `decode-error` (`bury`). A prefetched claim the core says
-to start before its job runs is started by the executor too (`start`). Whatever the executor did is
-then reported (`conveyor.shell.reporting`).
+round trip, each still atomic and fenced by its own token (`finish_together`). A
+write the fence refused because a cancel was requested while the job ran is
+settled as the cancel instead (`conveyor.shell.cancellation.settle_refused`). An
+undecodable claim is dead-lettered as `decode-error` (`bury`). A prefetched claim
+the core says to start before its job runs is started by the executor too
+(`start_prefetched`). Whatever the executor did is then reported
+(`conveyor.shell.reporting`).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class HolderWrites:
         #: Completed and dead-lettered jobs can be finished together (`finish_together`).
         self.batches_finish = executor.batches_finish
 
-    def start(self, claim: Claim, decision: StartClaim) -> Claim | None:
+    def start_prefetched(self, claim: Claim, decision: StartClaim) -> Claim | None:
         """Start a prefetched claim before its handler runs (the executor's write): the
         claim under its new token, kept leased in its old one's place; None if lost."""
         begun = self._executor.start(claim, decision)
