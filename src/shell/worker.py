@@ -54,7 +54,8 @@ log = logging.getLogger("conveyor.worker")
 
 
 class Worker:
-    """Processes jobs from one queue.
+    """Processes jobs from one queue, in rounds: claim a batch, then for each job run,
+    decide, execute, report (`conveyor.shell.batch`).
 
     `run_once()` does one round (lease keeping when due, then one claim of up to
     `prefetch` jobs) and says how many jobs it claimed; `run()` loops until
