@@ -26,6 +26,7 @@ from .policies import (
     is_poison_pill,
     should_give_up_unhandled,
 )
+from .prefetch import StartClaim
 from .transitions import Event, hand_back, replace, transition
 
 # Error types the core itself assigns.
@@ -177,6 +178,7 @@ Decision: TypeAlias = (
     | Cancel
     | RequestCancel
     | CancelClaim
+    | StartClaim
 )
 
 

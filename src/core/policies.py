@@ -95,6 +95,30 @@ class LeasePolicy:
     lease_ms: int = attrs.field(default=60_000, validator=_positive)
     max_reclaims: int | None = 3
 
+    @property
+    def renew_every_ms(self) -> int:
+        """How often a holder renews the claims it holds: every third of the lease (at
+        least 1 ms), so one renewal can fail and the next still lands in time."""
+        return max(self.lease_ms // 3, 1)
+
+    @property
+    def reclaim_every_ms(self) -> int:
+        """How often a worker looks for abandoned claims: every half lease (at least
+        1 ms), so an abandoned claim waits at most one and a half leases."""
+        return max(self.lease_ms // 2, 1)
+
+    @property
+    def stale_after_ms(self) -> float:
+        """A held claim last renewed longer ago than this (half the lease) is renewed,
+        and so checked, before its job starts: a reclaimer may be about to take it."""
+        return self.lease_ms / 2
+
+    @property
+    def max_clock_skew_ms(self) -> float:
+        """How far a worker's clock may be off the lease server's (a quarter lease):
+        past it, the worker's reclaims would take live claims from their holders."""
+        return self.lease_ms / 4
+
 
 def lease_deadline(locked_at: datetime, lease_ms: int) -> datetime:
     """When a claim taken at `locked_at` stops being live."""
@@ -109,7 +133,7 @@ def is_abandoned(locked_at: datetime, lease_ms: int, now: datetime) -> bool:
 def needs_renewal(locked_at: datetime, lease_ms: int, now: datetime) -> bool:
     """True once half the lease has passed: a claim waiting its turn (prefetched) must be
     renewed, and so checked, before its job starts, or a reclaimer may take it midway."""
-    return now - locked_at > timedelta(milliseconds=lease_ms / 2)
+    return now - locked_at > timedelta(milliseconds=LeasePolicy(lease_ms).stale_after_ms)
 
 
 def reclaim_cutoff(now: datetime, lease_ms: int) -> datetime:

@@ -10,13 +10,22 @@ unstarted rest back to the queue for other workers.
 
 A fixed size (`PrefetchPolicy.fixed(n)`) claims `n` every time, as before.
 Pure: the worker measures, this module decides.
+
+A prefetched claim's expiry is never charged to its job (the job had not begun),
+so a job that kills its worker would come back forever from batch after batch.
+Once a job has come back that way (`prefetch_reclaims`), `decide_start` says to
+start its claim explicitly (`StartClaim`) before its handler runs: a second crash
+is then a started claim's, charged to its reclaim budget.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import attrs
 
 from .field_checks import number_at_least, positive_or_infinite
+from .job import Job
 
 #: The weight of the newest batch in the running mean of job durations: recent
 #: enough to follow a change of workload within a few batches, smooth enough that
@@ -46,6 +55,18 @@ class PrefetchPolicy:
         """Claim `size` jobs every time (1: one at a time)."""
         return cls(adaptive=False, max_batch=size, first_batch=size)
 
+    @classmethod
+    def of(cls, prefetch: int | str | PrefetchPolicy) -> PrefetchPolicy:
+        """The policy a worker's `prefetch` setting names: a policy, `"auto"` (adaptive,
+        the defaults) or a fixed size of at least 1 (else a `ValueError`)."""
+        if isinstance(prefetch, PrefetchPolicy):
+            return prefetch
+        if prefetch == "auto":
+            return cls()
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+            raise ValueError(f'prefetch must be "auto" or >= 1, got {prefetch!r}')
+        return cls.fixed(prefetch)
+
 
 def batch_size(policy: PrefetchPolicy, mean_job_ms: float | None) -> int:
     """How many jobs to claim next, given the running mean duration of a job here
@@ -72,3 +93,23 @@ def should_hand_back(policy: PrefetchPolicy, elapsed_ms: float, unstarted: int) 
     """True when a batch running for `elapsed_ms` should give back its `unstarted`
     jobs: only adaptive batches, only past `hand_back_after_ms`."""
     return policy.adaptive and unstarted > 0 and elapsed_ms > policy.hand_back_after_ms
+
+
+@attrs.frozen(slots=True)
+class StartClaim:
+    """Mark a prefetched claim of `job` started, as of `at`, before its handler runs:
+    its prefetched token is swapped for a plain one and its lease renewed, fenced by
+    the old token. One write, and nothing is released: the claim stays held."""
+
+    job: Job
+    at: datetime
+
+
+def decide_start(job: Job, started: bool, now: datetime) -> StartClaim | None:
+    """What to do with a claim of `job` before its handler runs (`started`: the claim
+    was taken started, not prefetched). A prefetched claim of a job that already came
+    back from a dead worker's batch is started first (`StartClaim`); any other runs as
+    claimed (None)."""
+    if started or job.metadata.prefetch_reclaims <= 0:
+        return None
+    return StartClaim(job, now)

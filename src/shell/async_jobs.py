@@ -26,9 +26,8 @@ from collections.abc import Awaitable, Coroutine
 from typing import Any
 from uuid import UUID
 
-import attrs
-
 from ..core import Failed, Job, Outcome, Succeeded, timeout_error
+from .attempts import Attempted, Awaiting
 from .ports import Claim
 from .registry import catching, caught, error_from_exception, outcome_of
 
@@ -93,18 +92,6 @@ def awaitable_of(outcome: Outcome) -> Awaitable[Any] | None:
     return None
 
 
-@attrs.frozen(slots=True)
-class Finished:
-    """An async job whose handler has finished, waiting to be decided and written."""
-
-    claim: Claim
-    job: Job
-    outcome: Outcome
-    exception: BaseException | None
-    #: The handler ran past its timeout and was cancelled.
-    timed_out: bool = False
-
-
 async def _attempt(
     awaitable: Awaitable[Any], timeout_ms: int | None
 ) -> tuple[Outcome, BaseException | None, bool]:
@@ -145,7 +132,8 @@ class AsyncJobs:
         self._loop = loop
         self._changed = threading.Condition()
         self._running: dict[UUID, str] = {}  # job id -> claim token
-        self._done: list[Finished] = []
+        #: Attempts whose handlers finished, waiting to be decided and written.
+        self._done: list[Attempted] = []
 
     @property
     def running(self) -> int:
@@ -164,11 +152,10 @@ class AsyncJobs:
         with self._changed:
             return self._running.get(claim.job.id) == claim.token
 
-    def launch(
-        self, claim: Claim, job: Job, awaitable: Awaitable[Any], timeout_ms: int | None = None
-    ) -> None:
-        """Start awaiting `awaitable` (the handler of `job`, claimed by `claim`) on the
-        loop, cancelled after `timeout_ms` when given. The caller checks `free` first."""
+    def launch(self, attempt: Awaiting) -> None:
+        """Start awaiting `attempt`'s handler on the loop, cancelled after its timeout
+        when it has one. The caller checks `free` first."""
+        awaitable, claim, job = attempt.awaitable, attempt.claim, attempt.job
         if self._loop.is_current():
             # A handler on the loop is running a job to its end in a blocking call (a sync
             # enqueue in inline mode, a drain): waiting here for the loop would hang it.
@@ -181,7 +168,7 @@ class AsyncJobs:
             )
         with self._changed:
             self._running[job.id] = claim.token
-        future = self._loop.submit(_attempt(awaitable, timeout_ms))
+        future = self._loop.submit(_attempt(awaitable, attempt.timeout_ms))
         future.add_done_callback(lambda done: self._finish(claim, job, done))
 
     def _finish(
@@ -197,22 +184,22 @@ class AsyncJobs:
             # attempt like any other, for the retry policy to judge.
             outcome, exception, timed_out = Failed(error_from_exception(exc)), exc, False
         with self._changed:
-            self._done.append(Finished(claim, job, outcome, exception, timed_out))
+            self._done.append(Attempted(claim, job, outcome, exception, timed_out))
             self._changed.notify_all()
 
-    def finished(self) -> list[Finished]:
+    def finished(self) -> list[Attempted]:
         """Every job whose handler is done, handed back now (never blocks)."""
         with self._changed:
             return self._take()
 
-    def wait(self, timeout_s: float) -> list[Finished]:
+    def wait(self, timeout_s: float) -> list[Attempted]:
         """Like `finished`, but first waits up to `timeout_s` for one to finish."""
         with self._changed:
             if not self._done and self._running:
                 self._changed.wait(timeout_s)
             return self._take()
 
-    def _take(self) -> list[Finished]:
+    def _take(self) -> list[Attempted]:
         done, self._done = self._done, []
         for item in done:
             self._running.pop(item.job.id, None)

@@ -26,7 +26,7 @@ from ..core import (
     decide_cancel,
 )
 from .executor import Executor
-from .ports import BadClaim, CancellingJobQueue, Claim, JobQueue, JobStore, Place, QueuedJob
+from .ports import CancellingJobQueue, Claim, JobQueue, JobStore, Place, QueuedJob
 
 log = logging.getLogger("conveyor.cancel")
 
@@ -148,16 +148,17 @@ def cancel_many(
 def settle_refused(
     queue: JobQueue,
     executor: Executor,
-    claim: Claim | BadClaim,
-    ran: tuple[Job, Outcome | None] | None,
+    claim: Claim,
+    job: Job,
+    outcome: Outcome | None,
     now: datetime,
 ) -> CancelClaim | None:
     """After an outcome write of `claim` was refused: when a cancel request stands,
-    record the job cancelled instead (fenced by the token). `ran` is the running job
-    and its handler's outcome (None for a claim that never started). The decision
-    written, or None when there was no request or the claim is lost too."""
-    if not isinstance(claim, Claim) or not cancel_requested(queue, claim.job.id):
+    record the job cancelled instead (fenced by the token). `job` is the running job
+    and `outcome` its handler's (for a claim that never started: the job as claimed,
+    and None). The decision written, or None when there was no request or the claim
+    is lost too."""
+    if not cancel_requested(queue, claim.job.id):
         return None
-    job, outcome = ran if ran is not None else (claim.job, None)
     decision = cancel_claimed(job, now, outcome)
     return decision if executor.carry_out(claim, decision) else None

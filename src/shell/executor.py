@@ -38,6 +38,7 @@ from ..core import (
     Revive,
     WriteRetryPolicy,
 )
+from ..core.prefetch import StartClaim
 from . import outage
 from .ports import (
     BadClaim,
@@ -59,11 +60,12 @@ T = TypeVar("T")
 
 @attrs.frozen(slots=True)
 class Step:
-    """One effect of carrying out a decision. `kind` is fence, write or release."""
+    """One effect of carrying out a decision. `kind` is fence, write or release. A
+    fence or write that answers False found the claim lost (or its guard changed)."""
 
     kind: str
     name: str
-    run: Callable[[], bool | None]
+    run: Callable[[], object]
 
 
 class ClaimLost(Exception):
@@ -153,6 +155,17 @@ class Executor:
                 return (
                     Step("write", "request", lambda: self._cancelling().request_cancel(job.id, at)),
                 )
+            case StartClaim(at=at):
+                assert isinstance(claim, Claim)
+                # One write fenced by the prefetched token: a new token and a renewed
+                # lease. Nothing is released: the claim is held on, under its new token.
+                return (
+                    Step(
+                        "write",
+                        "start_claim",
+                        lambda: self._batching().start_claim(claim, at) or False,
+                    ),
+                )
             case CancelClaim(job=job, abandoned_before=guard):
                 assert claim is not None
                 # Record, clear the request and release in one fenced step.
@@ -163,6 +176,13 @@ class Executor:
                         lambda: self._cancelling().finish_cancelled(claim, job, guard),
                     ),
                 )
+
+    def _batching(self) -> BatchingJobQueue:
+        """The queue, when it claims in batches (the only queue whose claims are taken
+        prefetched, and so need starting); else a `TypeError`."""
+        if not isinstance(self.queue, BatchingJobQueue):
+            raise TypeError(f"{type(self.queue).__name__} does not prefetch claims to start")
+        return self.queue
 
     def _cancelling(self) -> CancellingJobQueue:
         """The queue, when it cancels atomically with this store; else a `TypeError`:
@@ -196,6 +216,15 @@ class Executor:
             if not ok:
                 return False
         return True
+
+    def start(self, claim: Claim, decision: StartClaim) -> Claim | None:
+        """Carry out a `StartClaim` before the claim's handler runs: the claim under its
+        new token, or None when the prefetched one was lost (nothing is written). A
+        fault that outlasts the retry policy is raised: the caller's round stops there,
+        as at any failed read, and the claim, unstarted, returns after its lease."""
+        [step] = self.plan(claim, decision)
+        begun = self._retrying(step.name, step.run)
+        return begun if isinstance(begun, Claim) else None
 
     def finish_many(self, items: Sequence[tuple[Claim, Decision]]) -> list[bool]:
         """Carry out several `Complete`/`DeadLetter` decisions in one round trip. Each

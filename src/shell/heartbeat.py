@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from uuid import UUID
 
@@ -99,6 +99,20 @@ class Heartbeat:
             for claim in claims:
                 held = self._held.get(claim.job.id)
                 if held is not None and held[0].token == claim.token:
+                    del self._held[claim.job.id]
+                    self._begun.pop(claim.job.id, None)
+                self._lost.discard(claim.job.id)
+
+    def let_go(self, claims: Iterable[Claim], keep: Callable[[Claim], bool]) -> None:
+        """Stop renewing what is held for the jobs of `claims`: each claim as taken, or
+        as started since under a new token (`swap`). A claim `keep` asks to keep (one
+        whose job still runs on the event loop) stays held."""
+        with self._lock:
+            for claim in claims:
+                held = self._held.get(claim.job.id)
+                if held is not None and keep(held[0]):
+                    continue
+                if held is not None:
                     del self._held[claim.job.id]
                     self._begun.pop(claim.job.id, None)
                 self._lost.discard(claim.job.id)

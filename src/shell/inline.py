@@ -24,21 +24,10 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
-import attrs
+from .reporting import WorkerStats, add_stats, stats_between
+from .worker import Worker
 
-from .worker import Worker, WorkerStats
-
-
-def stats_between(before: WorkerStats, after: WorkerStats) -> WorkerStats:
-    """What a worker did between two readings of its stats."""
-    old = attrs.asdict(before)
-    return WorkerStats(**{k: v - old[k] for k, v in attrs.asdict(after).items()})
-
-
-def add_stats(a: WorkerStats, b: WorkerStats) -> WorkerStats:
-    """Two workers' stats, summed."""
-    other = attrs.asdict(b)
-    return WorkerStats(**{k: v + other[k] for k, v in attrs.asdict(a).items()})
+__all__ = ["InlineRunner", "add_stats", "stats_between"]
 
 
 class InlineRunner:

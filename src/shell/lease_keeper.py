@@ -47,8 +47,7 @@ class ClockSkewError(RuntimeError):
 def clock_skew(queue: JobQueue, clock: Clock) -> timedelta | None:
     """How far `clock` is ahead of (positive) or behind the server that holds the
     leases; None when the queue has no server clock of its own."""
-    server_time = getattr(queue, "server_time", None)
-    server: datetime | None = server_time() if server_time is not None else None
+    server = queue.server_time()
     if server is None:
         return None
     here: datetime = clock.now()
@@ -56,11 +55,12 @@ def clock_skew(queue: JobQueue, clock: Clock) -> timedelta | None:
 
 
 def check_clock(queue: JobQueue, clock: Clock, lease_ms: int) -> None:
-    """Raise `ClockSkewError` when the skew exceeds a quarter of the lease."""
+    """Raise `ClockSkewError` when the skew exceeds what a lease of `lease_ms` allows (a
+    quarter of it: `LeasePolicy.max_clock_skew_ms`)."""
     skew = clock_skew(queue, clock)
     if skew is None:
         return
-    allowed = timedelta(milliseconds=lease_ms / 4)
+    allowed = timedelta(milliseconds=LeasePolicy(lease_ms).max_clock_skew_ms)
     if abs(skew) > allowed:
         raise ClockSkewError(
             f"this host's clock is {skew.total_seconds():+.3f} s off the server's, more than "
@@ -87,6 +87,15 @@ class LeaseKeeper:
         self.queue, self.executor, self.clock, self.policy = queue, executor, clock, policy
         self.clock_check = clock_check
         self.hooks = hooks if hooks is not None else Hooks()
+        self._last_pass: datetime | None = None
+
+    def due(self, now: datetime, every: timedelta) -> bool:
+        """True when a reclaim pass is due at `now`, taking one `every` so often (the
+        lease policy's `reclaim_every_ms` by default); the pass is then taken as begun."""
+        if self._last_pass is not None and now - self._last_pass < every:
+            return False
+        self._last_pass = now
+        return True
 
     def decide(self, found: Claim | BadClaim, now: datetime, cutoff: datetime) -> Decision:
         """What to do with one abandoned claim, guarded by `cutoff`."""

@@ -19,7 +19,6 @@ child is stopped from outside instead, at its deadline or, checked every
 from __future__ import annotations
 
 import multiprocessing
-import pickle
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -31,22 +30,10 @@ from ..core import ErrorInfo, Failed, Outcome, cap_message
 from .context import JobContext
 from .registry import run_handler
 
-#: Where a job type's attempts run: the worker's thread (the default) or a child process.
-EXECUTIONS = ("thread", "process")
-
 #: How often the worker asks whether a running child's job should stop (a cancel).
 STOP_POLL_S = 0.5
 
 _SPAWN = multiprocessing.get_context("spawn")
-
-
-def check_process_handler(handler: Callable[..., Any]) -> str | None:
-    """Why `handler` cannot run in a child process, or None when it can."""
-    try:
-        pickle.dumps(handler)
-    except Exception:
-        return "must be a module-level function to run in a process (it is sent by name)"
-    return None
 
 
 def run_in_process(

@@ -11,6 +11,7 @@ retryable failure typed by its class; raise `Permanent` (or return
 from __future__ import annotations
 
 import inspect
+import pickle
 import threading
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
@@ -81,11 +82,24 @@ def takes_context(handler: Callable[..., Any]) -> bool:
     return positional >= 2
 
 
+#: Where a job type's attempts run: the worker's thread (the default) or a child process
+#: (see `conveyor.shell.process_execution`).
+EXECUTIONS = ("thread", "process")
+
+
+def check_process_handler(handler: Callable[..., Any]) -> str | None:
+    """Why `handler` cannot run in a child process, or None when it can: the child is
+    sent the handler by name, so it must pickle."""
+    try:
+        pickle.dumps(handler)
+    except Exception:
+        return "must be a module-level function to run in a process (it is sent by name)"
+    return None
+
+
 def _check_process_execution(
     job_type: str, handler: Callable[..., Any], execution: str, tenant_scoped: bool
 ) -> None:
-    from .process_execution import EXECUTIONS, check_process_handler
-
     if execution not in EXECUTIONS:
         raise ValidationError.of("execution", f"must be one of {', '.join(EXECUTIONS)}")
     if tenant_scoped or inspect.iscoroutinefunction(handler):

@@ -298,6 +298,35 @@ def test_a_claim_needs_renewal_only_after_half_its_lease() -> None:
     assert needs_renewal(t0, 1000, t0 + timedelta(milliseconds=501))
 
 
+def test_a_holder_renews_its_claims_every_third_of_the_lease() -> None:
+    assert LeasePolicy(lease_ms=60_000).renew_every_ms == 20_000
+    assert LeasePolicy(lease_ms=1000).renew_every_ms == 333
+    assert LeasePolicy(lease_ms=2).renew_every_ms == 1, "never a zero interval"
+
+
+def test_abandoned_claims_are_looked_for_every_half_lease() -> None:
+    assert LeasePolicy(lease_ms=60_000).reclaim_every_ms == 30_000
+    assert LeasePolicy(lease_ms=1001).reclaim_every_ms == 500
+    assert LeasePolicy(lease_ms=1).reclaim_every_ms == 1, "never a zero interval"
+
+
+def test_a_claim_renewed_more_than_half_a_lease_ago_is_stale() -> None:
+    assert LeasePolicy(lease_ms=1000).stale_after_ms == 500
+    assert LeasePolicy(lease_ms=1001).stale_after_ms == 500.5
+
+
+def test_a_clock_may_be_a_quarter_lease_off_the_lease_server() -> None:
+    assert LeasePolicy(lease_ms=60_000).max_clock_skew_ms == 15_000
+    assert LeasePolicy(lease_ms=1000).max_clock_skew_ms == 250
+
+
+@given(st.integers(min_value=1, max_value=10**9))
+def test_renewals_come_before_reclaims_and_both_well_inside_the_lease(lease_ms: int) -> None:
+    policy = LeasePolicy(lease_ms=lease_ms)
+    assert 1 <= policy.renew_every_ms <= policy.reclaim_every_ms <= max(lease_ms, 1)
+    assert policy.max_clock_skew_ms < policy.stale_after_ms < lease_ms
+
+
 # --- retrying a storage write that failed transiently -------------------------------
 
 
@@ -317,7 +346,10 @@ def test_write_retries_are_capped_and_give_up_when_the_next_wait_would_overrun()
 
 def test_a_deadline_budget_cuts_the_last_wait_short_for_one_try_at_the_deadline() -> None:
     policy = WriteRetryPolicy(
-        initial_s=0.05, max_s=1.0, max_attempts=None, give_up_after_s=15.0,
+        initial_s=0.05,
+        max_s=1.0,
+        max_attempts=None,
+        give_up_after_s=15.0,
         last_try_at_deadline=True,
     )
     assert write_retry_delay_s(policy, 3, 14.0, 0.5) == 0.2

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
+import attrs
 import pytest
+from conveyor.core import Decision, Job, Metadata
 from conveyor.core.prefetch import (
     MEAN_WEIGHT,
     PrefetchPolicy,
+    StartClaim,
     batch_size,
+    decide_start,
     observe,
     should_hand_back,
 )
+from core_support import NOW, make_job
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -83,3 +90,36 @@ def test_the_batch_is_always_between_one_and_the_largest(
 )
 def test_longer_jobs_never_get_larger_batches(mean: float, longer: float) -> None:
     assert batch_size(AUTO, mean * longer) <= batch_size(AUTO, mean)
+
+
+# --- starting a prefetched claim ----------------------------------------------------
+
+
+def _came_back(times: int) -> Job:
+    """A job whose prefetched claims expired `times` times in dead workers' batches."""
+    return attrs.evolve(make_job(), metadata=Metadata(prefetch_reclaims=times))
+
+
+def test_a_prefetched_claim_of_a_job_back_from_a_dead_workers_batch_is_started_first() -> None:
+    job = _came_back(1)
+    assert decide_start(job, False, NOW) == StartClaim(job, NOW)
+
+
+def test_a_prefetched_claim_of_a_fresh_job_runs_as_claimed() -> None:
+    assert decide_start(_came_back(0), False, NOW) is None
+
+
+def test_a_claim_taken_started_is_never_started_again() -> None:
+    assert decide_start(_came_back(3), True, NOW) is None
+
+
+@given(times=st.integers(0, 50), started=st.booleans())
+def test_a_claim_is_started_first_exactly_when_prefetched_and_back_before(
+    times: int, started: bool
+) -> None:
+    decision = decide_start(_came_back(times), started, NOW)
+    assert (decision is not None) == (not started and times > 0)
+
+
+def test_starting_a_claim_is_one_of_the_decisions_the_executor_carries_out() -> None:
+    assert StartClaim in get_args(Decision)

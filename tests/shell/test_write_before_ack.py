@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
+import attrs
 import pytest
 from conveyor.core import (
     Decision,
     ErrorInfo,
     Failed,
+    Metadata,
     NoHandler,
     Policies,
     Succeeded,
@@ -28,10 +31,13 @@ from conveyor.core import (
     start,
 )
 from conveyor.core.policies import LeasePolicy
+from conveyor.core.prefetch import StartClaim, decide_start
 from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
 from conveyor.shell.executor import Executor
 from conveyor.shell.placeholder import undecodable_dead_letter
 from conveyor.shell.ports import BadClaim, Claim
+from conveyor.shell.registry import Registry
+from conveyor.shell.worker import Worker
 from conveyor.testing.clock import ManualClock
 from helpers import T0, Crash, Recorder, locate, make_job
 
@@ -326,3 +332,69 @@ def test_a_queue_apart_from_its_store_refuses_to_cancel_rather_than_write_twice(
     decision = cancel_claimed(start(claim.job, T0).unwrap(), T0, Succeeded(1))
     assert executor.carry_out(claim, decision) is False
     assert locate(queue, store, claim.job.id) == "in flight"
+
+
+# --- starting a prefetched claim: written before its handler runs, nothing released ---
+
+
+def _prefetched_back(mode: str, crash: dict[str, int]) -> tuple[Executor, list[str], Any, Claim]:
+    """A prefetched claim of a job that already came back from a dead worker's batch,
+    and an executor whose queue records every effect."""
+    store = MemoryJobStore()
+    queue = MemoryJobQueue(store) if mode == "atomic" else MemoryJobQueue()
+    queue.enqueue(attrs.evolve(make_job(), metadata=Metadata(prefetch_reclaims=1)))
+    [claim] = queue.dequeue_many("default", T0, 5)
+    assert isinstance(claim, Claim) and not claim.started
+    log: list[str] = []
+    executor = Executor(Recorder(queue, "queue", log, crash), store, sleep=lambda _: None)  # type: ignore[arg-type]
+    return executor, log, queue, claim
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_starting_a_prefetched_claim_is_one_fenced_write_that_releases_nothing(mode: str) -> None:
+    executor, log, queue, claim = _prefetched_back(mode, {})
+    decision = decide_start(claim.job, claim.started, T0)
+    assert isinstance(decision, StartClaim)
+    begun = executor.start(claim, decision)
+    assert begun is not None and begun.started and begun.token != claim.token
+    assert log == ["queue.start_claim"], "a start writes once and never releases the claim"
+    assert queue.extend(claim, T0) is False, "the prefetched token holds nothing any more"
+    assert queue.extend(begun, T0) is True, "the started claim is still held"
+    assert executor.start(claim, decision) is None, "a lost prefetched claim starts nothing"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_crash_around_a_start_leaves_the_job_in_flight(mode: str) -> None:
+    for crash_at in (1, 2):
+        executor, _, queue, claim = _prefetched_back(mode, {"at": crash_at})
+        decision = decide_start(claim.job, claim.started, T0)
+        assert decision is not None
+        try:
+            executor.start(claim, decision)
+        except Crash:
+            pass
+        assert locate(queue, MemoryJobStore(), claim.job.id) == "in flight"
+
+
+def test_a_worker_writes_the_start_before_the_handler_runs() -> None:
+    """The start must be written before the handler runs: a job that kills its worker
+    is then charged on its next reclaim. Started after (or not at all), it would come
+    back as an unstarted prefetched claim forever."""
+    store = MemoryJobStore()
+    queue = MemoryJobQueue(store)
+    log: list[str] = []
+    recorded = Recorder(queue, "queue", log, {})
+    job = attrs.evolve(make_job(), metadata=Metadata(prefetch_reclaims=1))
+    queue.enqueue(job)
+    worker = Worker(
+        recorded,  # type: ignore[arg-type]
+        store,
+        Registry({"work": lambda args: log.append("handler")}),
+        clock=ManualClock(T0),
+        prefetch=5,
+        clock_check=False,
+    )
+    assert worker.drain() == 1
+    assert "queue.start_claim" in log, log
+    assert log.index("queue.start_claim") < log.index("handler"), log
+    assert locate(queue, store, job.id) == "recorded:completed", "its outcome written"
