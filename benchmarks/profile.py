@@ -58,8 +58,8 @@ GROUPS: list[tuple[str, Any]] = [
         "codec: JSON + encode/decode",
         lambda f, n: (
             "/cattrs/" in f
-            or f.endswith(("/codec.py", "json/encoder.py", "json/decoder.py"))
-            or "/shell/codec_" in f
+            or f.endswith(("json/encoder.py", "json/decoder.py"))
+            or "/shell/codec/" in f
             or "<cattrs" in f
             or (f == "~" and "json" in n)
         ),

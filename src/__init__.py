@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .shell.registry import Permanent, Registry
     from .shell.runtime import Runtime, build
     from .shell.tasks import Task, Tasks
-    from .shell.worker import Worker
+    from .shell.worker.loop import Worker
 
 
 # Resolved on first access (PEP 562), so `import conveyor.core` or

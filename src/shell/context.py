@@ -11,7 +11,7 @@ A handler that takes a second positional parameter receives a `JobContext`::
 The context is frozen: reading it has no effect on the job. Its checks are
 cheap calls the worker supplies; `cancel_requested()` asks whether someone
 asked for the job to be cancelled, `timed_out()` whether the worker has given
-up on this attempt because it ran past its deadline (see `conveyor.shell.timeouts`).
+up on this attempt because it ran past its deadline (see `conveyor.shell.worker.timeouts`).
 """
 
 from __future__ import annotations

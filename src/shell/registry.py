@@ -83,7 +83,7 @@ def takes_context(handler: Callable[..., Any]) -> bool:
 
 
 #: Where a job type's attempts run: the worker's thread (the default) or a child process
-#: (see `conveyor.shell.process_execution`).
+#: (see `conveyor.shell.worker.process_execution`).
 EXECUTIONS = ("thread", "process")
 
 
@@ -136,9 +136,9 @@ class Registry:
         """Run `handler` for jobs of `job_type`. A second registration of one type is an
         error unless `replace=True` (two modules claiming one type is usually a bug).
         `timeout` (seconds or a timedelta) bounds each attempt of a job that sets
-        none itself; see `conveyor.shell.timeouts` for what happens to an overrun.
+        none itself; see `conveyor.shell.worker.timeouts` for what happens to an overrun.
         `execution="process"` runs each attempt in a child process that is killed at
-        its deadline (see `conveyor.shell.process_execution`)."""
+        its deadline (see `conveyor.shell.worker.process_execution`)."""
         problem = check_name("job_type", job_type, Limits())
         if problem is not None:
             raise ValidationError((problem,))

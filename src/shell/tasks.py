@@ -38,7 +38,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from ..core import Priority, ValidationError, check_name
-from .enqueue_options import ENQUEUE_OPTIONS, EnqueueOptions
+from .runtime.enqueue_options import ENQUEUE_OPTIONS, EnqueueOptions
 
 if TYPE_CHECKING:
     from ..core import Job

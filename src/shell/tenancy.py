@@ -45,7 +45,7 @@ from ..core import (
 )
 from .context import JobContext
 from .registry import error_from_exception, run_handler
-from .timeouts import AttemptGate
+from .worker.timeouts import AttemptGate
 
 log = logging.getLogger("conveyor.tenancy")
 

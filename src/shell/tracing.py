@@ -31,8 +31,8 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from ..core import Failed, FrozenMap, Job, Outcome, Succeeded
 from ..version import __version__
-from .async_jobs import awaitable_of
 from .registry import catching, caught, error_from_exception, outcome_of
+from .worker.async_jobs import awaitable_of
 
 #: `messaging.system`: the semantic conventions name known brokers; a job queue
 #: library names itself.

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..shell.inline import add_stats
 from ..shell.runtime import Runtime
-from ..shell.worker import WorkerStats
+from ..shell.worker.inline import add_stats
+from ..shell.worker.loop import WorkerStats
 from .clock import ManualClock
 
 #: How many jobs one `drain` runs before it decides the work will not end.

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conveyor.core import LeasePolicy, Policies, RequeuePolicy, RetryPolicy
 from conveyor.shell.ports import BadClaim, Claim
 from conveyor.shell.registry import Registry
-from conveyor.shell.worker import Worker, WorkerPool
+from conveyor.shell.worker.loop import Worker, WorkerPool
 from ledger import Ledger
 
 FAILPOINTS = (

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conveyor.shell.config import parse_config
 from conveyor.shell.registry import Registry
-from conveyor.shell.worker import WorkerPool
+from conveyor.shell.worker.loop import WorkerPool
 from fault_worker import make_handlers, open_backend, worker_options
 from ledger import Ledger
 

@@ -26,7 +26,7 @@ from conveyor.shell.codec import to_document
 from conveyor.shell.config import load_config
 from conveyor.shell.registry import Registry
 from conveyor.shell.runtime import Runtime
-from conveyor.shell.worker import WorkerPool
+from conveyor.shell.worker.loop import WorkerPool
 from fault_harness import Site, wait_until
 from fault_worker import JOB_TYPE
 

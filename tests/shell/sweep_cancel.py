@@ -28,7 +28,7 @@ from conveyor.shell.context import JobContext
 from conveyor.shell.executor import Executor
 from conveyor.shell.ports import Claim
 from conveyor.shell.registry import Registry
-from conveyor.shell.worker import Worker
+from conveyor.shell.worker.loop import Worker
 from conveyor.testing.clock import ManualClock
 from helpers import T0, make_job
 

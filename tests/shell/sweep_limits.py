@@ -20,7 +20,7 @@ from conveyor.core.limits import Cap, QueueLimits, Rate
 from conveyor.core.policies import LeasePolicy, reclaim_cutoff
 from conveyor.shell.ports import Claim, LimitedClaims, LimitedJobQueue, Place
 from conveyor.shell.registry import Registry
-from conveyor.shell.worker import Worker
+from conveyor.shell.worker.loop import Worker
 from helpers import T0, make_job
 
 

@@ -28,10 +28,10 @@ from conveyor.core import (
 )
 from conveyor.core.policies import LeasePolicy
 from conveyor.shell.executor import Executor
-from conveyor.shell.lease_keeper import ClockSkewError
 from conveyor.shell.ports import Claim
 from conveyor.shell.registry import Registry
-from conveyor.shell.worker import Worker
+from conveyor.shell.worker.lease_keeper import ClockSkewError
+from conveyor.shell.worker.loop import Worker
 from conveyor.testing.clock import ManualClock
 from helpers import T0, make_job
 

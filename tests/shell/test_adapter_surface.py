@@ -40,7 +40,7 @@ from conveyor.core.policies import LeasePolicy
 from conveyor.shell.executor import Executor
 from conveyor.shell.ports import BadClaim, Claim, FinishingJobQueue, is_transactional
 from conveyor.shell.registry import Registry
-from conveyor.shell.worker import Worker
+from conveyor.shell.worker.loop import Worker
 from conveyor.testing.clock import ManualClock
 from helpers import T0, make_job
 from returns.result import Failure

@@ -12,7 +12,7 @@ from conveyor.core.prefetch import PrefetchPolicy
 from conveyor.shell.config import parse_config
 from conveyor.shell.ports import BatchingJobQueue
 from conveyor.shell.registry import Registry
-from conveyor.shell.worker import Worker
+from conveyor.shell.worker.loop import Worker
 from conveyor.testing.clock import ManualClock
 from helpers import T0, make_job
 

@@ -17,7 +17,7 @@ from conveyor.shell.job_text import describe
 from conveyor.shell.ports import Claim
 from conveyor.shell.registry import Registry
 from conveyor.shell.runtime import Runtime
-from conveyor.shell.worker import Worker
+from conveyor.shell.worker.loop import Worker
 from conveyor.testing.clock import ManualClock
 from helpers import T0, make_job
 from test_cli import run

@@ -14,7 +14,7 @@ from pathlib import Path
 import conveyor
 import pytest
 
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli.main"]
 
 HANDLERS = """
 import json, os, pathlib

@@ -14,7 +14,7 @@ import conveyor
 import pytest
 from conveyor.shell.config import load_config
 
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli.main"]
 
 
 def _env() -> dict[str, str]:
@@ -95,13 +95,13 @@ def test_the_default_database_of_a_config_file_is_beside_the_file(
     ],
 )
 def test_only_a_relative_sqlite_file_path_changes(url: str) -> None:
-    from conveyor.shell.config_paths import anchor_sqlite
+    from conveyor.shell.config.paths import anchor_sqlite
 
     assert anchor_sqlite(url, Path("/srv/app")) == url
 
 
 def test_a_relative_path_keeps_its_driver_and_query() -> None:
-    from conveyor.shell.config_paths import anchor_sqlite
+    from conveyor.shell.config.paths import anchor_sqlite
 
     assert anchor_sqlite("sqlite+pysqlite:///data/j.db?timeout=5", Path("/srv/app")) == (
         "sqlite+pysqlite:////srv/app/data/j.db?timeout=5"

@@ -789,7 +789,7 @@ def test_the_dashboard_command_without_its_extra_says_which_to_install(
     # A None entry makes `import missing` fail as if it were not installed.
     code = (
         f"import sys; sys.modules[{missing!r}] = None\n"
-        "from conveyor.shell.cli import main\n"
+        "from conveyor.shell.cli.main import main\n"
         "sys.exit(main(['dashboard']))\n"
     )
     result = subprocess.run(

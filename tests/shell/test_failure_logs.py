@@ -20,7 +20,7 @@ from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
 from conveyor.shell.logs import JsonFormatter
 from conveyor.shell.redact import RedactingFilter
 from conveyor.shell.registry import Permanent, Registry
-from conveyor.shell.worker import Worker
+from conveyor.shell.worker.loop import Worker
 from conveyor.testing.clock import ManualClock
 from helpers import T0, make_job
 from returns.result import Failure
@@ -290,7 +290,7 @@ def test_the_cli_worker_logs_failures_as_json_lines(tmp_path: Path) -> None:
     )
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     env.pop("CONVEYOR_URL", None)
-    cli = [sys.executable, "-m", "conveyor.shell.cli"]
+    cli = [sys.executable, "-m", "conveyor.shell.cli.main"]
     enqueue = [*cli, "enqueue", "explode", json.dumps({"token": CANARY}), "--max-retries", "0"]
     subprocess.run(enqueue, cwd=tmp_path, env=env, check=True, capture_output=True, timeout=60)
     worker = subprocess.Popen(

@@ -14,7 +14,7 @@ from conveyor.core.policies import LeasePolicy
 from conveyor.shell.executor import Executor
 from conveyor.shell.hooks import Hooks
 from conveyor.shell.registry import Permanent, Registry
-from conveyor.shell.worker import Worker
+from conveyor.shell.worker.loop import Worker
 from conveyor.testing.clock import ManualClock
 from helpers import T0, make_job
 from returns.result import Failure

@@ -13,7 +13,7 @@ from backends import Backend
 from conveyor.core import Policies, RetryPolicy
 from conveyor.shell.context import JobContext
 from conveyor.shell.registry import Registry, takes_context
-from conveyor.shell.worker import Worker
+from conveyor.shell.worker.loop import Worker
 from helpers import make_job
 
 AT_ONCE = Policies(retry=RetryPolicy(initial_delay_ms=0, jitter=False))

@@ -34,7 +34,7 @@ per_seconds = 60
 def _conveyor(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
     return subprocess.run(
-        [sys.executable, "-m", "conveyor.shell.cli", *args],
+        [sys.executable, "-m", "conveyor.shell.cli.main", *args],
         cwd=project,
         env=env,
         capture_output=True,
@@ -114,7 +114,7 @@ def test_a_queue_that_claims_under_limits_without_reporting_them_still_runs_them
     from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
     from conveyor.shell.ports import LimitedJobQueue, LimitReportingJobQueue
     from conveyor.shell.registry import Registry
-    from conveyor.shell.worker import Worker
+    from conveyor.shell.worker.loop import Worker
 
     store = MemoryJobStore()
     queue = _ClaimsOnly(MemoryJobQueue(store))

@@ -23,7 +23,7 @@ from conveyor.core import ErrorInfo, Job, JobStatus, dead_letter, start
 from conveyor.shell.adapters.redis_queue import RedisJobQueue, RedisJobStore
 from conveyor.shell.ports import BadClaim, Claim, is_prefetched
 from conveyor.shell.registry import Registry
-from conveyor.shell.worker import Worker
+from conveyor.shell.worker.loop import Worker
 from conveyor.testing.redis_server import redis_url
 from test_redis_backend import T0, TEST_DB, make_job
 

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conveyor.shell.supervisor import child_argv
+from conveyor.shell.cli.supervisor import child_argv
 
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli.main"]
 
 HANDLERS = """
 import json, os, pathlib, time

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
 from conveyor.shell.registry import Registry
 from conveyor.shell.tenancy import SchemaPerTenant, SharedTables, TableTenantResolver, TenantScope
-from conveyor.shell.worker import Worker
+from conveyor.shell.worker.loop import Worker
 from conveyor.testing.clock import ManualClock
 from helpers import T0, make_job
 

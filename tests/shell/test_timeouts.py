@@ -21,7 +21,7 @@ from conveyor.shell.codec import decode, encode
 from conveyor.shell.lookup import find_job
 from conveyor.shell.registry import Registry
 from conveyor.shell.tenancy import SharedTables, TableTenantResolver, TenantScope
-from conveyor.shell.worker import Worker
+from conveyor.shell.worker.loop import Worker
 from helpers import make_job
 
 #: Retries come due at once, so one drain runs a job's whole retry budget.
@@ -575,7 +575,7 @@ def test_a_worker_process_keeps_working_past_hung_handlers_and_stops_cleanly(
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "SHIP_OUT": str(out)}
     env.pop("CONVEYOR_URL", None)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "conveyor.shell.cli", "worker"],
+        [sys.executable, "-m", "conveyor.shell.cli.main", "worker"],
         cwd=tmp_path,
         env=env,
         stderr=subprocess.PIPE,

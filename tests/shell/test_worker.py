@@ -13,7 +13,7 @@ from conveyor.core.policies import LeasePolicy
 from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
 from conveyor.shell.ports import Claim
 from conveyor.shell.registry import Permanent, Registry
-from conveyor.shell.worker import Worker, WorkerPool
+from conveyor.shell.worker.loop import Worker, WorkerPool
 from conveyor.testing.clock import ManualClock
 from helpers import T0, make_job
 from returns.result import Failure, Success

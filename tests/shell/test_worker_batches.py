@@ -8,7 +8,7 @@ from typing import Any
 from backends import Backend
 from conveyor.core import JobStatus, Priority
 from conveyor.shell.registry import Registry
-from conveyor.shell.worker import Worker
+from conveyor.shell.worker.loop import Worker
 from conveyor.testing.clock import ManualClock
 from helpers import T0, Crash, locate, make_job
 

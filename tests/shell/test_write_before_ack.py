@@ -37,7 +37,7 @@ from conveyor.shell.executor import Executor
 from conveyor.shell.placeholder import undecodable_dead_letter
 from conveyor.shell.ports import BadClaim, Claim
 from conveyor.shell.registry import Registry
-from conveyor.shell.worker import Worker
+from conveyor.shell.worker.loop import Worker
 from conveyor.testing.clock import ManualClock
 from helpers import T0, Crash, Recorder, locate, make_job
 

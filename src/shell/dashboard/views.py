@@ -23,9 +23,9 @@ from ..job_view import JobView, view_of_record
 from ..lookup import parse_state
 from ..ports import HistoryFilter
 from ..presence import WorkerInfo
-from ..presence_beat import PRESENCE_TTL
 from ..runtime import Runtime
-from ..status import QueueStatus
+from ..runtime.presence_beat import PRESENCE_TTL
+from ..runtime.status import QueueStatus
 
 #: Jobs per page of the jobs and dead-letter listings.
 PAGE_SIZE = 50

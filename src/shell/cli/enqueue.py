@@ -1,0 +1,87 @@
+"""`conveyor enqueue`: enqueue one job and print its id."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ...core import FieldError, ValidationError
+from ...core.times import as_delay
+from .runtime import command_runtime
+
+
+def add_enqueue_command(sub: Any) -> None:
+    """The `enqueue` command, on the CLI's subparsers `sub`."""
+    e = sub.add_parser("enqueue", help="enqueue one job and print its id")
+    e.add_argument("job_type")
+    e.add_argument("args", nargs="?", default="{}", help="job args as a JSON object")
+    e.add_argument("--queue", "-q", default="default")
+    e.add_argument(
+        "--priority", "-p", default="normal", choices=["critical", "high", "normal", "low"]
+    )
+    e.add_argument("--max-retries", type=int, default=3)
+    e.add_argument("--delay", type=float, default=None, help="seconds from now")
+    e.add_argument("--tenant", default=None)
+    e.add_argument(
+        "--partition", default=None, help="the job's partition under limits (default: the tenant)"
+    )
+    e.add_argument(
+        "--timeout", type=float, default=None, help="seconds one attempt may run (see handlers)"
+    )
+    e.add_argument(
+        "--id", default=None, help="the job's id (a UUID); if taken, the job already there stays"
+    )
+    e.add_argument("--unique-key", default=None, help="enqueue nothing while this key is held")
+    e.add_argument("--unique-for", type=float, default=None, help="seconds the key is held at most")
+    e.add_argument(
+        "--unique-state",
+        action="append",
+        default=None,
+        help="a state in which the key is held (repeat; default: the unfinished ones)",
+    )
+    e.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a job type that no configured handler module registers",
+    )
+    e.set_defaults(func=cmd_enqueue)
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    try:
+        payload = json.loads(args.args) if args.args else {}
+    except json.JSONDecodeError as exc:
+        raise ValidationError.of("args", f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValidationError.of("args", "is nested too deeply to parse") from None
+    except ValueError:
+        # json's own limit on integer digits; its message suggests a Python call.
+        raise ValidationError.of("args", "holds an integer with too many digits") from None
+    delay = None if args.delay is None else as_delay("delay", args.delay)
+    if isinstance(delay, FieldError):
+        raise ValidationError((delay,))
+    runtime = command_runtime(args)
+    try:
+        unknown = runtime.unknown_job_type(args.job_type)
+        if unknown is not None and args.strict:
+            raise ValidationError.of("job_type", unknown)
+        job = runtime.enqueue(
+            args.job_type,
+            payload,
+            queue=args.queue,
+            priority=args.priority,
+            max_retries=args.max_retries,
+            delay=delay,
+            tenant_id=args.tenant,
+            partition=args.partition,
+            timeout=args.timeout,
+            id=args.id,
+            unique_key=args.unique_key,
+            unique_for=args.unique_for,
+            unique_states=args.unique_state,
+        )
+    finally:
+        runtime.close()
+    print(job.id)
+    return 0

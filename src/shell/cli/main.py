@@ -1,0 +1,142 @@
+"""The `conveyor` command line: worker, enqueue, status, dead, migrate, cron, dashboard, demo.
+
+Every command reads the same config as `conveyor.build` (`--config FILE`, or
+the nearest `conveyor.toml` / `[tool.conveyor]`, then `CONVEYOR_*` variables).
+This module holds the parser and the dispatch; each family of commands lives in a
+module of its own (`cli_worker`, `cli_enqueue`, `cli_status`, `cli_dead`,
+`cli_maintenance`, `cli_jobs`, `cli_cron`, `cli_dashboard`), and what they share
+in `cli_runtime`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import NoReturn
+
+from ...core import ValidationError
+from ...version import __version__
+from ..endpoints import endpoint
+from ..notices import notice, use_json
+from ..outage import ServerUnreachable, is_outage
+from ..redact import BackendError
+from .cron import add_cron_command
+from .dashboard import add_dashboard_command
+from .dead import add_dead_commands, run_dead
+from .enqueue import add_enqueue_command
+from .jobs import add_job_commands
+from .maintenance import add_maintenance_commands
+from .runtime import ESCAPING, LOADED, REDACTING, command_runtime, printable
+from .status import add_status_command
+from .worker import add_worker_command
+
+log = logging.getLogger("conveyor.cli")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors on one line with exit status 2, like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"conveyor: invalid input: {printable(message)}\n")
+
+
+def cmd_dead(args: argparse.Namespace) -> int:
+    return run_dead(
+        args, lambda: command_runtime(args, reads_only=args.dead_command in ("list", "show"))
+    )
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    code: int = run_demo(directory=args.dir, jobs=args.jobs)
+    return code
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="conveyor", description="Conveyor: background jobs you can trust.")
+    p.add_argument("--version", action="version", version=f"conveyor {__version__}")
+    p.add_argument(
+        "--config", "-c", help="config file (default: nearest conveyor.toml or [tool.conveyor])"
+    )
+    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text lines (default) or one JSON object per line, for log collectors",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    # In this order in `conveyor --help`.
+    add_worker_command(sub)
+    add_enqueue_command(sub)
+    add_status_command(sub)
+    add_dead_commands(sub, cmd_dead)
+    add_maintenance_commands(sub)
+    add_job_commands(sub)
+    add_cron_command(sub)
+    add_dashboard_command(sub)
+
+    m = sub.add_parser("demo", help="a realistic mix of jobs on an embedded SQLite file")
+    m.add_argument("--dir", default=None, help="where to put the SQLite file (default: a temp dir)")
+    m.add_argument("--jobs", type=int, default=40, help="how many ordinary jobs to enqueue")
+    m.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    args.raw_argv = list(sys.argv[1:] if argv is None else argv)
+    # Like `python -m`, let handler modules next to the config import without PYTHONPATH.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(REDACTING)
+        if args.log_format == "text":
+            handler.addFilter(ESCAPING)  # after the redaction, which rewrites the message
+        if args.log_format == "json":
+            from ..logs import JsonFormatter
+
+            handler.setFormatter(JsonFormatter())
+    use_json(args.log_format == "json")
+    # Python's warnings (a library's deprecation) go through the log, in its format.
+    logging.captureWarnings(args.log_format == "json")
+    try:
+        code: int = args.func(args)
+        return code
+    except BrokenPipeError:
+        # The reader went away (`conveyor jobs list | head`): nothing to report. Point
+        # stdout at /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        # Ctrl-C before a command set its own handlers (a worker still starting).
+        notice("conveyor: interrupted", level=logging.WARNING)
+        return 130
+    except ValidationError as exc:
+        notice(f"conveyor: invalid input: {printable(str(exc))}", level=logging.ERROR)
+        return 2
+    except BackendError as exc:
+        notice(f"conveyor: {printable(str(exc))}", level=logging.ERROR)
+        return 1
+    except Exception as exc:
+        # A traceback would print driver messages unredacted; --log-level DEBUG has it, masked.
+        log.debug("command failed", exc_info=True)
+        if LOADED and is_outage(exc):
+            error = ServerUnreachable.of(endpoint(LOADED[0]), exc)
+            notice(f"conveyor: {printable(str(error))}", level=logging.ERROR)
+            return 1
+        notice(f"conveyor: {type(exc).__name__}: {printable(str(exc))}", level=logging.ERROR)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""`conveyor migrate` and `conveyor prune`: the schema, and finished records past retention."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ...core import ValidationError
+from ..config import load_config
+from ..endpoints import config_secrets
+from .runtime import REDACTING, command_runtime
+
+
+def add_maintenance_commands(sub: Any) -> None:
+    """The `migrate` and `prune` commands, on the CLI's subparsers `sub`."""
+    mg = sub.add_parser(
+        "migrate", help="create or upgrade the database schema (the only command that runs DDL)"
+    )
+    mg.add_argument(
+        "--sql", action="store_true", help="print the SQL to apply by hand instead of running it"
+    )
+    mg.set_defaults(func=cmd_migrate)
+
+    pr = sub.add_parser(
+        "prune", help="delete completed and dead-letter records past their retention"
+    )
+    pr.add_argument(
+        "--older-than",
+        default=None,
+        help="prune records finished longer ago than this (7d, 12h, 30m, 90s), "
+        "instead of the configured retention.completed_ms / retention.dead_ms",
+    )
+    pr.add_argument("--dry-run", action="store_true", help="only count what would go")
+    pr.set_defaults(func=cmd_prune)
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from ...core import parse_duration_ms
+
+    older_than = None
+    if args.older_than is not None:
+        older_than = parse_duration_ms(args.older_than)
+        if older_than is None:
+            example = "a duration such as 7d, 12h, 30m or 90s"
+            raise ValidationError.of("--older-than", f"must be {example}, got {args.older_than!r}")
+    runtime = command_runtime(args)
+    try:
+        count = runtime.prune(older_than_ms=older_than, dry_run=args.dry_run)
+    finally:
+        runtime.close()
+    print(f"would prune {count} records" if args.dry_run else f"pruned {count} records")
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from ..migrate import migrate, migration_sql
+
+    config = load_config(args.config)
+    REDACTING.secrets.update(config_secrets(config))
+    if args.sql and config.provider == "db":
+        print(migration_sql(config).rstrip("\n"))
+    else:
+        print(f"conveyor: {migrate(config)}")
+    return 0

@@ -1,0 +1,159 @@
+"""`conveyor worker --processes N`: N worker processes under one supervisor.
+
+Python runs one thread of Python code at a time per process, so a host with several
+cores runs more jobs with several worker processes. The supervisor is small on
+purpose: it starts N copies of the same `conveyor worker` command (each one an
+ordinary worker with its own pools, heartbeat and lease keeper), passes SIGTERM and
+SIGINT on to them, and starts a fresh copy when one dies unasked. It holds no claim
+and runs no job: a copy that dies leaves its claims to the lease keeper like any
+crashed worker, so nothing here can lose a job.
+
+Each copy runs in a process group of its own, so a Ctrl-C at the terminal reaches
+the supervisor only, and each copy hears every signal exactly once, from the
+supervisor: the first Ctrl-C stops them gracefully, the second at once (each hands
+its claims back and exits 130; see `conveyor.shell.worker.signals`). Were they in
+the terminal's group, one Ctrl-C would reach each copy twice, from the terminal
+and from the supervisor, and count as two.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from ..notices import notice
+from ..worker.signals import FORCED_EXIT
+
+log = logging.getLogger("conveyor.supervisor")
+
+#: The environment variable that tells each copy its number (0 to N-1).
+PROCESS_INDEX_ENV = "CONVEYOR_PROCESS_INDEX"
+
+#: The first wait before a copy that died is started again; it doubles up to the cap
+#: while copies keep dying soon after their start, so a crash loop does not spin.
+RESTART_DELAY_S = 1.0
+MAX_RESTART_DELAY_S = 30.0
+#: A copy that ran at least this long died of something new: restart it promptly.
+STABLE_AFTER_S = 60.0
+
+
+def child_argv(argv: Sequence[str], index: int) -> list[str]:
+    """The command line of copy `index`: `argv` without `--processes`, and with
+    `--metrics-port P` as `P + index` (each copy serves its own metrics)."""
+    out: list[str] = []
+    items = iter(argv)
+    for item in items:
+        if item == "--processes":
+            next(items, None)
+            continue
+        if item.startswith("--processes="):
+            continue
+        if item == "--metrics-port":
+            port = next(items, None)
+            out += [item, str(int(port) + index)] if port is not None else [item]
+            continue
+        if item.startswith("--metrics-port="):
+            out.append(f"--metrics-port={int(item.partition('=')[2]) + index}")
+            continue
+        out.append(item)
+    return out
+
+
+class Supervisor:
+    """Runs `count` copies of `conveyor <argv>` until told to stop."""
+
+    def __init__(self, argv: Sequence[str], count: int) -> None:
+        self.argv = list(argv)
+        self.count = count
+        self.stopping = threading.Event()
+        #: Set by a second signal: the copies were told to stop at once.
+        self.forced = threading.Event()
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self._started: dict[int, float] = {}
+        self._delay: dict[int, float] = {}
+
+    def _start(self, index: int) -> None:
+        env = {**os.environ, PROCESS_INDEX_ENV: str(index)}
+        command = [sys.executable, "-m", "conveyor.shell.cli.main", *child_argv(self.argv, index)]
+        # A group of its own: signals come from the supervisor, once each.
+        self._children[index] = subprocess.Popen(command, env=env, process_group=0)
+        self._started[index] = time.monotonic()
+
+    def stop(self, signum: int = signal.SIGTERM) -> None:
+        """Pass `signum` on to every copy: the first asks them to stop gracefully (they
+        finish or hand back their jobs), a second to stop at once."""
+        if self.stopping.is_set():
+            self.forced.set()
+        self.stopping.set()
+        for child in list(self._children.values()):
+            if child.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    child.send_signal(signum)
+
+    def run(self) -> int:
+        """Start the copies and watch them; after `stop`, wait for all of them. Returns
+        0 when every copy stopped cleanly, else the first non-zero exit code."""
+        for index in range(self.count):
+            self._start(index)
+        due: dict[int, float] = {}
+        while not self.stopping.wait(0.2):
+            now = time.monotonic()
+            for index, child in list(self._children.items()):
+                code = child.poll()
+                if code is None or index in due:
+                    continue
+                lived = now - self._started[index]
+                delay = (
+                    RESTART_DELAY_S
+                    if lived >= STABLE_AFTER_S
+                    else min(MAX_RESTART_DELAY_S, self._delay.get(index, RESTART_DELAY_S / 2) * 2)
+                )
+                self._delay[index] = delay
+                due[index] = now + delay
+                log.warning(
+                    "worker process %d (pid %d) exited with code %d after %.0f s; "
+                    "starting another in %.0f s (its claims return with their leases)",
+                    index,
+                    child.pid,
+                    code,
+                    lived,
+                    delay,
+                )
+            for index, at in list(due.items()):
+                if now >= at and not self.stopping.is_set():
+                    del due[index]
+                    self._start(index)
+        codes = [child.wait() for child in self._children.values()]
+        if self.forced.is_set():
+            return FORCED_EXIT
+        return next((code for code in codes if code != 0), 0)
+
+
+def supervise(argv: Sequence[str], count: int) -> int:
+    """Run `count` worker processes for the `conveyor` command line `argv` until
+    SIGTERM or SIGINT, which each copy receives in turn (a second one stops them at
+    once). Returns the exit code: the first non-zero one of a copy (130 when a copy
+    was stopped by force), else 0."""
+    supervisor = Supervisor(argv, count)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        how = (
+            "again, stopping them at once"
+            if supervisor.stopping.is_set()
+            else "stopping them gracefully (once more to stop at once)"
+        )
+        notice(f"conveyor worker: {name}, {count} processes: {how}")
+        supervisor.stop(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    notice(f"conveyor worker: starting {count} processes")
+    return supervisor.run()

@@ -1,0 +1,130 @@
+"""`conveyor worker`: run the config's worker pools until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from ...core import FieldError
+from ...core.validation import check_name
+from ..config import load_config
+from ..notices import notice
+from .guards import check_cli_config
+from .runtime import check, command_runtime, import_extra
+
+
+def add_worker_command(sub: Any) -> None:
+    """The `worker` command, on the CLI's subparsers `sub`."""
+    w = sub.add_parser("worker", help="run the worker pools from the config until SIGTERM/SIGINT")
+    w.add_argument(
+        "--queue",
+        "-q",
+        action="append",
+        dest="queues",
+        help="poll this queue (repeatable; overrides workers.queues)",
+    )
+    w.add_argument(
+        "--concurrency", "-n", type=int, help="workers per queue (overrides workers.count)"
+    )
+    w.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="run N worker processes under one supervisor (default 1; see docs/workers.md)",
+    )
+    w.add_argument(
+        "--grace", type=float, default=None, help="seconds to let in-flight jobs finish on stop"
+    )
+    w.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=None,
+        help="seconds to wait for an unreachable server at start (overrides startup_timeout_ms)",
+    )
+    w.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics at http://ADDR:PORT/metrics (needs the metrics extra)",
+    )
+    w.add_argument(
+        "--metrics-addr", default="0.0.0.0", help="address for --metrics-port (default 0.0.0.0)"
+    )
+    w.add_argument(
+        "--tracing",
+        action="store_true",
+        help="OpenTelemetry spans for each job, to the global tracer provider (tracing extra)",
+    )
+    w.set_defaults(func=cmd_worker)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    check(
+        None
+        if args.processes is None or args.processes >= 1
+        else FieldError("--processes", f"must be >= 1, got {args.processes}"),
+        *(check_name("--queue", name) for name in args.queues or ()),
+        None
+        if args.concurrency is None or args.concurrency >= 0
+        else FieldError("--concurrency", f"must be >= 0, got {args.concurrency}"),
+        None
+        if args.grace is None or (math.isfinite(args.grace) and args.grace >= 0)
+        else FieldError("--grace", f"must be a finite number of seconds >= 0, got {args.grace}"),
+        None
+        if args.metrics_port is None or 0 <= args.metrics_port <= 65535
+        else FieldError("--metrics-port", f"must be a port, 0 to 65535, got {args.metrics_port}"),
+        None
+        if args.startup_timeout is None
+        or (math.isfinite(args.startup_timeout) and args.startup_timeout >= 0)
+        else FieldError(
+            "--startup-timeout",
+            f"must be a finite number of seconds >= 0, got {args.startup_timeout}",
+        ),
+    )
+    if args.processes is not None and args.processes > 1:
+        from .supervisor import supervise
+
+        check_cli_config(load_config(args.config))  # once here, not in each copy
+        return supervise(args.raw_argv, args.processes)
+    runtime = command_runtime(args, args.startup_timeout)
+    if args.queues:
+        import attrs
+
+        runtime.config = attrs.evolve(
+            runtime.config, workers=attrs.evolve(runtime.config.workers, queues=tuple(args.queues))
+        )
+    if args.concurrency is not None:
+        import attrs
+
+        runtime.config = attrs.evolve(
+            runtime.config, workers=attrs.evolve(runtime.config.workers, count=args.concurrency)
+        )
+    server = None
+    try:
+        if args.tracing:
+            import_extra("..tracing", "opentelemetry", "tracing").instrument(runtime)
+        if args.metrics_port is not None:
+            metrics = import_extra("..metrics", "prometheus_client", "metrics")
+            exporter = metrics.instrument(runtime)
+            server = metrics.serve(exporter, args.metrics_port, args.metrics_addr)
+    except BaseException:
+        runtime.close()
+        raise
+    from ..worker.signals import StopSignals, run_until_stopped
+
+    stops = StopSignals().install()
+    w = runtime.config.workers
+    notice(
+        f"conveyor worker {runtime.worker_id}: provider={runtime.config.provider} "
+        f"queues={','.join(w.queues)} workers per queue={w.count} "
+        f"handlers={','.join(sorted(runtime.registry.job_types())) or '(none)'}"
+    )
+    if server is not None:
+        host, port = server.address
+        notice(f"conveyor worker: metrics at http://{host}:{port}/metrics")
+    try:
+        return run_until_stopped(runtime, stops, args.grace)
+    finally:
+        if server is not None:
+            server.close()

@@ -1,0 +1,167 @@
+"""Configuration: one value that says how to build everything.
+
+From a dict, a TOML file (`conveyor.toml`, or `[tool.conveyor]` in
+pyproject.toml) and environment overrides (`CONVEYOR_*`). Every problem names
+the key and the reason, all at once.
+
+The model is `Config` and the tables it holds (`conveyor.shell.config.model`), each
+field's rule a validator (`config_checks`); one cattrs converter structures a
+mapping straight into it (`config_converter`); keys tied to one another, and keys
+a provider does not read, are `config_rules`; relative SQLite paths are read from
+the file's folder (`config_paths`). This module finds, reads and loads.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cattrs.errors import ClassValidationError
+
+from ...core import FieldError, ValidationError
+from .converter import converter, problems
+from .hooks import Bad
+from .model import (
+    DEFAULT_PROVIDER,
+    DEFAULT_URL,
+    PROVIDERS,
+    STRATEGIES,
+    Config,
+    DashboardConfig,
+    TenancyConfig,
+    WorkersConfig,
+)
+from .paths import anchored, with_default_database
+from .rules import tied_problems, warn_unused
+
+__all__ = [
+    "DEFAULT_URL",
+    "ENV",
+    "PROVIDERS",
+    "STRATEGIES",
+    "Config",
+    "DashboardConfig",
+    "TenancyConfig",
+    "WorkersConfig",
+    "apply_env",
+    "find_file",
+    "load_config",
+    "parse_config",
+    "read_file",
+]
+
+ENV = {
+    "CONVEYOR_PROVIDER": ("provider", str),
+    "CONVEYOR_URL": ("url", str),
+    "CONVEYOR_REDIS_URL": ("redis.url", str),
+    "CONVEYOR_LEASE_MS": ("lease_ms", int),
+    "CONVEYOR_WORKERS": ("workers.count", int),
+    "CONVEYOR_QUEUES": ("workers.queues", list),
+    "CONVEYOR_HANDLERS": ("handlers", list),
+    "CONVEYOR_MAX_RECLAIMS": ("max_reclaims", int),
+    "CONVEYOR_POOL_SIZE": ("pool_size", int),
+    "CONVEYOR_STARTUP_TIMEOUT_MS": ("startup_timeout_ms", int),
+}
+
+
+def parse_config(raw: Mapping[str, Any]) -> Config:
+    """Validate a config mapping; raise `ValidationError` naming every bad key."""
+    errors: list[FieldError] = []
+    config: Config | None = None
+    try:
+        config = converter.structure(raw, Config)
+    except (ClassValidationError, Bad) as exc:
+        errors.extend(problems(exc))
+    errors.extend(tied_problems(raw))
+    if errors or config is None:
+        raise ValidationError(errors)
+    warn_unused(raw)
+    return config
+
+
+def _set(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+
+
+def apply_env(raw: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """`raw` with `CONVEYOR_*` environment overrides applied."""
+    out: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in raw.items()}
+    for name, (key, kind) in ENV.items():
+        if name not in env:
+            continue
+        text = env[name]
+        value: Any = text
+        if kind is int:
+            try:
+                value = int(text)
+            except ValueError:
+                raise ValidationError.of(key, f"{name}={text!r} is not an integer") from None
+        elif kind is list:
+            value = [part.strip() for part in text.split(",") if part.strip()]
+        _set(out, key, value)
+    return out
+
+
+def find_file(start: Path | None = None) -> Path | None:
+    """`conveyor.toml`, or a pyproject.toml with `[tool.conveyor]`, in `start` or above."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / "conveyor.toml"
+        if candidate.is_file():
+            return candidate
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file() and "conveyor" in tomllib.loads(pyproject.read_text()).get(
+            "tool", {}
+        ):
+            return pyproject
+    return None
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """The raw config table of a TOML file (the `[tool.conveyor]` table of a pyproject)."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ValidationError.of(str(path), f"is not valid TOML: {exc}") from None
+    if path.name == "pyproject.toml":
+        return dict(data.get("tool", {}).get("conveyor", {}))
+    return data
+
+
+def load_config(
+    source: Mapping[str, Any] | str | Path | Config | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Build a `Config` from a mapping, a TOML path, or (None) the nearest config file,
+    then apply `CONVEYOR_*` environment overrides. A file's relative SQLite paths are
+    read from the file's folder (`conveyor.shell.config.paths`)."""
+    if isinstance(source, Config):
+        return source
+    env = os.environ if env is None else env
+    path: Path | None = None
+    if source is None:
+        found = env.get("CONVEYOR_CONFIG")
+        path = Path(found) if found else find_file()
+        raw: Mapping[str, Any] = read_file(path) if path else {}
+    elif isinstance(source, str | Path):
+        path = Path(source)
+        if not path.is_file():
+            raise ValidationError.of("config", f"no such file: {path}")
+        raw = read_file(path)
+    else:
+        raw = source
+    if path is None:
+        return parse_config(apply_env(raw, env))
+    # A file's relative SQLite paths are read from its folder (see config_paths).
+    merged = apply_env(anchored(raw, path.parent), env)
+    return parse_config(
+        with_default_database(merged, path.parent, DEFAULT_URL, DEFAULT_PROVIDER)
+    )

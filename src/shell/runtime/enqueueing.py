@@ -1,0 +1,362 @@
+"""Enqueueing: the path every enqueue entry point takes, and the runtime's methods.
+
+Every entry point (`EnqueueMethods`, mixed into `Runtime`) makes one
+`EnqueueOptions` (`conveyor.shell.runtime.enqueue_options`) and hands it to an
+`Enqueuer`, which builds the jobs and writes them: a plain upsert, or, for a job
+with an id or a unique key, `enqueue_new`, which writes nothing when the job is
+already there. Around the write: a tracing `send` span when tracing is on, the
+`enqueued` hook for each job written, and, in inline mode, the run of the jobs'
+queue.
+
+Two warnings are given once per process: a job on a queue no pool of this config
+polls, and a job type no configured handler module registers (likely misspelt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+from uuid import UUID
+
+import attrs
+
+from ...core import Job, JobStatus, Priority, ValidationError
+from ..async_enqueue import THREAD, AsyncWriter, AsyncWriters
+from ..hooks import Hooks
+from ..ports import Clock, JobQueue, is_transactional
+from ..registry import Registry
+from .enqueue_options import EnqueueOptions
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..worker.inline import InlineRunner
+
+log = logging.getLogger("conveyor.runtime")
+
+
+class SendSpans(Protocol):
+    """Makes the tracing `send` span around a write (`conveyor.shell.tracing.JobTracer`)."""
+
+    def send(self, jobs: Sequence[Job]) -> AbstractContextManager[list[Job]]: ...
+
+
+def unknown_job_type(registry: Registry, job_type: str) -> str | None:
+    """Why `job_type` looks misspelt (no handler module configured here registers it,
+    though some are configured), with the closest registered types; None when it is
+    registered, or when this node loads no handlers and so cannot tell."""
+    known = registry.job_types()
+    if not known or job_type in known:
+        return None
+    close = difflib.get_close_matches(job_type, sorted(known), n=3)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    return (
+        f"no configured handler module registers job type {job_type!r}{hint} "
+        "(it would wait for a worker that has it, then be dead-lettered as no-handler)"
+    )
+
+
+class EnqueueWarnings:
+    """The warnings an enqueue gives once per process: for each queue no pool polls,
+    and for each job type no configured handler module registers."""
+
+    def __init__(self) -> None:
+        self._queues: set[str] = set()
+        self._types: set[str] = set()
+
+    def unknown_type(self, registry: Registry, job_type: str) -> None:
+        if job_type in self._types:
+            return
+        reason = unknown_job_type(registry, job_type)
+        if reason is not None:
+            self._types.add(job_type)
+            log.warning("%s", reason)
+        elif registry.registration(job_type) is not None:
+            # Registered here, so never misspelt: the next enqueue need not ask again.
+            self._types.add(job_type)
+
+    def unpolled(self, queue: str, polled: Sequence[str]) -> None:
+        if queue in polled or queue in self._queues:
+            return
+        self._queues.add(queue)
+        log.warning(
+            "job enqueued on queue %r, which no worker pool is configured to poll "
+            "(workers.queues = %s). It will wait there until a worker polls it: "
+            "add %r to workers.queues.",
+            queue,
+            list(polled),
+            queue,
+        )
+
+
+@attrs.frozen(slots=True)
+class Enqueuer:
+    """What one enqueue call writes through, read from its runtime at the call.
+
+    `polled` are the queues the config's pools poll (None in inline mode, which
+    warns of no queue); `run_inline` runs the given queues' jobs now (inline mode
+    only); `tracer` makes the `send` spans when tracing is on."""
+
+    queue: JobQueue
+    clock: Clock
+    hooks: Hooks
+    registry: Registry
+    warnings: EnqueueWarnings
+    polled: Sequence[str] | None
+    tracer: SendSpans | None = None
+    run_inline: Callable[[list[str]], object] | None = None
+
+    def new_jobs(
+        self, job_type: str, args_list: Sequence[Mapping[str, Any] | None], options: EnqueueOptions
+    ) -> list[Job]:
+        """One validated job per args mapping, all checked before any is written; the
+        once-per-process warnings given for them."""
+        now = self.clock.now
+        jobs = [options.job(job_type, args, now()) for args in args_list]
+        if jobs:
+            if self.polled is not None:
+                self.warnings.unpolled(jobs[0].queue, self.polled)
+            for name in dict.fromkeys(j.job_type for j in jobs):
+                self.warnings.unknown_type(self.registry, name)
+        return jobs
+
+    def _sending(self, jobs: list[Job]) -> AbstractContextManager[list[Job]]:
+        """The jobs to write, in a `send` span carrying its context when tracing."""
+        if self.tracer is None:
+            return nullcontext(jobs)
+        return self.tracer.send(jobs)
+
+    def _written(self, jobs: Sequence[Job]) -> None:
+        for job in jobs:
+            self.hooks.enqueued(job)
+        if self.run_inline is not None and jobs:
+            self.run_inline([job.queue for job in jobs])
+
+    def enqueue(
+        self, job_type: str, args: Mapping[str, Any] | None, options: EnqueueOptions
+    ) -> Job:
+        """Write one job; the job already there instead when `options.once` finds one
+        (then nothing is written and no hook is called)."""
+        with self._sending(self.new_jobs(job_type, [args], options)) as (job,):
+            if options.once:
+                found = self.queue.enqueue_new(job)
+                if found is not None:
+                    return found  # already there: nothing written, nothing to announce
+            else:
+                self.queue.enqueue(job)
+        self._written([job])
+        return job
+
+    def enqueue_many(
+        self,
+        job_type: str,
+        args_list: Sequence[Mapping[str, Any] | None],
+        options: EnqueueOptions,
+    ) -> list[Job]:
+        """Write one job per args mapping in one round trip; one entry per mapping, the
+        job already there for those `options.once` found."""
+        jobs = self.new_jobs(job_type, args_list, options)
+        if not jobs:
+            return jobs
+        with self._sending(jobs) as jobs:
+            if options.once:
+                found = self.queue.enqueue_new_many(jobs)
+                stored = [f or j for f, j in zip(found, jobs, strict=True)]
+                jobs = [j for f, j in zip(found, jobs, strict=True) if f is None]
+            else:
+                self.queue.enqueue_many(jobs)
+                stored = jobs
+        self._written(jobs)
+        return stored
+
+    def enqueue_in_tx(
+        self,
+        conn: Any,
+        job_type: str,
+        args: Mapping[str, Any] | None,
+        options: EnqueueOptions,
+        *,
+        provider: str,
+    ) -> Job:
+        """Write one job in the caller's open transaction on `conn` (a SQL queue only;
+        `provider` names the backend that cannot). Never runs inline, calls no hook:
+        the job exists only once the caller commits."""
+        if not is_transactional(self.queue):
+            raise ValidationError.of(
+                "provider",
+                f"{provider!r} cannot enqueue in a transaction; use provider 'db'",
+            )
+        with self._sending(self.new_jobs(job_type, [args], options)) as (job,):
+            if options.once:
+                found: Job | None = self.queue.enqueue_new_in_tx(conn, job)  # type: ignore[attr-defined]
+                return job if found is None else found
+            self.queue.enqueue_in_tx(conn, job)  # type: ignore[attr-defined]
+        return job
+
+    async def aenqueue(
+        self,
+        writer: AsyncWriter,
+        job_type: str,
+        args: Mapping[str, Any] | None,
+        options: EnqueueOptions,
+    ) -> Job:
+        """Write one job through an asyncio driver's `writer`, without blocking the loop
+        (plain options only, never inline)."""
+        with self._sending(self.new_jobs(job_type, [args], options)) as (job,):
+            await writer.enqueue(job)
+        self.hooks.enqueued(job)
+        return job
+
+    async def aenqueue_many(
+        self,
+        writer: AsyncWriter,
+        job_type: str,
+        args_list: Sequence[Mapping[str, Any] | None],
+        options: EnqueueOptions,
+    ) -> list[Job]:
+        """`aenqueue` for one job per args mapping, in one round trip."""
+        jobs = self.new_jobs(job_type, args_list, options)
+        if jobs:
+            with self._sending(jobs) as jobs:
+                await writer.enqueue_many(jobs)
+            for job in jobs:
+                self.hooks.enqueued(job)
+        return jobs
+
+
+class EnqueueMethods:
+    """`Runtime`'s enqueue methods (mixed into it): each makes one `EnqueueOptions`
+    and an `Enqueuer` over the runtime's parts as they are at the call."""
+
+    config: Config
+    inline: bool
+    inline_runner: InlineRunner
+    queue: JobQueue
+    clock: Clock
+    hooks: Hooks
+    registry: Registry
+    tracer: SendSpans | None
+    async_writers: AsyncWriters
+    _warnings: EnqueueWarnings
+
+    def _enqueuer(self) -> Enqueuer:
+        polled = None if self.inline else self.config.workers.queues
+        run = self.inline_runner.run if self.inline else None
+        warnings = self._warnings
+        return Enqueuer(
+            self.queue, self.clock, self.hooks, self.registry, warnings, polled, self.tracer, run
+        )
+
+    def enqueue(
+        self,
+        job_type: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        queue: str = "default",
+        priority: Priority | str = Priority.NORMAL,
+        max_retries: int = 3,
+        run_at: datetime | None = None,
+        delay: timedelta | float | None = None,
+        tenant_id: str | None = None,
+        timeout: timedelta | float | None = None,
+        id: UUID | str | None = None,
+        unique_key: str | None = None,
+        unique_for: timedelta | float | None = None,
+        unique_states: Sequence[JobStatus | str] | None = None,
+        partition: str | None = None,
+    ) -> Job:
+        """Validate and enqueue a job; raises `ValidationError` naming bad fields.
+        `delay` may be a timedelta or seconds. `timeout` (a timedelta or seconds)
+        bounds each attempt, overriding the job type's; an attempt that runs past it
+        is recorded as a retryable `Timeout` failure (see docs/handlers.md).
+
+        `id` (a UUID or its text) names the job: when a job with that id exists, in
+        any state, nothing is written and that job is returned, args unchanged.
+        `unique_key` makes the job hold that key while it is in one of
+        `unique_states` (default: scheduled, pending, running, retrying) and, with
+        `unique_for` (a timedelta or seconds), for at most that long: meanwhile an
+        enqueue with the same key returns the holder instead of writing a second job.
+        Either check is atomic with the write on every backend (docs/unique.md). The
+        job returned is the one stored; for a job already there, the `enqueued` hook
+        is not called (a tracing `send` span is still recorded).
+
+        `partition` (a one-line string, at most 200 characters) is the job's partition
+        for its queue's fair shares, caps and rates; by default its `tenant_id`, else
+        the default partition (docs/limits.md)."""
+        options = EnqueueOptions(
+            queue=queue,
+            priority=priority,
+            max_retries=max_retries,
+            run_at=run_at,
+            delay=delay,
+            tenant_id=tenant_id,
+            timeout=timeout,
+            id=id,
+            unique_key=unique_key,
+            unique_for=unique_for,
+            unique_states=unique_states,
+            partition=partition,
+        )
+        return self._enqueuer().enqueue(job_type, args, options)
+
+    def enqueue_many(
+        self, job_type: str, args_list: Sequence[Mapping[str, Any] | None], **options: Any
+    ) -> list[Job]:
+        """Validate and enqueue one job per args mapping, in one round trip; all are
+        checked before any is written. `options` are `enqueue`'s keyword options; with
+        `id` or `unique_key`, every job of the list shares it, so the first one written
+        holds it and the others come back as that job (one entry per args mapping).
+        """
+        chosen = EnqueueOptions.of(options)
+        return self._enqueuer().enqueue_many(job_type, args_list, chosen)
+
+    def _native(self, options: EnqueueOptions) -> bool:
+        """Whether `aenqueue` writes through the asyncio driver: a plain upsert. An id, a
+        unique key or inline mode take `enqueue`'s own path, in a thread."""
+        return not self.inline and options.plain and self.async_writers.driver != THREAD
+
+    async def aenqueue(
+        self, job_type: str, args: Mapping[str, Any] | None = None, **options: Any
+    ) -> Job:
+        """`enqueue` for asyncio code: the same job, validation and options, written
+        without blocking the event loop (see docs/asyncio.md for each backend's path)."""
+        chosen, enqueuer = EnqueueOptions.of(options), self._enqueuer()
+        if not self._native(chosen):
+            return await asyncio.to_thread(enqueuer.enqueue, job_type, args, chosen)
+        writer = self.async_writers.current()
+        return await enqueuer.aenqueue(writer, job_type, args, chosen)
+
+    async def aenqueue_many(
+        self, job_type: str, args_list: Sequence[Mapping[str, Any] | None], **options: Any
+    ) -> list[Job]:
+        """`enqueue_many` for asyncio code: all jobs checked before any is written, then
+        written in one round trip without blocking the event loop."""
+        chosen, enqueuer = EnqueueOptions.of(options), self._enqueuer()
+        if not self._native(chosen):
+            return await asyncio.to_thread(enqueuer.enqueue_many, job_type, args_list, chosen)
+        writer = self.async_writers.current()
+        return await enqueuer.aenqueue_many(writer, job_type, args_list, chosen)
+
+    async def aclose(self) -> None:
+        """Release the connections `aenqueue` opened on the running event loop; call it
+        before that loop ends. `close` releases the rest."""
+        await self.async_writers.aclose()
+
+    def enqueue_in_tx(
+        self, conn: Any, job_type: str, args: Mapping[str, Any] | None = None, **options: Any
+    ) -> Job:
+        """Enqueue inside the caller's open transaction on `conn` (SQL provider only), a
+        connection to the queue's own database: another database is refused naming
+        `conn` (docs/sql.md says how the same database is decided)."""
+        chosen, provider = EnqueueOptions.of(options), self.config.provider
+        return self._enqueuer().enqueue_in_tx(conn, job_type, args, chosen, provider=provider)
+
+    def unknown_job_type(self, job_type: str) -> str | None:
+        """Why `job_type` looks misspelt (no handler module configured here registers it,
+        though some are configured), with the closest registered types; None when it is
+        registered, or when this node loads no handlers and so cannot tell."""
+        return unknown_job_type(self.registry, job_type)

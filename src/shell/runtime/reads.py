@@ -1,0 +1,88 @@
+"""Reading jobs: one by id in whatever state it is in, a filtered listing, the dead
+letters (`ReadMethods`, mixed into `Runtime`; the reads are `conveyor.shell.lookup`'s).
+
+A job id is a UUID or its text, and a state a `JobStatus` or its name (`dead` for
+`failed`); a malformed one is a `ValidationError` naming the field, before any
+backend is asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from uuid import UUID
+
+from ...core import Job, JobStatus, Policies, ValidationError
+from ...core.errors import FieldError
+from ...core.validation import parse_job_id
+from ..lookup import JobView, find_job, list_jobs, parse_state
+from ..ports import JobQueue, JobStore
+
+
+def as_job_id(value: UUID | str) -> UUID:
+    """`value` as a job id; a `ValidationError` naming `job_id` when it is not one."""
+    parsed = parse_job_id(value)
+    if isinstance(parsed, FieldError):
+        raise ValidationError((parsed,))
+    return parsed
+
+
+def as_state(value: JobStatus | str | None) -> JobStatus | None:
+    """`value` as a job state (a name may be `dead` for `failed`); a `ValidationError`
+    naming `state` when it names none."""
+    if not isinstance(value, str):
+        return value
+    parsed = parse_state(value)
+    if isinstance(parsed, FieldError):
+        raise ValidationError((parsed,))
+    return parsed
+
+
+class ReadMethods:
+    """`Runtime`'s reads (mixed into it). Reads only."""
+
+    queue: JobQueue
+    store: JobStore
+    policies: Policies
+
+    def list_dead(self, *, tenant_id: str | None = None, limit: int = 100) -> Sequence[Job]:
+        """Up to `limit` dead letters (jobs in state `failed`), of `tenant_id` only when
+        given; each carries its `last_error`, the reason it was given up on."""
+        return self.store.list_dead(tenant_id=tenant_id, limit=limit)
+
+    def get(self, job_id: UUID | str) -> JobView | None:
+        """The job in whatever state it is in (scheduled, pending, running, retrying,
+        completed, failed), or None when no queue or store holds it. A malformed id is
+        a `ValidationError`. Reads only; see `conveyor.shell.lookup`."""
+        return find_job(self.queue, self.store, as_job_id(job_id), self._lease())
+
+    def _state_of(self, job_id: UUID) -> JobStatus | None:
+        view = self.get(job_id)
+        return None if view is None else view.state
+
+    def list_jobs(
+        self,
+        *,
+        queue: str | None = None,
+        state: JobStatus | str | None = None,
+        job_type: str | None = None,
+        tenant_id: str | None = None,
+        limit: int = 100,
+    ) -> list[JobView]:
+        """Up to `limit` jobs matching every filter given: queued work (running, pending,
+        parked) first, then finished jobs, newest first. `state` may be a `JobStatus`
+        or its name (`dead` for `failed`); a bad one is a `ValidationError`.
+        `tenant_id` keeps only that tenant's jobs."""
+        return list_jobs(
+            self.queue,
+            self.store,
+            lease=self._lease(),
+            queue_name=queue,
+            state=as_state(state),
+            job_type=job_type,
+            tenant_id=tenant_id,
+            limit=limit,
+        )
+
+    def _lease(self) -> timedelta:
+        return timedelta(milliseconds=self.policies.lease.lease_ms)

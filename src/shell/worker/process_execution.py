@@ -1,0 +1,110 @@
+"""Process execution: a handler run in a child process that is killed at its deadline.
+
+A job type registered with `execution="process"` runs each attempt in a fresh
+child process (the `spawn` start method: nothing of the worker's threads,
+locks or connections is inherited). The worker waits for the child's outcome
+until the attempt's timeout; then it kills the child (SIGKILL) and records a
+`Timeout` failure. Unlike a thread, nothing of the attempt outlives its
+deadline.
+
+What it costs and needs: a process start per attempt (interpreter start-up
+and the handler module's imports, tens to hundreds of milliseconds, which count
+against the timeout); a handler the child can import by name (a module-level
+function, not a lambda or a closure); and a picklable result. Inside the child
+the context's `cancel_requested()` and `timed_out()` are always False: the
+child is stopped from outside instead, at its deadline or, checked every
+`STOP_POLL_S`, when cancellation of its job is requested.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import attrs
+
+from ...core import ErrorInfo, Failed, Outcome, cap_message
+from ..context import JobContext
+from ..registry import run_handler
+
+#: How often the worker asks whether a running child's job should stop (a cancel).
+STOP_POLL_S = 0.5
+
+_SPAWN = multiprocessing.get_context("spawn")
+
+
+def run_in_process(
+    handler: Callable[..., Any],
+    arguments: tuple[Any, ...],
+    timeout_s: float | None,
+    *,
+    name: str,
+    stop: Callable[[], bool] | None = None,
+) -> Outcome | None:
+    """Run `handler(*arguments)` in a child process: its outcome, or None when
+    `timeout_s` passed first and the child was killed. A child that dies without
+    an answer is a retryable `process-died` failure; one killed because `stop()`
+    said so (its job's cancellation was requested) a non-retryable `cancelled` one."""
+    arguments = tuple(_sendable(a) for a in arguments)
+    reader, writer = _SPAWN.Pipe(duplex=False)
+    child = _SPAWN.Process(target=_child, args=(writer, handler, arguments), name=name, daemon=True)
+    child.start()
+    writer.close()  # the child holds the only writer: its end is EOF here
+    end = None if timeout_s is None else time.monotonic() + timeout_s
+    try:
+        while not reader.poll(_next_wait(end, stop)):
+            if end is not None and time.monotonic() >= end:
+                _kill(child)
+                return None
+            if stop is not None and stop():
+                _kill(child)
+                message = "its process was killed: cancellation was requested"
+                return Failed(ErrorInfo("cancelled", message, retryable=False))
+        try:
+            outcome: Outcome = reader.recv()
+        except EOFError:
+            child.join()
+            message = f"its process ended without an answer (exit code {child.exitcode})"
+            return Failed(ErrorInfo("process-died", message, retryable=True))
+        child.join()
+        return outcome
+    finally:
+        reader.close()
+
+
+def _child(conn: Connection, handler: Callable[..., Any], arguments: tuple[Any, ...]) -> None:
+    outcome = run_handler(handler, *arguments)
+    try:
+        conn.send(outcome)
+    except Exception as exc:
+        message = cap_message(f"could not be sent back from its process: {exc!r}")
+        conn.send(Failed(ErrorInfo("invalid-result", message, retryable=False)))
+    finally:
+        conn.close()
+
+
+def _next_wait(end: float | None, stop: Callable[[], bool] | None) -> float | None:
+    left = None if end is None else max(0.0, end - time.monotonic())
+    if stop is None:
+        return left
+    return STOP_POLL_S if left is None else min(STOP_POLL_S, left)
+
+
+def _kill(child: Any) -> None:
+    child.kill()
+    child.join()
+
+
+def _sendable(value: Any) -> Any:
+    # The context's checks are closures over this process's state: the child gets
+    # the plain fields only.
+    if isinstance(value, JobContext):
+        return attrs.evolve(value, cancel_check=_never, timeout_check=_never)
+    return value
+
+
+def _never() -> bool:
+    return False

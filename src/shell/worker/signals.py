@@ -1,0 +1,75 @@
+"""How `conveyor worker` stops: the first SIGINT or SIGTERM gracefully, the next at once.
+
+The first signal is a warm stop: no new claims, prefetched jobs handed back, running
+jobs given `--grace` seconds (`workers.grace_ms`) to finish; what is still running
+then stays in flight and returns with its lease (exit 3), as before. A second signal
+(Ctrl-C twice, or SIGTERM after SIGINT) is a cold stop, as Celery, RQ and Dramatiq
+users expect: the worker stops waiting, hands every claim it holds back to ready at
+once (`Runtime.stop_now`), prints one line naming those jobs and exits 130, the
+shell's code for a stop by Ctrl-C, so scripts can tell a forced stop from a clean one.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import TYPE_CHECKING
+
+from ..notices import notice
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+#: The exit status of a stop forced by a second signal (128 + SIGINT, as shells use).
+FORCED_EXIT = 130
+#: How often the main thread looks at the signals while it waits.
+TICK_S = 0.1
+
+
+class StopSignals:
+    """SIGINT and SIGTERM handlers that count: once asks to stop, twice insists."""
+
+    def __init__(self, name: str = "conveyor worker") -> None:
+        self.name = name
+        self.graceful = threading.Event()
+        self.forced = threading.Event()
+
+    def install(self) -> StopSignals:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        return self
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if self.graceful.is_set():
+            self.say(f"{name} again, stopping at once")
+            self.forced.set()
+        else:
+            self.say(f"{name}, stopping gracefully (once more to stop at once)")
+            self.graceful.set()
+
+    def say(self, line: str) -> None:
+        notice(f"{self.name}: {line}")
+
+
+def run_until_stopped(runtime: Runtime, stops: StopSignals, grace_s: float | None) -> int:
+    """Run `runtime`'s pools until a signal, then stop: 0 when every job finished
+    within the grace period, 3 when some were left to their leases, 130 when a second
+    signal forced the stop."""
+    runtime.start()
+    while not stops.graceful.wait(TICK_S):
+        pass
+    # The graceful stop waits in a thread of its own, so a second signal is heard
+    # while it waits.
+    outcome: list[bool] = []
+    stopping = threading.Thread(
+        target=lambda: outcome.append(runtime.stop(grace_s)), name="conveyor-stop", daemon=True
+    )
+    stopping.start()
+    while stopping.is_alive():
+        if stops.forced.wait(TICK_S):
+            stops.say(f"stopped at once: {runtime.stop_now().describe()}")
+            # No close: handlers still running may hold connections; the exit ends them.
+            return FORCED_EXIT
+    runtime.close()
+    return 0 if outcome and outcome[0] else 3
