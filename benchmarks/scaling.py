@@ -74,7 +74,7 @@ def run_once(backend: str, processes: int, jobs: int, work_ms: float) -> float:
         config.write_text(toml + tail)
         env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
         env["PYTHONPATH"] = str(folder) + os.pathsep + env.get("PYTHONPATH", "")
-        cli = [sys.executable, "-m", "conveyor.shell.cli.main", "-c", str(config)]
+        cli = [sys.executable, "-m", "conveyor.shell.cli", "-c", str(config)]
         subprocess.run([*cli, "migrate"], env=env, cwd=folder, check=True, capture_output=True)
         sys.path.insert(0, str(folder))  # the enqueuing side loads the handlers too
         try:

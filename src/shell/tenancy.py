@@ -43,9 +43,9 @@ from ..core import (
     ValidationError,
     check_name,
 )
+from .attempt_gate import AttemptGate
 from .context import JobContext
 from .registry import error_from_exception, run_handler
-from .worker.timeouts import AttemptGate
 
 log = logging.getLogger("conveyor.tenancy")
 

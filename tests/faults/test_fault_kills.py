@@ -85,7 +85,7 @@ def test_sigterm_lets_short_jobs_finish_leaves_a_long_one_to_its_lease_and_exits
     worker = WorkerProc(
         site,
         ["--config", str(config), "--log-level", "INFO", "worker", "--grace", str(GRACE_S)],
-        script=[sys.executable, "-m", "conveyor.shell.cli.main"],
+        script=[sys.executable, "-m", "conveyor.shell.cli"],
         env={"PYTHONPATH": str(HERE), "CONVEYOR_FAULT_LEDGER": str(site.ledger.path)},
     )
     # Both threads busy: one on the long job, one on a short one.

@@ -145,7 +145,7 @@ def test_rejected_args_are_not_echoed_in_the_validation_error() -> None:
 def conveyor(site: Site, *args: str) -> subprocess.CompletedProcess[str]:
     config = site.folder / "conveyor.toml"
     config.write_text(cli_config(site))
-    cli = [sys.executable, "-m", "conveyor.shell.cli.main", "--config", str(config)]
+    cli = [sys.executable, "-m", "conveyor.shell.cli", "--config", str(config)]
     return subprocess.run(
         [*cli, "--log-level", "DEBUG", *args],
         capture_output=True,
@@ -265,7 +265,7 @@ def test_the_cli_on_an_unreachable_backend_prints_one_line_without_the_password(
     (tmp_path / "conveyor.toml").write_text(f'provider = "{provider}"\nentry_points = false\n')
     variable = "CONVEYOR_REDIS_URL" if provider == "redis" else "CONVEYOR_URL"
     out = subprocess.run(
-        [sys.executable, "-m", "conveyor.shell.cli.main", "--log-level", "DEBUG", "status"],
+        [sys.executable, "-m", "conveyor.shell.cli", "--log-level", "DEBUG", "status"],
         capture_output=True,
         text=True,
         timeout=60,  # Redis retries a refused connection for a while first

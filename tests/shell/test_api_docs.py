@@ -15,7 +15,7 @@ import conveyor
 import pytest
 import yaml
 from conveyor.core import JobStatus
-from conveyor.shell import cli
+from conveyor.shell.cli import command as cli
 from conveyor.shell.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parents[2]

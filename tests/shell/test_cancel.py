@@ -27,7 +27,7 @@ from conveyor.core import (
 from conveyor.shell.ports import Claim
 from helpers import T0, make_job
 
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli.main"]
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
 
 
 def _config(kind: str, tmp_path: Path) -> dict[str, Any]:

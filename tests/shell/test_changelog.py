@@ -69,7 +69,7 @@ def test_the_newest_release_is_the_version_of_the_package_and_of_pyproject() -> 
 
 def test_conveyor_version_prints_the_newest_release() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "conveyor.shell.cli.main", "--version"],
+        [sys.executable, "-m", "conveyor.shell.cli", "--version"],
         capture_output=True,
         text=True,
         timeout=60,

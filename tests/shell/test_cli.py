@@ -14,7 +14,7 @@ from pathlib import Path
 import conveyor
 import pytest
 
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli.main"]
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
 
 HANDLERS = """
 import json, os, pathlib

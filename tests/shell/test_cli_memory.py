@@ -13,7 +13,7 @@ import conveyor
 import pytest
 from test_forced_stop import kill_tree
 
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli.main"]
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
 JOB = "6f1c1b8e-2f7d-4a63-9a56-0d1f3c6c9b11"
 
 COMMANDS = [

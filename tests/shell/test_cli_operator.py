@@ -19,7 +19,7 @@ import pytest
 
 pytestmark = pytest.mark.timeout(180)
 
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli.main"]
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
 #: Clears the screen when a terminal obeys it.
 CLEAR = "\x1b[2J"
 #: Red text and the bell.

@@ -14,7 +14,7 @@ import conveyor
 import pytest
 from conveyor.shell.config import load_config
 
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli.main"]
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
 
 
 def _env() -> dict[str, str]:

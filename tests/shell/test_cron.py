@@ -399,7 +399,7 @@ def test_a_web_node_with_no_workers_enqueues_no_slots() -> None:
 
 # ---- the command line ----------------------------------------------------------------------
 
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli.main"]
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
 
 
 @pytest.fixture

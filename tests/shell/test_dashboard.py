@@ -789,7 +789,7 @@ def test_the_dashboard_command_without_its_extra_says_which_to_install(
     # A None entry makes `import missing` fail as if it were not installed.
     code = (
         f"import sys; sys.modules[{missing!r}] = None\n"
-        "from conveyor.shell.cli.main import main\n"
+        "from conveyor.shell.cli.command import main\n"
         "sys.exit(main(['dashboard']))\n"
     )
     result = subprocess.run(
@@ -886,7 +886,7 @@ def test_a_working_process_heartbeat_names_the_job_it_is_running(
 ) -> None:
     import threading
 
-    from conveyor.shell import presence_beat as runtime_module
+    from conveyor.shell.runtime import presence_beat as runtime_module
 
     monkeypatch.setattr(runtime_module, "PRESENCE_INTERVAL", timedelta(milliseconds=20))
     began, release = threading.Event(), threading.Event()

@@ -118,7 +118,7 @@ def succeed(args: dict[str, Any]) -> dict[str, Any]:
 def _serve(config: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
     """`conveyor dashboard` on `config` and a free port, once it answers `/healthz`."""
     port = _free_port()
-    command = [sys.executable, "-m", "conveyor.shell.cli.main", "--config", str(config)]
+    command = [sys.executable, "-m", "conveyor.shell.cli", "--config", str(config)]
     server = subprocess.Popen(
         [*command, "dashboard", "--port", str(port), *flags],
         cwd=config.parent,

@@ -64,6 +64,17 @@ def fail(args: dict[str, Any]) -> None:
     raise conveyor.Permanent("no")
 
 
+def answers_while_up(client: TestClient, path: str) -> None:
+    """The page answers 200 while the server is up. A loaded machine's first read (a
+    cold connection, a fresh server's caches) may pass the 2 s deadline once; the page
+    says so with a 503 and must load on a later try."""
+    deadline = time.monotonic() + 20
+    while (answer := client.get(path)).status_code != 200:
+        assert answer.status_code == 503, (path, answer.status_code, answer.text[:300])
+        assert time.monotonic() < deadline, (path, answer.text[:300])
+        time.sleep(0.2)
+
+
 PAGES = ["/", "/jobs", "/dead", "/workers", "/limits", "/cron", "/live/overview"]
 
 
@@ -76,7 +87,7 @@ def test_every_page_says_the_backend_is_unreachable_within_about_two_seconds(
         runtime.drain()
         client = TestClient(create_app(runtime), raise_server_exceptions=False)
         for path in [*PAGES, f"/jobs/{job.id}", f"/dead/purge?job_id={job.id}"]:
-            assert client.get(path).status_code == 200, path
+            answers_while_up(client, path)
         server.down()
         outage_began = time.monotonic()
         for path in [*PAGES, f"/jobs/{job.id}", "/healthz"]:

@@ -290,7 +290,7 @@ def test_the_cli_worker_logs_failures_as_json_lines(tmp_path: Path) -> None:
     )
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     env.pop("CONVEYOR_URL", None)
-    cli = [sys.executable, "-m", "conveyor.shell.cli.main"]
+    cli = [sys.executable, "-m", "conveyor.shell.cli"]
     enqueue = [*cli, "enqueue", "explode", json.dumps({"token": CANARY}), "--max-retries", "0"]
     subprocess.run(enqueue, cwd=tmp_path, env=env, check=True, capture_output=True, timeout=60)
     worker = subprocess.Popen(

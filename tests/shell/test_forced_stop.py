@@ -25,7 +25,7 @@ from conveyor.shell.ports import Claim
 
 pytestmark = pytest.mark.timeout(180)
 
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli.main"]
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
 
 HANDLERS = """
 import os, pathlib, time

@@ -18,7 +18,7 @@ from conveyor.testing.redis_server import RedisServer
 
 pytestmark = pytest.mark.timeout(120)
 
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli.main"]
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
 
 
 def parsed(stderr: str) -> list[dict[str, Any]]:

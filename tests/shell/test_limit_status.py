@@ -34,7 +34,7 @@ per_seconds = 60
 def _conveyor(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
     return subprocess.run(
-        [sys.executable, "-m", "conveyor.shell.cli.main", *args],
+        [sys.executable, "-m", "conveyor.shell.cli", *args],
         cwd=project,
         env=env,
         capture_output=True,

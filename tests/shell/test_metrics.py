@@ -332,14 +332,14 @@ def _env(project: Path) -> dict[str, str]:
 
 def test_worker_metrics_port_serves_the_metrics_of_its_jobs(server_backend, tmp_path) -> None:
     project = _project(tmp_path, server_backend)
-    enqueue = [sys.executable, "-m", "conveyor.shell.cli.main", "enqueue"]
+    enqueue = [sys.executable, "-m", "conveyor.shell.cli", "enqueue"]
     for job_type in ("ship", "ship", "refuse"):
         done = subprocess.run(
             [*enqueue, job_type], cwd=project, env=_env(project), capture_output=True, text=True
         )
         assert done.returncode == 0, done.stderr
     worker = subprocess.Popen(
-        [sys.executable, "-m", "conveyor.shell.cli.main", "worker", "--metrics-port", "0"],
+        [sys.executable, "-m", "conveyor.shell.cli", "worker", "--metrics-port", "0"],
         cwd=project,
         env=_env(project),
         stderr=subprocess.PIPE,
@@ -391,7 +391,7 @@ def test_worker_metrics_without_prometheus_client_is_one_line_naming_the_extra(
 ) -> None:
     code = (
         "import sys; sys.modules['prometheus_client'] = None\n"
-        "from conveyor.shell.cli.main import main\n"
+        "from conveyor.shell.cli.command import main\n"
         "sys.exit(main(['worker', '--metrics-port', '0']))\n"
     )
     env = {**_env(tmp_path), "CONVEYOR_URL": f"sqlite:///{tmp_path / 'jobs.db'}"}
@@ -412,7 +412,7 @@ def test_worker_metrics_without_prometheus_client_is_one_line_naming_the_extra(
 @pytest.mark.parametrize("port", ["-1", "65536"])
 def test_worker_refuses_a_metrics_port_that_is_not_a_port(tmp_path, port) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "conveyor.shell.cli.main", "worker", "--metrics-port", port],
+        [sys.executable, "-m", "conveyor.shell.cli", "worker", "--metrics-port", port],
         capture_output=True,
         text=True,
         timeout=60,
@@ -426,7 +426,7 @@ def test_worker_refuses_a_metrics_port_that_is_not_a_port(tmp_path, port) -> Non
 def test_the_runtime_worker_and_cli_load_neither_metrics_nor_tracing_library() -> None:
     code = (
         "import json, sys\n"
-        "import conveyor, conveyor.shell.cli.main, conveyor.shell.runtime, conveyor.shell.worker.loop\n"
+        "import conveyor, conveyor.shell.cli.command, conveyor.shell.runtime, conveyor.shell.worker.loop\n"
         "print(json.dumps([m for m in ('prometheus_client', 'opentelemetry') "
         "if m in sys.modules]))\n"
     )

@@ -30,7 +30,7 @@ from fault_pg import PgCluster
 
 pytestmark = pytest.mark.timeout(120)
 
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli.main"]
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
 #: A short lease keeps the adapters' own retry budget (a quarter lease) well under the
 #: outage, so the outage reaches the worker loop instead of being absorbed below it.
 LEASE_MS = 2000

@@ -124,7 +124,7 @@ def test_a_missing_driver_is_one_line_naming_its_extra(
     # A None entry makes `import blocked` fail as if it were not installed.
     code = (
         f"import sys; sys.modules[{blocked!r}] = None\n"
-        "from conveyor.shell.cli.main import main\n"
+        "from conveyor.shell.cli.command import main\n"
         "sys.exit(main(['status']))\n"
     )
     result = subprocess.run(
@@ -180,7 +180,7 @@ def test_postgresql_runs_without_greenlet_and_aenqueue_takes_the_thread() -> Non
     code = (
         "import sys; sys.modules['greenlet'] = None\n"
         "import asyncio, conveyor\n"
-        "from conveyor.shell.cli.main import main\n"
+        "from conveyor.shell.cli.command import main\n"
         f"config = {{'provider': 'db', 'url': {url!r}, 'auto_migrate': True}}\n"
         "runtime = conveyor.build(config, handlers={'ok': lambda args: None})\n"
         "runtime.enqueue('ok', {})\n"
@@ -262,7 +262,7 @@ def test_the_demo_reports_its_failing_jobs_in_its_table_not_in_tracebacks(
     """The demo's failures are on purpose and its table counts them: at the default
     log level they do not scroll its progress away as warnings with tracebacks."""
     demo = subprocess.run(
-        [sys.executable, "-m", "conveyor.shell.cli.main", "demo", "--dir", str(tmp_path), "--jobs", "4"],
+        [sys.executable, "-m", "conveyor.shell.cli", "demo", "--dir", str(tmp_path), "--jobs", "4"],
         capture_output=True,
         text=True,
         timeout=90,

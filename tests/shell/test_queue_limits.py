@@ -69,7 +69,7 @@ def _status(project: Path) -> subprocess.CompletedProcess[str]:
     """`conveyor status` in `project`, as a user runs it (no CONVEYOR_ variables)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
     return subprocess.run(
-        [sys.executable, "-m", "conveyor.shell.cli.main", "status"],
+        [sys.executable, "-m", "conveyor.shell.cli", "status"],
         cwd=project,
         env=env,
         capture_output=True,

@@ -305,7 +305,7 @@ def _config_file(tmp_path: Path, name: str) -> tuple[Path, Backend]:
 def test_the_prune_command_deletes_expired_records(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from conveyor.shell.cli.main import main
+    from conveyor.shell.cli.command import main
 
     path, b = _config_file(tmp_path, name)
     try:
@@ -328,7 +328,7 @@ def test_the_prune_command_deletes_expired_records(
 def test_the_prune_command_refuses_a_bad_duration(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from conveyor.shell.cli.main import main
+    from conveyor.shell.cli.command import main
 
     path, b = _config_file(tmp_path, "sqlite")
     try:

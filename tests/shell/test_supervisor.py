@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conveyor.shell.cli.supervisor import child_argv
 
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli.main"]
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
 
 HANDLERS = """
 import json, os, pathlib, time

@@ -575,7 +575,7 @@ def test_a_worker_process_keeps_working_past_hung_handlers_and_stops_cleanly(
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "SHIP_OUT": str(out)}
     env.pop("CONVEYOR_URL", None)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "conveyor.shell.cli.main", "worker"],
+        [sys.executable, "-m", "conveyor.shell.cli", "worker"],
         cwd=tmp_path,
         env=env,
         stderr=subprocess.PIPE,

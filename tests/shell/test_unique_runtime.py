@@ -9,7 +9,7 @@ import conveyor
 import pytest
 from backends import make_backend
 from conveyor.core import JobStatus, ValidationError
-from conveyor.shell.cli.main import main
+from conveyor.shell.cli.command import main
 from helpers import make_job
 
 

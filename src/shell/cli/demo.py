@@ -85,10 +85,10 @@ def _cli() -> str:
     if argv0 is not None and argv0.stem == "conveyor" and argv0.is_file():
         script = argv0
     else:
-        # `python -m conveyor.shell.cli.main`, or a library call: this interpreter's script.
+        # `python -m conveyor.shell.cli`, or a library call: this interpreter's script.
         script = Path(sys.executable).parent / ("conveyor.exe" if os.name == "nt" else "conveyor")
         if not script.is_file():
-            return f"{shlex.quote(sys.executable)} -m conveyor.shell.cli.main"
+            return f"{shlex.quote(sys.executable)} -m conveyor.shell.cli"
     on_path = shutil.which("conveyor")
     if on_path and os.path.samefile(on_path, script):
         return "conveyor"

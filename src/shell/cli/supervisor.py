@@ -81,7 +81,7 @@ class Supervisor:
 
     def _start(self, index: int) -> None:
         env = {**os.environ, PROCESS_INDEX_ENV: str(index)}
-        command = [sys.executable, "-m", "conveyor.shell.cli.main", *child_argv(self.argv, index)]
+        command = [sys.executable, "-m", "conveyor.shell.cli", *child_argv(self.argv, index)]
         # A group of its own: signals come from the supervisor, once each.
         self._children[index] = subprocess.Popen(command, env=env, process_group=0)
         self._started[index] = time.monotonic()

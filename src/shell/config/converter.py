@@ -34,8 +34,7 @@ from cattrs.gen import make_dict_structure_fn_from_attrs, override
 from ...core import FieldError, RequeuePolicy, RetentionPolicy, RetryPolicy
 from ...core.cron import CronEntry
 from ...core.limits import Cap, QueueLimits, Rate
-from . import checks
-from . import hooks
+from . import checks, hooks
 from .hooks import Bad, Hook, checked
 from .model import (
     REDIS_DB,

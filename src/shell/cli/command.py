@@ -137,6 +137,3 @@ def main(argv: list[str] | None = None) -> int:
         notice(f"conveyor: {type(exc).__name__}: {printable(str(exc))}", level=logging.ERROR)
         return 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())
