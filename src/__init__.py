@@ -37,11 +37,11 @@ if TYPE_CHECKING:
     from .shell.config import Config, load_config
     from .shell.context import JobContext
     from .shell.hooks import Hooks
-    from .shell.pool import WorkerPool
     from .shell.ports import is_transactional
     from .shell.registry import Permanent, Registry
     from .shell.runtime import Runtime, build
     from .shell.tasks import Task, Tasks
+    from .shell.worker import WorkerPool
     from .shell.worker.loop import Worker
 
 
@@ -63,7 +63,7 @@ _LAZY: dict[str, str] = {
     "CronEntry": ".core",
     "load_config": ".shell.config",
     "JobContext": ".shell.context",
-    "WorkerPool": ".shell.pool",
+    "WorkerPool": ".shell.worker",
     "is_transactional": ".shell.ports",
     "Hooks": ".shell.hooks",
     "Permanent": ".shell.registry",

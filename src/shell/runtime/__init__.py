@@ -48,9 +48,9 @@ from .status import QueueStatus, Status, StatusMethods
 from .worker_lifecycle import WorkerMethods
 
 if TYPE_CHECKING:
-    from ..pool import WorkerPool
     from ..tenancy import TenantScope
     from ..tracing import JobTracer
+    from ..worker import WorkerPool
 
 # Importable from here as they always were.
 __all__ = [

@@ -22,7 +22,7 @@ from .. import outage
 from ..presence import MAX_BEAT_JOBS, Presence, WorkerInfo
 
 if TYPE_CHECKING:
-    from ..pool import WorkerPool
+    from ..worker import WorkerPool
 
 log = logging.getLogger("conveyor.runtime")
 

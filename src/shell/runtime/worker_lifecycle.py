@@ -19,9 +19,9 @@ import attrs
 
 from .. import outage
 from ..endpoints import backend_url
-from ..pool import WorkerPool
 from ..ports import Clock, Jitter, JobQueue, JobStore
 from ..presence import WorkerInfo
+from ..worker import WorkerPool
 from ..worker.lease_keeper import check_clock
 from ..worker.loop import Worker, WorkerStats
 from .presence_beat import PresenceBeat, worker_info
