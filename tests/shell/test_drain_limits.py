@@ -49,7 +49,11 @@ def test_a_worker_drain_lets_the_small_tenant_in_early_on_a_fair_queue(backend: 
     ran: list[Any] = []
     runtime = limited_runtime(backend, QueueLimits(fair=True), ran)
     flood_then_small(runtime)
-    assert runtime.worker("default").drain() == FLOOD + SMALL
+    # Claims, counted: on a slow machine a batch running past its heartbeat hands the
+    # rest of its claims back and claims them again, so the count may be higher; each
+    # job still runs once.
+    assert runtime.worker("default").drain() >= FLOOD + SMALL
+    assert len(ran) == FLOOD + SMALL
     assert last_small_position(ran) <= 2 * SMALL + 1, [t for t, _ in ran[:30]]
 
 
