@@ -37,6 +37,14 @@ def add_worker_command(sub: Any) -> None:
         "--grace", type=float, default=None, help="seconds to let in-flight jobs finish on stop"
     )
     w.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=None,
+        help="on SIGTERM/SIGINT, let running jobs finish for this many seconds, then hand "
+        "them back to the queue at once (instead of --grace, which leaves them to their "
+        "leases); set it below the supervisor's kill deadline",
+    )
+    w.add_argument(
         "--startup-timeout",
         type=float,
         default=None,
@@ -71,6 +79,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
         None
         if args.grace is None or (math.isfinite(args.grace) and args.grace >= 0)
         else FieldError("--grace", f"must be a finite number of seconds >= 0, got {args.grace}"),
+        None
+        if args.drain_timeout is None
+        or (math.isfinite(args.drain_timeout) and args.drain_timeout >= 0)
+        else FieldError(
+            "--drain-timeout", f"must be a finite number of seconds >= 0, got {args.drain_timeout}"
+        ),
+        None
+        if args.drain_timeout is None or args.grace is None
+        else FieldError("--drain-timeout", "give --drain-timeout or --grace, not both"),
         None
         if args.metrics_port is None or 0 <= args.metrics_port <= 65535
         else FieldError("--metrics-port", f"must be a port, 0 to 65535, got {args.metrics_port}"),
@@ -124,7 +141,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         host, port = server.address
         notice(f"conveyor worker: metrics at http://{host}:{port}/metrics")
     try:
-        return run_until_stopped(runtime, stops, args.grace)
+        return run_until_stopped(runtime, stops, args.grace, args.drain_timeout)
     finally:
         if server is not None:
             server.close()
