@@ -27,6 +27,7 @@ from ..notices import notice
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
+    from .recycling import Recycling
 
 #: The exit status of a stop forced by a second signal (128 + SIGINT, as shells use).
 FORCED_EXIT = 130
@@ -60,6 +61,9 @@ class StopSignals:
         notice(f"{self.name}: {line}")
 
 
+#: The exit status of a worker process that stopped to be recycled (EX_TEMPFAIL:
+#: "try again"); the supervisor starts its replacement at once.
+RECYCLED_EXIT = 75
 #: The exit status when jobs were still running at the end of the grace period or
 #: drain timeout (left to their leases, or handed back).
 UNFINISHED_EXIT = 3
@@ -70,14 +74,19 @@ def run_until_stopped(
     stops: StopSignals,
     grace_s: float | None,
     drain_timeout_s: float | None = None,
+    recycling: Recycling | None = None,
 ) -> int:
     """Run `runtime`'s pools until a signal, then stop: 0 when every job finished
     within the grace period, 3 when some were left to their leases (or, with
     `drain_timeout_s`, handed back when it ran out), 130 when a second signal forced
-    the stop."""
-    runtime.start()
+    the stop. With `recycling`, a reason to make way for a fresh process is a
+    graceful stop of its own, ending in `RECYCLED_EXIT`."""
+    runtime.start(job_budget=recycling)
+    recycled = None
     while not stops.graceful.wait(TICK_S):
-        pass
+        if recycling is not None and (recycled := recycling.reason()) is not None:
+            stops.say(f"recycling: {recycled}; stopping gracefully, a fresh process follows")
+            break
     # The graceful stop waits in a thread of its own, so a second signal (or the
     # drain timeout) is acted on while it waits. With a drain timeout that stop
     # waits longer than the timeout: the hand-back, not the grace, ends it.
@@ -98,4 +107,6 @@ def run_until_stopped(
             stops.say(f"drain timeout of {drain_timeout_s:g} s reached: {handed}")
             return UNFINISHED_EXIT
     runtime.close()
+    if recycled is not None:
+        return RECYCLED_EXIT
     return 0 if outcome and outcome[0] else UNFINISHED_EXIT
