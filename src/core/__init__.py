@@ -74,6 +74,7 @@ from .policies import (
     unhandled_for_ms,
     write_retry_delay_s,
 )
+from .recycling import RecyclePolicy, recycle_reason
 from .retention import (
     PruneOrder,
     RetentionPolicy,
@@ -131,6 +132,7 @@ __all__ = [
     "Priority",
     "PruneOrder",
     "Reclaim",
+    "RecyclePolicy",
     "RequestCancel",
     "Requeue",
     "RequeuePolicy",
@@ -175,6 +177,7 @@ __all__ = [
     "promotion_key",
     "prune_order",
     "reclaim_cutoff",
+    "recycle_reason",
     "revive",
     "should_give_up_unhandled",
     "slot_id",

@@ -34,7 +34,10 @@ def forever(args, ctx):
     (STARTED / str(ctx.job_id)).write_text(str(os.getpid()))
     while True:
         time.sleep(0.05)
-HANDLERS = {"forever": forever}
+def brief(args, ctx):
+    (STARTED / str(ctx.job_id)).write_text(str(os.getpid()))
+    time.sleep(1.5)
+HANDLERS = {"forever": forever, "brief": brief}
 """
 
 #: Far longer than any test waits: a job back in the queue was handed back, not reclaimed.
@@ -198,6 +201,58 @@ def test_one_signal_still_waits_for_the_running_job_within_the_grace(site: Site)
     assert "handed back" not in stderr
     view = site.runtime.get(job.id)
     assert view is not None and view.state is JobStatus.RUNNING, "left to its lease"
+
+
+def test_a_drain_timeout_hands_a_job_still_running_back_when_it_runs_out(site: Site) -> None:
+    job = site.runtime.enqueue("forever", {})
+    worker = site.worker("--drain-timeout", "1")
+    site.wait_started(job.id, worker)
+    worker.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    code = worker.wait(timeout=30)
+    took = time.monotonic() - sent
+    stderr = _stderr(worker)
+    assert code == 3, stderr
+    assert 1.0 <= took < 15, f"took {took:.1f}s"
+    lines = [line for line in stderr.splitlines() if "drain timeout" in line]
+    assert len(lines) == 1 and str(job.id) in lines[0] and "handed back" in lines[0], stderr
+    view = site.runtime.get(job.id)
+    assert view is not None and view.state is JobStatus.PENDING, view
+    assert [a.outcome for a in view.job.attempts] == [AttemptOutcome.INTERRUPTED]
+    claim = site.runtime.queue.dequeue("default", datetime.now(UTC))
+    assert isinstance(claim, Claim) and claim.job.id == job.id, "claimable now, not after the lease"
+
+
+def test_a_job_that_ends_within_the_drain_timeout_completes_and_the_exit_is_clean(
+    site: Site,
+) -> None:
+    job = site.runtime.enqueue("brief", {})
+    worker = site.worker("--drain-timeout", "30")
+    site.wait_started(job.id, worker)
+    worker.send_signal(signal.SIGTERM)
+    code = worker.wait(timeout=30)
+    stderr = _stderr(worker)
+    assert code == 0, stderr
+    assert "drain timeout" not in stderr and "handed back" not in stderr
+    view = site.runtime.get(job.id)
+    assert view is not None and view.state is JobStatus.COMPLETED, view
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--drain-timeout", "-1"], "--drain-timeout"),
+        (["--drain-timeout", "nan"], "--drain-timeout"),
+        (["--drain-timeout", "5", "--grace", "5"], "not both"),
+    ],
+)
+def test_a_bad_drain_timeout_is_refused_naming_the_flag(
+    args: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from conveyor.shell import cli
+
+    assert cli.main(["worker", *args]) == 2
+    assert named in capsys.readouterr().err
 
 
 def test_ctrl_c_twice_at_a_terminal_stops_worker_processes_at_once(tmp_path: Path) -> None:

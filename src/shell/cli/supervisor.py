@@ -4,7 +4,8 @@ Python runs one thread of Python code at a time per process, so a host with seve
 cores runs more jobs with several worker processes. The supervisor is small on
 purpose: it starts N copies of the same `conveyor worker` command (each one an
 ordinary worker with its own pools, heartbeat and lease keeper), passes SIGTERM and
-SIGINT on to them, and starts a fresh copy when one dies unasked. It holds no claim
+SIGINT on to them, and starts a fresh copy when one dies unasked, or at once when
+one stopped to be recycled (`--max-jobs-per-child`, `--max-memory-per-child`). It holds no claim
 and runs no job: a copy that dies leaves its claims to the lease keeper like any
 crashed worker, so nothing here can lose a job.
 
@@ -29,7 +30,7 @@ import time
 from collections.abc import Sequence
 
 from ..notices import notice
-from ..worker.signals import FORCED_EXIT
+from ..worker.signals import FORCED_EXIT, RECYCLED_EXIT
 
 log = logging.getLogger("conveyor.supervisor")
 
@@ -78,6 +79,8 @@ class Supervisor:
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._started: dict[int, float] = {}
         self._delay: dict[int, float] = {}
+        #: Copies replaced after they stopped to be recycled.
+        self.recycled = 0
 
     def _start(self, index: int) -> None:
         env = {**os.environ, PROCESS_INDEX_ENV: str(index)}
@@ -110,6 +113,16 @@ class Supervisor:
                 if code is None or index in due:
                     continue
                 lived = now - self._started[index]
+                if code == RECYCLED_EXIT:
+                    log.info(
+                        "worker process %d (pid %d) recycled after %.0f s; starting another",
+                        index,
+                        child.pid,
+                        lived,
+                    )
+                    self.recycled += 1
+                    self._start(index)
+                    continue
                 delay = (
                     RESTART_DELAY_S
                     if lived >= STABLE_AFTER_S
@@ -130,10 +143,18 @@ class Supervisor:
                 if now >= at and not self.stopping.is_set():
                     del due[index]
                     self._start(index)
-        codes = [child.wait() for child in self._children.values()]
+        # A copy that was recycling when the stop came stopped as cleanly as the rest.
+        codes = [_as_stopped(child.wait()) for child in self._children.values()]
         if self.forced.is_set():
             return FORCED_EXIT
-        return next((code for code in codes if code != 0), 0)
+        return next((code for code in codes if code not in (0, RECYCLED_EXIT)), 0)
+
+
+def _as_stopped(code: int) -> int:
+    """A copy's exit code once the copies were told to stop: one that ended by the
+    SIGTERM it was sent had not yet set up its signal handlers, so it had claimed
+    nothing, and stopped as cleanly as one that finished its jobs."""
+    return 0 if code == -signal.SIGTERM else code
 
 
 def supervise(argv: Sequence[str], count: int) -> int:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from typing import Any
 
-from ...core import FieldError
+from ...core import FieldError, RecyclePolicy
 from ...core.validation import check_name
 from ..config import load_config
 from ..notices import notice
 from .guards import check_cli_config
 from .runtime import check, command_runtime, import_extra
+from .supervisor import PROCESS_INDEX_ENV, supervise
 
 
 def add_worker_command(sub: Any) -> None:
@@ -35,6 +37,30 @@ def add_worker_command(sub: Any) -> None:
     )
     w.add_argument(
         "--grace", type=float, default=None, help="seconds to let in-flight jobs finish on stop"
+    )
+    w.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=None,
+        help="on SIGTERM/SIGINT, let running jobs finish for this many seconds, then hand "
+        "them back to the queue at once (instead of --grace, which leaves them to their "
+        "leases); set it below the supervisor's kill deadline",
+    )
+    w.add_argument(
+        "--max-jobs-per-child",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --processes: a worker process that has done N jobs stops gracefully and "
+        "a fresh one takes its place",
+    )
+    w.add_argument(
+        "--max-memory-per-child",
+        type=float,
+        default=None,
+        metavar="MB",
+        help="with --processes: a worker process whose resident memory reaches MB stops "
+        "gracefully and a fresh one takes its place",
     )
     w.add_argument(
         "--startup-timeout",
@@ -72,6 +98,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if args.grace is None or (math.isfinite(args.grace) and args.grace >= 0)
         else FieldError("--grace", f"must be a finite number of seconds >= 0, got {args.grace}"),
         None
+        if args.drain_timeout is None
+        or (math.isfinite(args.drain_timeout) and args.drain_timeout >= 0)
+        else FieldError(
+            "--drain-timeout", f"must be a finite number of seconds >= 0, got {args.drain_timeout}"
+        ),
+        None
+        if args.drain_timeout is None or args.grace is None
+        else FieldError("--drain-timeout", "give --drain-timeout or --grace, not both"),
+        None
         if args.metrics_port is None or 0 <= args.metrics_port <= 65535
         else FieldError("--metrics-port", f"must be a port, 0 to 65535, got {args.metrics_port}"),
         None
@@ -82,9 +117,29 @@ def cmd_worker(args: argparse.Namespace) -> int:
             f"must be a finite number of seconds >= 0, got {args.startup_timeout}",
         ),
     )
-    if args.processes is not None and args.processes > 1:
-        from .supervisor import supervise
-
+    supervised = args.processes is not None or PROCESS_INDEX_ENV in os.environ
+    check(
+        None
+        if args.max_jobs_per_child is None or args.max_jobs_per_child >= 1
+        else FieldError("--max-jobs-per-child", f"must be >= 1, got {args.max_jobs_per_child}"),
+        None
+        if args.max_memory_per_child is None
+        or (math.isfinite(args.max_memory_per_child) and args.max_memory_per_child > 0)
+        else FieldError(
+            "--max-memory-per-child",
+            f"must be a finite number of MB > 0, got {args.max_memory_per_child}",
+        ),
+        *(
+            FieldError(flag, "needs --processes N: the supervisor starts the fresh process")
+            for flag, value in [
+                ("--max-jobs-per-child", args.max_jobs_per_child),
+                ("--max-memory-per-child", args.max_memory_per_child),
+            ]
+            if value is not None and not supervised
+        ),
+    )
+    recycles = args.max_jobs_per_child is not None or args.max_memory_per_child is not None
+    if args.processes is not None and (args.processes > 1 or recycles):
         check_cli_config(load_config(args.config))  # once here, not in each copy
         return supervise(args.raw_argv, args.processes)
     runtime = command_runtime(args, args.startup_timeout)
@@ -123,8 +178,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if server is not None:
         host, port = server.address
         notice(f"conveyor worker: metrics at http://{host}:{port}/metrics")
+    recycling = None
+    policy = RecyclePolicy(args.max_jobs_per_child, args.max_memory_per_child)
+    if policy.bounded:
+        from ..worker.recycling import Recycling
+
+        recycling = Recycling(policy)
     try:
-        return run_until_stopped(runtime, stops, args.grace)
+        return run_until_stopped(runtime, stops, args.grace, args.drain_timeout, recycling)
     finally:
         if server is not None:
             server.close()

@@ -22,6 +22,7 @@ from ..endpoints import backend_url
 from ..ports import Clock, Jitter, JobQueue, JobStore
 from ..presence import WorkerInfo
 from ..worker import WorkerPool
+from ..worker.claiming import JobBudget
 from ..worker.lease_keeper import check_clock
 from ..worker.loop import Worker, WorkerStats
 from .presence_beat import PresenceBeat, worker_info
@@ -204,8 +205,9 @@ class WorkerMethods:
             tracer=self.tracer,
         )
 
-    def start(self) -> Self:
-        """Start one pool per configured queue (nothing on a web node)."""
+    def start(self, *, job_budget: JobBudget | None = None) -> Self:
+        """Start one pool per configured queue (nothing on a web node). A `job_budget`
+        bounds the jobs all of them claim together (see `--max-jobs-per-child`)."""
         workers = self.config.workers
         if self.pools or workers.count == 0:
             if workers.count == 0:
@@ -219,6 +221,8 @@ class WorkerMethods:
             timeout_s=self.config.startup_timeout_ms / 1000,
         )
         options = self._worker_options()
+        if job_budget is not None:
+            options["job_budget"] = job_budget
         start_pools(
             self.pools, self.queue, self.store, self.registry, workers, self.limits, options
         )

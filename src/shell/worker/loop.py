@@ -40,7 +40,7 @@ from ..tenancy import TenantScope
 from .async_jobs import DEFAULT_CONCURRENCY, AsyncJobs
 from .attempt_runner import AttemptRunner, AttemptTracer
 from .batch import BatchRunner
-from .claiming import Claimer
+from .claiming import Claimer, JobBudget
 from .heartbeat import Heartbeat
 from .holder_writes import HolderWrites
 from .idle import Idle
@@ -86,6 +86,7 @@ class Worker:
         tracer: AttemptTracer | None = None,
         async_concurrency: int = DEFAULT_CONCURRENCY,
         limits: QueueLimits | None = None,
+        job_budget: JobBudget | None = None,
     ) -> None:
         """`promote_interval_ms` is accepted for old configurations and unused: claims
         promote due jobs themselves. `clock_check=False` skips the comparison with the
@@ -99,6 +100,7 @@ class Worker:
         `conveyor.core.prefetch`) or a `PrefetchPolicy`. `limits` are the queue's fair
         shares, caps and rates (see `conveyor.core.limits`): its claims then go through
         `LimitedJobQueue.dequeue_limited`, and a backend without it is refused here.
+        `job_budget` bounds the jobs this worker (and those sharing it) claims in all.
         The heartbeat and reclaim intervals default to the lease policy's."""
         self.tracer = tracer
         self.hooks = hooks if hooks is not None else Hooks()
@@ -138,9 +140,12 @@ class Worker:
         self._writes = HolderWrites(
             queue, self.executor, self._heartbeat, self._reporter, self.clock
         )
-        wake_claims = limits is None  # a limited queue's claims all go through its limits
+        # A limited queue's claims (and a budget's) all go through the claimer.
+        wake_claims = limits is None and job_budget is None
         self._idle = Idle(queue, queue_name, self.clock, poll_interval_ms, self._stop, wake_claims)
-        self._claimer = Claimer(queue, queue_name, self.prefetch_policy, limits, self._idle)
+        self._claimer = Claimer(
+            queue, queue_name, self.prefetch_policy, limits, self._idle, job_budget
+        )
         self._runner = AttemptRunner(
             queue, registry, tenancy=tenancy, tracer=tracer, overruns=self.overruns
         )

@@ -7,18 +7,27 @@ then stays in flight and returns with its lease (exit 3), as before. A second si
 users expect: the worker stops waiting, hands every claim it holds back to ready at
 once (`Runtime.stop_now`), prints one line naming those jobs and exits 130, the
 shell's code for a stop by Ctrl-C, so scripts can tell a forced stop from a clean one.
+
+With a drain timeout (`conveyor worker --drain-timeout S`, for Kubernetes and other
+supervisors that send SIGTERM and later SIGKILL), the first signal waits at most S
+seconds for running jobs and then hands back what is still running, as a second
+signal would, instead of leaving it to its lease: set S below the supervisor's kill
+deadline (`terminationGracePeriodSeconds`) and no job waits out a lease after a
+rolling deploy.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from ..notices import notice
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
+    from .recycling import Recycling
 
 #: The exit status of a stop forced by a second signal (128 + SIGINT, as shells use).
 FORCED_EXIT = 130
@@ -52,24 +61,52 @@ class StopSignals:
         notice(f"{self.name}: {line}")
 
 
-def run_until_stopped(runtime: Runtime, stops: StopSignals, grace_s: float | None) -> int:
+#: The exit status of a worker process that stopped to be recycled (EX_TEMPFAIL:
+#: "try again"); the supervisor starts its replacement at once.
+RECYCLED_EXIT = 75
+#: The exit status when jobs were still running at the end of the grace period or
+#: drain timeout (left to their leases, or handed back).
+UNFINISHED_EXIT = 3
+
+
+def run_until_stopped(
+    runtime: Runtime,
+    stops: StopSignals,
+    grace_s: float | None,
+    drain_timeout_s: float | None = None,
+    recycling: Recycling | None = None,
+) -> int:
     """Run `runtime`'s pools until a signal, then stop: 0 when every job finished
-    within the grace period, 3 when some were left to their leases, 130 when a second
-    signal forced the stop."""
-    runtime.start()
+    within the grace period, 3 when some were left to their leases (or, with
+    `drain_timeout_s`, handed back when it ran out), 130 when a second signal forced
+    the stop. With `recycling`, a reason to make way for a fresh process is a
+    graceful stop of its own, ending in `RECYCLED_EXIT`."""
+    runtime.start(job_budget=recycling)
+    recycled = None
     while not stops.graceful.wait(TICK_S):
-        pass
-    # The graceful stop waits in a thread of its own, so a second signal is heard
-    # while it waits.
+        if recycling is not None and (recycled := recycling.reason()) is not None:
+            stops.say(f"recycling: {recycled}; stopping gracefully, a fresh process follows")
+            break
+    # The graceful stop waits in a thread of its own, so a second signal (or the
+    # drain timeout) is acted on while it waits. With a drain timeout that stop
+    # waits longer than the timeout: the hand-back, not the grace, ends it.
+    grace = grace_s if drain_timeout_s is None else drain_timeout_s + 60.0
     outcome: list[bool] = []
     stopping = threading.Thread(
-        target=lambda: outcome.append(runtime.stop(grace_s)), name="conveyor-stop", daemon=True
+        target=lambda: outcome.append(runtime.stop(grace)), name="conveyor-stop", daemon=True
     )
+    drain_ends = None if drain_timeout_s is None else time.monotonic() + drain_timeout_s
     stopping.start()
     while stopping.is_alive():
         if stops.forced.wait(TICK_S):
             stops.say(f"stopped at once: {runtime.stop_now().describe()}")
             # No close: handlers still running may hold connections; the exit ends them.
             return FORCED_EXIT
+        if drain_ends is not None and time.monotonic() >= drain_ends:
+            handed = runtime.stop_now().describe()
+            stops.say(f"drain timeout of {drain_timeout_s:g} s reached: {handed}")
+            return UNFINISHED_EXIT
     runtime.close()
-    return 0 if outcome and outcome[0] else 3
+    if recycled is not None:
+        return RECYCLED_EXIT
+    return 0 if outcome and outcome[0] else UNFINISHED_EXIT
