@@ -13,8 +13,8 @@ import pytest
 from backends import Backend, make_backend
 from conveyor.core.retention import PruneOrder
 from conveyor.shell.ports import HistoryFilter
+from conveyor.testing.contract.cases.dashboard_store import MINUTE0, _recorded
 from helpers import T0
-from sweep_dashboard_store import MINUTE0, _recorded
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
-"""Sweep cases for the asyncio writers behind `Runtime.aenqueue`: a job they write is
-the job `enqueue` writes, in the same place in the claim order. Each runs on every
-backend through `test_adapter_surface.py`; SQLite's path is `enqueue` in a thread
-(docs/asyncio.md), so there the case checks that path.
+"""Cases of the asyncio writer behind `Runtime.aenqueue` (the subject's
+`async_writer`): a job it writes is the job `enqueue` writes, in the same place in
+the claim order. Where no asyncio driver serves (SQLite, docs/asyncio.md) the writer
+is `ThreadWriter`, the queue's own enqueue in a thread, and the case checks that path.
 """
 
 from __future__ import annotations
@@ -10,15 +10,18 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from backends import REDIS_TEST_DB, Backend
-from conveyor.core import Job, Priority
-from conveyor.shell.async_enqueue import InlineWriter
-from conveyor.shell.ports import Claim
-from helpers import T0, make_job
+from ....core import Job, Priority
+from ....shell.ports import Claim
+from ..case import case
+from ..subject import ASYNC_WRITER, Subject
+from ..support import T0, make_job
 
 
-class _ThreadWriter:
-    """SQLite's path: the sync enqueue in a worker thread."""
+class ThreadWriter:
+    """The path `aenqueue` takes where no asyncio driver serves (SQLite, by choice): the
+    queue's own enqueue in a worker thread. A subject's `async_writer` may return one."""
+
+    driver = "thread"
 
     def __init__(self, queue: Any) -> None:
         self._queue = queue
@@ -33,25 +36,10 @@ class _ThreadWriter:
         return None
 
 
-def _writer(b: Backend) -> Any:
-    """The writer `aenqueue` uses on `b`'s backend, over `b`'s data."""
-    if b.name == "memory":
-        return InlineWriter(b.queue)
-    if b.name == "sqlite":
-        return _ThreadWriter(b.queue)
-    if b.name == "postgresql":
-        from conveyor.shell.adapters.sql.async_queue import AsyncSqlQueue
-
-        return AsyncSqlQueue(b.queue.engine.url.render_as_string(hide_password=False))
-    from conveyor.shell.adapters.redis.async_queue import AsyncRedisQueue
-    from conveyor.testing.redis_server import redis_url
-
-    return AsyncRedisQueue(redis_url(REDIS_TEST_DB))
-
-
-def _in_a_loop(b: Backend, work: Callable[[Any], Awaitable[None]]) -> None:
+def _in_a_loop(s: Subject, work: Callable[[Any], Awaitable[None]]) -> None:
     async def main() -> None:
-        writer = _writer(b)
+        assert s.async_writer is not None
+        writer = s.async_writer()
         try:
             await work(writer)
         finally:
@@ -60,7 +48,8 @@ def _in_a_loop(b: Backend, work: Callable[[Any], Awaitable[None]]) -> None:
     asyncio.run(main())
 
 
-def async_writes_take_their_place_in_the_claim_order(b: Backend) -> None:
+@case(ASYNC_WRITER)
+def async_writes_take_their_place_in_the_claim_order(s: Subject) -> None:
     a, e = make_job(args={"n": "a"}), make_job(args={"n": "e"}, priority=Priority.HIGH)
     b_, c, d = (
         make_job(args={"n": "b"}),
@@ -69,21 +58,22 @@ def async_writes_take_their_place_in_the_claim_order(b: Backend) -> None:
     )
 
     async def work(writer: Any) -> None:
-        b.queue.enqueue(a)
+        s.queue.enqueue(a)
         await writer.enqueue(b_)
         await writer.enqueue_many([c, d])
-        b.queue.enqueue(e)
+        s.queue.enqueue(e)
 
-    _in_a_loop(b, work)
+    _in_a_loop(s, work)
     claimed = []
-    while (claim := b.queue.dequeue("default", T0)) is not None:
+    while (claim := s.queue.dequeue("default", T0)) is not None:
         assert isinstance(claim, Claim)
         claimed.append(claim.job)
     assert [j.args["n"] for j in claimed] == ["c", "e", "a", "b", "d"]
     assert claimed[0] == c  # the whole job, as written
 
 
-def an_async_write_upserts_by_id(b: Backend) -> None:
+@case(ASYNC_WRITER)
+def an_async_write_upserts_by_id(s: Subject) -> None:
     first = make_job(args={"v": 1})
     second = make_job(args={"v": 2}, id=first.id)
 
@@ -91,10 +81,10 @@ def an_async_write_upserts_by_id(b: Backend) -> None:
         await writer.enqueue(first)
         await writer.enqueue(second)
 
-    _in_a_loop(b, work)
-    claim = b.queue.dequeue("default", T0)
+    _in_a_loop(s, work)
+    claim = s.queue.dequeue("default", T0)
     assert isinstance(claim, Claim) and claim.job.args["v"] == 2
-    assert b.queue.dequeue("default", T0) is None
+    assert s.queue.dequeue("default", T0) is None
 
 
 ASYNCIO_CASES = (async_writes_take_their_place_in_the_claim_order, an_async_write_upserts_by_id)
