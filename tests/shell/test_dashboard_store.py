@@ -1,7 +1,8 @@
 """The Redis keys behind the dashboard's store reads stay bounded: the per-queue and
 per-type indexes go with their records, and the per-minute counters expire.
 
-The reads themselves are swept on every backend (`sweep_dashboard_store.py`).
+The reads themselves are contract cases run on every backend
+(`conveyor.testing.contract`, area `dashboard_store`).
 """
 
 from __future__ import annotations

@@ -468,34 +468,6 @@ def test_a_restarted_server_replays_its_jobs_from_the_aof() -> None:
 # --- wake-ups ----------------------------------------------------------------------------
 
 
-def _wait_until_blocked(client: redis.Redis) -> None:
-    deadline = time.monotonic() + 5
-    while not any(c.get("cmd") == "blpop" for c in client.client_list()):
-        assert time.monotonic() < deadline, "the waiter never blocked"
-        time.sleep(0.005)
-
-
-def test_an_idle_waiter_wakes_on_enqueue_before_its_timeout(
-    client: redis.Redis, queue: RedisJobQueue
-) -> None:
-    woke: dict[str, float | bool] = {}
-
-    def waiter() -> None:
-        woke["result"] = queue.wait_for_work("jobs", timeout_s=2.0)
-        woke["at"] = time.monotonic()
-
-    thread = threading.Thread(target=waiter)
-    thread.start()
-    _wait_until_blocked(client)
-    enqueued_at = time.monotonic()
-    queue.enqueue(make_job())
-    thread.join(timeout=5)
-    assert woke["result"] is True
-    latency = float(woke["at"]) - enqueued_at
-    print(f"woke {latency * 1000:.1f} ms after the enqueue")
-    assert latency < 2.0
-
-
 def test_parked_jobs_and_promotion_wake_waiters_and_a_quiet_queue_times_out(
     queue: RedisJobQueue,
 ) -> None:
