@@ -56,9 +56,7 @@ class Report:
             f"{len(self.passed)} passed, {len(self.failures)} failed, "
             f"{len(self.not_applicable)} not applicable"
         ]
-        for name, text in self.failures.items():
-            last = text.rstrip().splitlines()[-1] if text.strip() else "failed"
-            lines.append(f"FAILED {name}: {last}")
+        lines.extend(f"FAILED {name}: {_why(text)}" for name, text in self.failures.items())
         lines.extend(f"n/a {name}: needs {why}" for name, why in self.not_applicable.items())
         return "\n".join(lines)
 
@@ -67,6 +65,23 @@ class Report:
         if self.failures:
             details = "\n\n".join(f"--- {n}\n{t}" for n, t in self.failures.items())
             raise AssertionError(f"{self}\n\n{details}")
+
+
+def _why(text: str) -> str:
+    """The last line of a traceback; for a bare `AssertionError`, with the failing
+    line of the case's source, so the report says which check failed."""
+    lines = text.rstrip().splitlines()
+    if not lines:
+        return "failed"
+    last = lines[-1]
+    if last != "AssertionError":
+        return last
+    source = [
+        line.strip()
+        for line in lines[:-1]
+        if line.startswith("    ") and line.strip() and not set(line.strip()) <= {"^", "~"}
+    ]
+    return f"{last} at `{source[-1]}`" if source else last
 
 
 def check(
