@@ -22,7 +22,7 @@ from ....shell.worker.loop import Worker
 from ...clock import ManualClock
 from ..case import case
 from ..subject import CORRUPT, PEER, TRANSACTIONAL, WAKING, Subject
-from ..support import LATER, T0, claim, drain_ids, in_flight, make_job
+from ..support import LATER, T0, TICK, claim, drain_ids, in_flight, make_job
 
 
 @case()
@@ -66,6 +66,9 @@ def a_stale_ack_is_a_no_op(s: Subject) -> None:
     assert s.queue.ack(first) is False
     assert s.queue.extend(first, LATER) is False
     assert s.queue.replace(first, first.job) is False
+    assert s.queue.reclaim(first, first.job, LATER + TICK) is False, "a stale reclaim"
+    [still] = s.queue.abandoned(LATER + TICK)
+    assert (still.token, still.locked_at) == (second.token, LATER), "the new holder was touched"
     assert in_flight(s, now=LATER) == 1
     assert s.queue.ack(second) is True
 
@@ -77,6 +80,7 @@ def ack_leaves_a_reenqueued_job(s: Subject) -> None:
     held = claim(s)
     s.queue.enqueue(job)
     assert s.queue.ack(held) is False
+    assert s.queue.extend(held, T0) is False, "the re-enqueue fenced the old claim"
     assert s.queue.counts(T0)["default"].ready == 1
     assert drain_ids(s) == [job.id]
 
@@ -89,6 +93,7 @@ def replace_parks_or_readies_and_unlocks(s: Subject) -> None:
     parked = attrs.evolve(running, status=JobStatus.RETRYING, run_at=T0 + timedelta(seconds=5))
     assert s.queue.replace(held, parked)
     assert s.queue.ack(held) is False, "the ack after replace finds nothing of ours"
+    assert s.queue.replace(held, parked) is False, "a second replace finds nothing either"
     c = s.queue.counts(T0)["default"]
     assert (c.ready, c.scheduled, c.in_flight) == (0, 1, 0)
     assert s.queue.promote_due(T0 + timedelta(seconds=5)) == 1
@@ -102,11 +107,11 @@ def reclaim_after_the_lease(s: Subject) -> None:
     s.queue.enqueue(job)
     held = claim(s)
     assert s.queue.abandoned(reclaim_cutoff(T0, 1000)) == []
-    s.queue.extend(held, T0 + timedelta(seconds=5))
+    assert s.queue.extend(held, T0 + timedelta(seconds=5))
     assert s.queue.abandoned(reclaim_cutoff(T0 + timedelta(seconds=5), 1000)) == []
     cutoff = reclaim_cutoff(T0 + timedelta(seconds=7), 1000)
     [found] = s.queue.abandoned(cutoff)
-    assert found.token == held.token and found.job.id == job.id
+    assert found == attrs.evolve(held, locked_at=T0 + timedelta(seconds=5)), "renewed as given"
     decision = decide_reclaim(start(found.job, LATER).unwrap(), LATER, LeasePolicy(1000), cutoff)
     assert s.queue.reclaim(found, decision.job, cutoff)
     assert not s.queue.reclaim(found, decision.job, cutoff), "only once"
@@ -127,6 +132,40 @@ def reclaim_rechecks_inside_the_write(s: Subject) -> None:
     live = claim(s)
     s.queue.extend(live, LATER)  # a heartbeat arrived meanwhile
     assert s.queue.reclaim(live, live.job, cutoff) is False
+
+
+@case()
+def concurrent_claimers_take_each_job_once(s: Subject) -> None:
+    """Claimers racing over one queue (each over its own connection, given `peer`)
+    take every job exactly once, in all priorities, and leave nothing stuck."""
+    priorities = ("low", "normal", "high", "critical")
+    jobs = [make_job(priority=priorities[n % 4]) for n in range(400)]
+    s.queue.enqueue_many(jobs)
+    peers = s.peers(4)
+    taken: list[list[Any]] = [[] for _ in peers]
+    barrier = threading.Barrier(len(peers))
+
+    def claimer(queue: Any, mine: list[Any]) -> None:
+        barrier.wait()
+        while (got := queue.dequeue("default", T0)) is not None:
+            assert isinstance(got, Claim), got
+            mine.append(got.job.id)
+            assert queue.ack(got)
+            time.sleep(0)  # let the others in, even where no I/O would
+
+    threads = [
+        threading.Thread(target=claimer, args=(q, mine))
+        for (q, _), mine in zip(peers, taken, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    everything = [i for mine in taken for i in mine]
+    assert len(everything) == len(set(everything)) == len(jobs), "a job was claimed twice or lost"
+    assert set(everything) == {j.id for j in jobs}
+    assert sum(1 for mine in taken if mine) > 1, "the claimers did not overlap"
+    assert in_flight(s) == 0 and s.queue.dequeue("default", T0) is None, "a job is stuck"
 
 
 @case(PEER)
@@ -222,6 +261,7 @@ CLAIM_CASES = (
     replace_parks_or_readies_and_unlocks,
     reclaim_after_the_lease,
     reclaim_rechecks_inside_the_write,
+    concurrent_claimers_take_each_job_once,
     reclaim_from_another_process,
     a_poison_pill_is_dead_lettered,
     an_undecodable_payload_is_a_bad_claim,

@@ -31,10 +31,38 @@ def dead_letters_list_and_purge(s: Subject) -> None:
     assert dict(s.store.count_dead()) == {"a": 2, "c": 1}
     assert dict(s.store.count_dead(tenant_id="t2")) == {"a": 1}
     assert s.store.get(done.id).status is JobStatus.COMPLETED
+    revived = attrs.evolve(s.store.get(jobs[1].id), status=JobStatus.PENDING)
+    s.store.record(revived)  # recorded again, no longer dead: it leaves the dead letters
+    assert dict(s.store.count_dead()) == {"a": 1, "c": 1}
     assert s.store.purge_dead(jobs[0].id) == 1
-    assert s.store.purge_dead() == 2
-    assert s.store.list_dead() == []
+    assert s.store.purge_dead(jobs[0].id) == 0, "purged once"
+    assert s.store.purge_dead(done.id) == 0 and s.store.purge_dead(revived.id) == 0, (
+        "only dead letters are purged"
+    )
+    assert s.store.purge_dead() == 1
+    assert s.store.list_dead() == [] and dict(s.store.count_dead()) == {}
     assert s.store.get(done.id) is not None, "purge leaves history alone"
+
+
+@case()
+def history_is_newest_first_and_filtered_by_status_and_tenant(s: Subject) -> None:
+    """Records as written, newest first; a record written again replaces the old one
+    and becomes the newest."""
+    a = attrs.evolve(make_job(tenant_id="acme"), status=JobStatus.COMPLETED, finished_at=T0)
+    b = attrs.evolve(make_job(), status=JobStatus.COMPLETED, finished_at=LATER)
+    c = dead_letter(start(make_job(tenant_id="acme"), T0).unwrap(), ErrorInfo("X", "no"), T0).job
+    for job in (a, b, c):
+        s.store.record(job)
+    assert s.store.list_history() == [c, b, a]
+    assert s.store.list_history(limit=2) == [c, b]
+    assert s.store.list_history(status=JobStatus.COMPLETED) == [b, a]
+    assert s.store.list_history(tenant_id="acme") == [c, a]
+    assert s.store.list_history(status=JobStatus.COMPLETED, tenant_id="acme") == [a]
+    assert s.store.get(a.id) == a and s.store.get(make_job().id) is None
+    again = attrs.evolve(c, status=JobStatus.COMPLETED)
+    s.store.record(a)
+    s.store.record(again)
+    assert s.store.list_history() == [again, a, b], "one record per id, the latest newest"
 
 
 @case(FINISHING)
@@ -136,6 +164,7 @@ def batches_carry_any_text_unchanged(s: Subject) -> None:
 
 FINISHING_CASES = (
     dead_letters_list_and_purge,
+    history_is_newest_first_and_filtered_by_status_and_tenant,
     finish_records_and_releases_in_one_step,
     a_guarded_finish_loses_to_a_holder_that_renewed,
     an_undecodable_claim_is_dead_lettered_by_a_guarded_finish,

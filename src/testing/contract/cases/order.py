@@ -9,7 +9,7 @@ from datetime import timedelta
 import attrs
 from returns.result import Failure
 
-from ....core import Priority, create_job, freeze
+from ....core import JobStatus, Priority, create_job, freeze, reclaim_cutoff, start
 from ..case import case
 from ..subject import BATCHING, Subject
 from ..support import T0, claim, drain_ids, make_job, only_claim
@@ -44,12 +44,42 @@ def queues_are_separate(s: Subject) -> None:
 
 @case()
 def upsert_by_id(s: Subject) -> None:
+    """One job per id, the latest version; an upsert moves it, to parked too."""
     job = make_job()
     s.queue.enqueue(job)
     s.queue.enqueue(attrs.evolve(job, priority=Priority.HIGH))
     assert s.queue.counts(T0)["default"].ready == 1
-    assert claim(s).job.priority is Priority.HIGH
+    assert claim(s).job == attrs.evolve(job, priority=Priority.HIGH)
     assert s.queue.dequeue("default", T0) is None
+    other = make_job(queue="moved")
+    s.queue.enqueue(other)
+    parked = attrs.evolve(other, status=JobStatus.SCHEDULED, run_at=T0 + timedelta(seconds=5))
+    s.queue.enqueue(parked)
+    c = s.queue.counts(T0)["moved"]
+    assert (c.ready, c.scheduled, c.in_flight, c.oldest_ready_at) == (0, 1, 0, None)
+
+
+@case()
+def a_job_back_on_its_queue_goes_behind_the_ready_ones(s: Subject) -> None:
+    """Re-enqueued while ready, replaced by its holder, or reclaimed after its lease: a
+    job that comes back to its queue is claimed after the jobs already ready there."""
+    later = T0 + timedelta(seconds=2)
+    for queue in ("re-enqueued", "replaced", "reclaimed"):
+        a, b = make_job(queue=queue), make_job(queue=queue)
+        s.queue.enqueue(a)
+        s.queue.enqueue(b)
+        if queue == "re-enqueued":
+            s.queue.enqueue(a)
+        else:
+            held = claim(s, queue=queue)
+            assert held.job.id == a.id
+            back = attrs.evolve(start(held.job, T0).unwrap(), status=JobStatus.PENDING)
+            if queue == "replaced":
+                assert s.queue.replace(held, back)
+            else:
+                cutoff = reclaim_cutoff(later, 1000)
+                assert s.queue.reclaim(held, back, cutoff)
+        assert drain_ids(s, queue, now=later) == [b.id, a.id], queue
 
 
 @case()
@@ -108,6 +138,7 @@ def counts_for_status(s: Subject) -> None:
     assert (d.ready, d.scheduled, d.in_flight) == (2, 1, 0)
     assert (o.ready, o.scheduled, o.in_flight) == (0, 0, 1)
     assert d.oldest_ready_at == T0 - timedelta(seconds=3)
+    assert o.oldest_ready_at is None, "a queue with nothing ready has no oldest ready job"
 
 
 @case()
@@ -124,6 +155,7 @@ ORDER_CASES = (
     priority_order,
     queues_are_separate,
     upsert_by_id,
+    a_job_back_on_its_queue_goes_behind_the_ready_ones,
     bulk_enqueue_keeps_list_order_and_upserts,
     bulk_enqueue_takes_a_claimed_job_from_its_holder,
     parked_jobs_of_a_bulk_enqueue_come_due_in_list_order,

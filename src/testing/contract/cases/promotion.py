@@ -24,6 +24,10 @@ def schedule_then_promote(s: Subject) -> None:
     assert s.queue.promote_due(T0 + timedelta(seconds=30)) == 1, "due at exactly run_at"
     assert s.queue.promote_due(T0 + timedelta(seconds=31)) == 0, "moved once"
     assert drain_ids(s, now=T0 + timedelta(seconds=30)) == [later_job.id]
+    for _ in range(5):
+        s.queue.enqueue(make_job(delay=timedelta(seconds=1)))
+    moves = [s.queue.promote_due(T0 + timedelta(seconds=1), limit=2) for _ in range(4)]
+    assert moves == [2, 2, 1, 0], "promote_due moves at most `limit` jobs a call"
 
 
 @case()
