@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import attrs
 import redis
 import sqlalchemy as sa
 from conveyor.core import Job
-from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
+from conveyor.shell.adapters.memory import PROMOTE_PER_CLAIM, MemoryJobQueue, MemoryJobStore
+from conveyor.shell.async_enqueue import InlineWriter
+from conveyor.testing.contract import Subject, ThreadWriter
 
 BACKENDS = ("memory", "sqlite", "postgresql", "redis")
 HOW_TO_PROVIDE = {
@@ -32,16 +32,8 @@ HOW_TO_PROVIDE = {
 REDIS_TEST_DB = 13
 
 
-@attrs.define
-class Backend:
-    """A fresh, empty queue and store on one backend, and how to reach under them."""
-
-    name: str
-    queue: Any
-    store: Any
-    peer: Callable[[], tuple[Any, Any]] | None  # another process's view of the same data
-    corrupt: Callable[[Job, str], None] | None  # overwrite a queued job's stored payload
-    cleanup: Callable[[], None]
+#: Every backend is a contract subject (`conveyor.testing.contract`).
+Backend = Subject
 
 
 _pg: dict[str, str] = {}
@@ -58,11 +50,19 @@ def _postgres_url() -> str:
 def make_backend(name: str) -> Backend:
     if name == "memory":
         store = MemoryJobStore()
-        return Backend(name, MemoryJobQueue(store), store, None, None, lambda: None)
+        queue = MemoryJobQueue(store)
+        return Subject(
+            name,
+            queue,
+            store,
+            async_writer=lambda: InlineWriter(queue),
+            promote_per_claim=PROMOTE_PER_CLAIM,
+        )
     if name in ("sqlite", "postgresql"):
         from conveyor.shell.adapters.sql import SqlJobQueue, SqlJobStore, make_engine
         from conveyor.shell.adapters.sql.migration import create_tables
         from conveyor.shell.adapters.sql.schema import SCHEMA
+        from conveyor.shell.adapters.sql.statements import PROMOTE_PER_CLAIM as SQL_PROMOTE
 
         folder = Path(tempfile.mkdtemp(prefix="conveyor-sweep-"))
         url = f"sqlite:///{folder / 'jobs.db'}" if name == "sqlite" else _postgres_url()
@@ -89,7 +89,26 @@ def make_backend(name: str) -> Backend:
                 e.dispose()
             shutil.rmtree(folder, ignore_errors=True)
 
-        return Backend(name, SqlJobQueue(engine), SqlJobStore(engine), peer, corrupt, cleanup)
+        sql_queue = SqlJobQueue(engine)
+
+        def async_writer() -> Any:
+            if name == "sqlite":
+                return ThreadWriter(sql_queue)  # SQLite's aenqueue path, by choice
+            from conveyor.shell.adapters.sql.async_queue import AsyncSqlQueue
+
+            return AsyncSqlQueue(url)
+
+        return Subject(
+            name,
+            sql_queue,
+            SqlJobStore(engine),
+            cleanup=cleanup,
+            peer=peer,
+            corrupt=corrupt,
+            engine=engine,
+            async_writer=async_writer,
+            promote_per_claim=SQL_PROMOTE,
+        )
     if name == "redis":
         from conveyor.shell.adapters.redis_queue import RedisJobQueue, RedisJobStore, RedisKeys
         from conveyor.testing.redis_server import redis_url
@@ -111,12 +130,19 @@ def make_backend(name: str) -> Backend:
             for c in clients:
                 c.close()
 
-        return Backend(
+        def redis_async_writer() -> Any:
+            from conveyor.shell.adapters.redis.async_queue import AsyncRedisQueue
+
+            return AsyncRedisQueue(url)
+
+        return Subject(
             name,
             RedisJobQueue(client),
             RedisJobStore(client),
-            redis_peer,
-            redis_corrupt,
-            redis_cleanup,
+            cleanup=redis_cleanup,
+            peer=redis_peer,
+            corrupt=redis_corrupt,
+            async_writer=redis_async_writer,
+            promote_per_claim=100,  # CLAIM_PROMOTE_CAP in the scripts' common.lua
         )
     raise ValueError(name)

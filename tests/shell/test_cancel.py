@@ -1,5 +1,6 @@
 """Cancellation through the public API and the CLI, and the race a running job's
-cancel must win on PostgreSQL. (Each backend's adapter cases are in sweep_cancel.py.)"""
+cancel must win on PostgreSQL. (Each backend's adapter cases are the
+contract's `cancel` cases.)"""
 
 from __future__ import annotations
 

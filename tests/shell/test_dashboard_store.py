@@ -1,7 +1,8 @@
 """The Redis keys behind the dashboard's store reads stay bounded: the per-queue and
 per-type indexes go with their records, and the per-minute counters expire.
 
-The reads themselves are swept on every backend (`sweep_dashboard_store.py`).
+The reads themselves are contract cases run on every backend
+(`conveyor.testing.contract`, area `dashboard_store`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import pytest
 from backends import Backend, make_backend
 from conveyor.core.retention import PruneOrder
 from conveyor.shell.ports import HistoryFilter
+from conveyor.testing.contract.cases.dashboard_store import MINUTE0, _recorded
 from helpers import T0
-from sweep_dashboard_store import MINUTE0, _recorded
 
 
 @pytest.fixture

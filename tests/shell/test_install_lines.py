@@ -62,6 +62,7 @@ SERVER = {
     "metrics": "sqlite",
     "tracing": "sqlite",
     "dashboard": "sqlite",
+    "contract": "sqlite",
 }
 
 HANDLERS = '''
@@ -106,6 +107,21 @@ job = asyncio.run(main())
 print(runtime.async_writers.driver)
 assert runtime.drain().completed == 1
 runtime.close()
+"""
+
+
+#: The adapter contract the `[contract]` line brings, run on the memory backend.
+CONTRACT = """
+from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
+from conveyor.testing.contract import CASES, Subject, check, state_machine
+
+def subject():
+    store = MemoryJobStore()
+    return Subject("memory", MemoryJobQueue(store), store)
+
+check(subject, cases=["fifo_within_a_priority", "ack_only_with_the_live_token"]).assert_ok()
+assert state_machine(subject).TestCase
+print(len(CASES), "cases")
 """
 
 
@@ -329,3 +345,5 @@ def test_each_readme_install_line_runs_its_backend(
         assert venv.ok(str(venv.bin / "python"), "-c", AENQUEUE).strip() == "postgresql+asyncpg"
     if extra == "dashboard":
         check_dashboard(venv)
+    if extra == "contract":
+        assert "cases" in venv.ok(str(venv.bin / "python"), "-c", CONTRACT)

@@ -1,12 +1,13 @@
-"""The reusable adapter model check, run on the in-memory backend."""
+"""The contract's hypothesis state machine, run on the in-memory backend through the
+contract's own entry point (`conveyor.testing.contract.state_machine`), as a user
+runs it on their adapter."""
 
-from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
-from conveyor.testing.state_machine import queue_machine
-
-
-def memory_queue() -> tuple[MemoryJobQueue, object, MemoryJobStore]:
-    store = MemoryJobStore()
-    return MemoryJobQueue(store), lambda: None, store
+from backends import make_backend
+from conveyor.testing.contract import Subject, state_machine
 
 
-TestMemoryQueueMachine = queue_machine(memory_queue).TestCase
+def memory() -> Subject:
+    return make_backend("memory")
+
+
+TestMemoryQueueMachine = state_machine(memory).TestCase

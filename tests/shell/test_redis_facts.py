@@ -3,7 +3,8 @@ partition and job type and a record's finish minute and time are worked out in
 Python from the core and handed over, and data written before the scripts were
 given them (a job hash or a record without them, as an earlier version wrote it)
 is still claimed, counted and pruned by the same rules: Python reads the body and
-hands the facts over. What every backend agrees on is in `sweep_facts.py`."""
+hands the facts over. What every backend agrees on is the contract's `facts`
+cases."""
 
 from __future__ import annotations
 

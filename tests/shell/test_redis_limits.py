@@ -1,5 +1,5 @@
 """Limited claims on Redis, against a real `redis-server`: what its partition index
-adds to the sweep (`sweep_limits.py`). A flood does not make a claim read the
+adds to the contract's `limits` cases. A flood does not make a claim read the
 backlog; stale index entries never yield a claim; a queue whose jobs were ready
 before its limits were used finds them; a re-sent take returns the same claims;
 concurrent claimers (each with its own connection) never exceed a cap or a rate; an

@@ -1,6 +1,8 @@
-"""The Redis backend's part of the trust work: prefetched claims, claim-time promotion
-in promotion order, read-only `abandoned`, guarded finish, revive, server time, and
-one retry layer whose re-sends are safe.
+"""The Redis backend's own part of the trust work: parked jobs of the previous key
+layout, `abandoned` and `revive` as one script each, and one retry layer whose
+re-sends are safe. What every backend shares (prefetched claims, claim-time
+promotion, guarded finishes, revive, the server's clock) is in the contract
+(`conveyor.testing.contract`), run on Redis by test_adapter_surface.py.
 
 Against a real `redis-server` (database 14, flushed), as in test_redis_backend.py.
 """
@@ -10,19 +12,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from uuid import uuid4
 
 import attrs
 import pytest
 import redis
-from conveyor.core import ErrorInfo, Job, JobStatus, Priority, dead_letter, start
+from conveyor.core import ErrorInfo, Job, JobStatus, dead_letter, start
 from conveyor.shell.adapters.redis_queue import RedisJobQueue, RedisJobStore, connect
 from conveyor.shell.codec import encode
-from conveyor.shell.ports import BadClaim, Claim, is_prefetched
+from conveyor.shell.ports import BadClaim, Claim
 from conveyor.testing.redis_server import RedisServer, redis_url
-from test_redis_backend import T0, TEST_DB, CountingRedis, make_job, ready_ids, scheduled_ids
+from test_redis_backend import T0, TEST_DB, CountingRedis, make_job
 
 
 class LossyRedis(CountingRedis):
@@ -76,128 +78,7 @@ def only_claim(result: Claim | BadClaim | None) -> Claim:
     return result
 
 
-# --- prefetched and started claims ----------------------------------------------------------
-
-
-def test_a_batch_is_prefetched_and_start_claim_starts_one_under_a_new_token(
-    queue: RedisJobQueue,
-) -> None:
-    jobs = [make_job() for _ in range(3)]
-    queue.enqueue_many(jobs)
-    batch = [only_claim(c) for c in queue.dequeue_many("jobs", T0, 3)]
-    assert [c.job for c in batch] == jobs
-    assert all(is_prefetched(c.token) and not c.started for c in batch)
-    assert len({c.token for c in batch}) == 3
-    later = T0 + timedelta(seconds=5)
-    by_token = sorted(batch, key=lambda c: c.token)
-    found = sorted(queue.abandoned(later), key=lambda c: c.token)
-    assert found == by_token, "the stored token lost its prefetch mark"
-
-    first = batch[0]
-    started = queue.start_claim(first, later)
-    assert started is not None and started.started
-    assert (started.job, started.queue, started.locked_at) == (first.job, "jobs", later)
-    assert queue.start_claim(first, later) is None, "the old token still held the job"
-    assert queue.ack(first) is False and queue.extend(first, later) is False
-    assert {c.token for c in queue.abandoned(later)} == {c.token for c in batch[1:]}
-    [found] = [c for c in queue.abandoned(later + timedelta(seconds=1)) if c.job == first.job]
-    assert isinstance(found, Claim) and found.started and found.token == started.token
-    assert queue.ack(started) is True
-
-
-def test_a_single_dequeue_is_started(queue: RedisJobQueue) -> None:
-    queue.enqueue(make_job())
-    assert only_claim(queue.dequeue("jobs", T0)).started
-
-
-# --- promotion inside the claim, in promotion order ----------------------------------------
-
-
-def test_a_claim_promotes_its_queues_due_jobs_behind_the_ready_ones(
-    queue: RedisJobQueue,
-) -> None:
-    ready = make_job()
-    queue.enqueue(ready)
-    at = T0 + timedelta(seconds=1)
-    later = make_job(run_at=at + timedelta(seconds=1))
-    ties = [make_job(run_at=at) for _ in range(30)]
-    sub_ms = make_job(run_at=at + timedelta(microseconds=300))
-    elsewhere = make_job("mail", run_at=at)
-    for job in (later, sub_ms, *ties, elsewhere):
-        queue.enqueue(job)
-    now = at + timedelta(seconds=1)
-    order = [only_claim(queue.dequeue("jobs", now)).job.id for _ in range(33)]
-    assert order == [ready.id, *(j.id for j in ties), sub_ms.id, later.id]
-    assert queue.dequeue("jobs", now) is None
-    assert queue.counts(now)["mail"].scheduled == 1, "a claim promoted another queue's job"
-
-
-def test_a_claim_promotes_due_jobs_behind_ready_ones_at_their_own_priority(
-    client: redis.Redis, queue: RedisJobQueue
-) -> None:
-    waiting = make_job(priority=Priority.HIGH)
-    queue.enqueue(make_job(priority=Priority.CRITICAL))
-    queue.enqueue(waiting)
-    due = make_job(priority=Priority.HIGH, run_at=T0)
-    queue.enqueue(attrs.evolve(due, status=JobStatus.SCHEDULED))
-    only_claim(queue.dequeue("jobs", T0))
-    assert ready_ids(client, queue) == [str(waiting.id), str(due.id)]
-
-
-def test_promote_due_breaks_run_at_ties_by_enqueue_order(
-    client: redis.Redis, queue: RedisJobQueue
-) -> None:
-    at = T0 + timedelta(seconds=1)
-    jobs = [make_job(q, run_at=at) for q in ("a", "b") * 25]
-    for job in jobs:
-        queue.enqueue(job)
-    assert scheduled_ids(client, queue) == [str(j.id) for j in jobs]
-    assert queue.promote_due(at, limit=100) == 50
-    for name in ("a", "b"):
-        assert ready_ids(client, queue, name) == [str(j.id) for j in jobs if j.queue == name]
-
-
-def test_a_re_enqueued_parked_job_goes_behind_its_ties(
-    client: redis.Redis, queue: RedisJobQueue
-) -> None:
-    at = T0 + timedelta(seconds=1)
-    first, second = make_job(run_at=at), make_job(run_at=at)
-    queue.enqueue(first)
-    queue.enqueue(second)
-    queue.enqueue(first)
-    assert scheduled_ids(client, queue) == [str(second.id), str(first.id)]
-    assert scheduled_ids(client, queue, "jobs") == [str(second.id), str(first.id)]
-
-
-def test_claim_time_promotion_is_bounded_per_claim(queue: RedisJobQueue) -> None:
-    for _ in range(250):
-        queue.enqueue(make_job(now=T0 - timedelta(seconds=1), run_at=T0))
-    only_claim(queue.dequeue("jobs", T0))
-    counts = queue.counts(T0)["jobs"]
-    assert (counts.ready, counts.scheduled, counts.in_flight) == (99, 150, 1)
-    batch = queue.dequeue_many("jobs", T0, 10)
-    assert len(batch) == 10
-    assert queue.counts(T0)["jobs"].scheduled == 50
-
-
-def test_a_job_is_due_at_its_run_at_to_the_microsecond(queue: RedisJobQueue) -> None:
-    run_at = T0 + timedelta(microseconds=1500)
-    job = make_job(run_at=run_at)
-    queue.enqueue(job)
-    assert queue.dequeue("jobs", run_at - timedelta(microseconds=1)) is None
-    assert queue.promote_due(run_at - timedelta(microseconds=1)) == 0
-    assert only_claim(queue.dequeue("jobs", run_at)).job == job
-
-
-def test_next_due_is_the_earliest_parked_run_at_of_the_queue(queue: RedisJobQueue) -> None:
-    assert queue.next_due("jobs") is None
-    soon = T0 + timedelta(seconds=3, microseconds=7)
-    queue.enqueue(make_job(run_at=T0 + timedelta(seconds=9)))
-    queue.enqueue(make_job(run_at=soon))
-    queue.enqueue(make_job("mail", run_at=T0 + timedelta(seconds=1)))
-    assert queue.next_due("jobs") == soon
-    queue.promote_due(soon)
-    assert queue.next_due("jobs") == T0 + timedelta(seconds=9)
+# --- the previous key layout --------------------------------------------------------------
 
 
 def test_parked_jobs_written_by_the_previous_layout_are_still_found(
@@ -230,7 +111,7 @@ def test_parked_jobs_written_by_the_previous_layout_are_still_found(
     assert queue.promote_due(run_at + timedelta(seconds=1)) == 1
 
 
-# --- abandoned, guarded finish, revive -----------------------------------------------------
+# --- one script per call ------------------------------------------------------------------
 
 
 def test_abandoned_is_one_read_only_script(client: CountingRedis, queue: RedisJobQueue) -> None:
@@ -244,22 +125,7 @@ def test_abandoned_is_one_read_only_script(client: CountingRedis, queue: RedisJo
     assert client.hget(queue.keys.job(str(claim.job.id)), "token") == claim.token.encode()
 
 
-def test_a_guarded_finish_loses_to_a_holder_that_renewed(
-    queue: RedisJobQueue, store: RedisJobStore
-) -> None:
-    job = make_job()
-    queue.enqueue(job)
-    claim = only_claim(queue.dequeue("jobs", T0))
-    assert queue.extend(claim, T0 + timedelta(seconds=10)) is True
-    record = dead(job)
-    assert queue.finish(claim, record, abandoned_before=T0 + timedelta(seconds=5)) is False
-    assert store.get(job.id) is None
-    assert queue.counts(T0)["jobs"].in_flight == 1
-    assert queue.finish(claim, record, abandoned_before=T0 + timedelta(seconds=11)) is True
-    assert store.list_dead() == [record]
-
-
-def test_revive_requeues_and_records_only_while_the_job_is_dead(
+def test_a_revive_is_one_script_call(
     client: CountingRedis, queue: RedisJobQueue, store: RedisJobStore
 ) -> None:
     letter = dead(make_job())
@@ -269,38 +135,6 @@ def test_revive_requeues_and_records_only_while_the_job_is_dead(
     client.sent.clear()
     assert queue.revive(letter, fresh) is True
     assert client.sent == {"EVALSHA": 1}
-    assert store.get(letter.id) == fresh and store.list_dead() == []
-    assert only_claim(queue.dequeue("jobs", T0)).job == fresh
-    assert queue.revive(letter, fresh) is False, "revived twice"
-    assert queue.counts(T0)["jobs"].in_flight == 1, "the second revive touched the claim"
-
-
-def test_revive_of_a_record_that_is_not_dead_writes_nothing(
-    queue: RedisJobQueue, store: RedisJobStore
-) -> None:
-    done = attrs.evolve(make_job(), status=JobStatus.COMPLETED)
-    store.record(done)
-    fresh = attrs.evolve(done, status=JobStatus.PENDING)
-    assert queue.revive(done, fresh) is False
-    assert queue.revive(dead(make_job()), fresh) is False, "nothing was ever recorded"
-    assert store.get(done.id) == done and queue.counts(T0) == {}
-
-
-def test_a_revived_job_parked_by_its_status_waits_for_its_run_at(
-    queue: RedisJobQueue, store: RedisJobStore
-) -> None:
-    letter = dead(make_job())
-    store.record(letter)
-    run_at = T0 + timedelta(seconds=30)
-    fresh = attrs.evolve(letter, status=JobStatus.SCHEDULED, run_at=run_at)
-    assert queue.revive(letter, fresh) is True
-    assert queue.next_due("jobs") == run_at and queue.dequeue("jobs", T0) is None
-
-
-def test_server_time_is_the_servers_clock(queue: RedisJobQueue) -> None:
-    server = queue.server_time()
-    assert server.tzinfo is not None
-    assert abs(server - datetime.now(UTC)) < timedelta(seconds=2)
 
 
 # --- one retry layer, and re-sends that are safe ------------------------------------------
@@ -445,11 +279,3 @@ def test_without_a_budget_an_outage_fails_at_once() -> None:
         server.cleanup()
 
 
-def test_a_batch_enqueue_naming_one_id_twice_keeps_the_later(
-    client: redis.Redis, queue: RedisJobQueue
-) -> None:
-    """Each item carries its own nonce, so the repeat is not taken for a re-send."""
-    job = make_job()
-    queue.enqueue_many([job, attrs.evolve(job, priority=Priority.HIGH)])
-    assert ready_ids(client, queue) == [str(job.id)]
-    assert only_claim(queue.dequeue("jobs", T0)).job.priority is Priority.HIGH

@@ -1,4 +1,9 @@
-"""The SQL backend, on a SQLite file and on a real PostgreSQL server.
+"""The SQL backend, on a SQLite file and on a real PostgreSQL server: what is its own
+(schema and migrations, the database's clock kept out of claims, raw rows that are
+not jobs, processes killed mid-claim, SQLite's lock, the outbox, engines). What
+every backend shares (claim order, fencing, promotion, concurrent claimers, the
+store's reads) is in the contract (`conveyor.testing.contract`), run here by
+test_adapter_surface.py.
 
 Every test taking `db` runs on both. PostgreSQL comes from `DATABASE_URL` or from a
 server this process starts (see `conveyor.testing.postgres_server`); when neither
@@ -134,23 +139,6 @@ def claim_order(q: SqlJobQueue, queue: str = "default", now: datetime = T0) -> l
         assert isinstance(got, Claim) and q.ack(got)
         order.append(got.job.id)
     return order
-
-
-def queue_rows(db: Db) -> int:
-    with db.engine.connect() as conn:
-        return int(conn.execute(select(func.count()).select_from(SCHEMA.job_queue)).scalar_one())
-
-
-def retry_of(c: Claim, now: datetime, park_ms: int = 0) -> Job:
-    running = start(c.job, now).unwrap()
-    if not park_ms:
-        return attrs.evolve(running, status=JobStatus.PENDING)
-    return attrs.evolve(
-        running,
-        status=JobStatus.RETRYING,
-        retry_count=running.retry_count + 1,
-        run_at=now + timedelta(milliseconds=park_ms),
-    )
 
 
 def reclaimed(c: Claim, now: datetime) -> Job:
@@ -314,16 +302,6 @@ def test_a_table_prefix_keeps_two_installations_apart(db: Db) -> None:
 # --- claims --------------------------------------------------------------------------------
 
 
-def test_claims_take_priority_first_then_fifo(db: Db) -> None:
-    low, normal1, critical, normal2 = (
-        make_job(priority=p)
-        for p in (Priority.LOW, Priority.NORMAL, Priority.CRITICAL, Priority.NORMAL)
-    )
-    for job in (low, normal1, critical, normal2):
-        db.queue.enqueue(job)
-    assert claim_order(db.queue) == [critical.id, normal1.id, normal2.id, low.id]
-
-
 def test_a_claim_is_locked_at_the_callers_now_not_the_database_clock(db: Db) -> None:
     long_ago = datetime(2001, 1, 1, tzinfo=UTC)
     db.queue.enqueue(make_job())
@@ -334,133 +312,7 @@ def test_a_claim_is_locked_at_the_callers_now_not_the_database_clock(db: Db) -> 
     assert (found.token, found.locked_at) == (held.token, long_ago)
 
 
-def test_every_claim_gets_a_fresh_token(db: Db) -> None:
-    job = make_job()
-    db.queue.enqueue(job)
-    first = claim(db.queue)
-    assert db.queue.replace(first, retry_of(first, T0))
-    second = claim(db.queue)
-    assert second.job.id == first.job.id and second.token != first.token
-
-
-def test_enqueueing_the_same_id_twice_keeps_one_row_with_the_latest_job(db: Db) -> None:
-    job = make_job()
-    again = attrs.evolve(job, priority=Priority.HIGH)
-    db.queue.enqueue(job)
-    db.queue.enqueue(again)
-    assert queue_rows(db) == 1
-    assert claim(db.queue).job == again
-
-
-def test_re_enqueueing_a_ready_job_moves_it_to_the_tail(db: Db) -> None:
-    a, b = make_job(), make_job()
-    for job in (a, b, a):
-        db.queue.enqueue(job)
-    assert claim_order(db.queue) == [b.id, a.id]
-
-
-def test_a_replaced_job_goes_behind_the_jobs_already_ready(db: Db) -> None:
-    a, b = make_job(), make_job()
-    db.queue.enqueue(a)
-    db.queue.enqueue(b)
-    held = claim(db.queue)
-    assert db.queue.replace(held, retry_of(held, T0))
-    assert claim_order(db.queue) == [b.id, a.id]
-
-
-def test_promoted_jobs_go_behind_the_jobs_already_ready(db: Db) -> None:
-    parked, ready = make_job(delay_ms=1000), make_job()
-    db.queue.enqueue(parked)
-    db.queue.enqueue(ready)
-    assert db.queue.promote_due(T0 + timedelta(seconds=1)) == 1
-    assert claim_order(db.queue) == [ready.id, parked.id]
-
-
-def test_a_reclaimed_job_goes_behind_the_jobs_already_ready(db: Db) -> None:
-    a, b = make_job(), make_job()
-    db.queue.enqueue(a)
-    db.queue.enqueue(b)
-    held = claim(db.queue)
-    now = T0 + timedelta(milliseconds=LEASE_MS + 1)
-    cutoff = reclaim_cutoff(now, LEASE_MS)
-    assert db.queue.reclaim(held, reclaimed(held, now), cutoff)
-    assert claim_order(db.queue, now=now) == [b.id, a.id]
-
-
-def test_a_scheduled_job_is_claimable_when_due_and_not_before(db: Db) -> None:
-    parked = make_job(delay_ms=1000)
-    db.queue.enqueue(parked)
-    assert db.queue.promote_due(T0 + timedelta(milliseconds=999)) == 0
-    assert db.queue.dequeue("default", T0 + timedelta(milliseconds=999)) is None
-    assert claim(db.queue, now=T0 + timedelta(seconds=1)).job == parked
-    assert db.queue.promote_due(T0 + timedelta(seconds=1)) == 0
-
-
-def test_promote_due_moves_at_most_limit_jobs(db: Db) -> None:
-    for _ in range(5):
-        db.queue.enqueue(make_job(delay_ms=10))
-    later = T0 + timedelta(seconds=1)
-    assert [db.queue.promote_due(later, limit=2) for _ in range(4)] == [2, 2, 1, 0]
-
-
-def test_counts_give_each_queue_its_figures(db: Db) -> None:
-    q = db.queue
-    q.enqueue(make_job("mail", now=T0))
-    q.enqueue(make_job("mail", now=T0 + timedelta(seconds=5)))
-    q.enqueue(make_job("mail", delay_ms=60_000))
-    q.enqueue(make_job("video"))
-    claim(q, "video")
-    counts = q.counts(T0)
-    assert counts["mail"].ready == 2 and counts["mail"].scheduled == 1
-    assert counts["mail"].oldest_ready_at == T0
-    assert (counts["video"].ready, counts["video"].in_flight) == (0, 1)
-    assert counts["video"].oldest_ready_at is None
-
-
 # --- fencing -------------------------------------------------------------------------------
-
-
-def test_ack_after_replace_leaves_the_replacement_alone(db: Db) -> None:
-    db.queue.enqueue(make_job())
-    held = claim(db.queue)
-    assert db.queue.replace(held, retry_of(held, T0, park_ms=500))
-    assert db.queue.ack(held) is False
-    assert db.queue.counts(T0)["default"].scheduled == 1
-
-
-def test_ack_after_a_held_job_is_re_enqueued_leaves_the_new_row_alone(db: Db) -> None:
-    job = make_job()
-    db.queue.enqueue(job)
-    held = claim(db.queue)
-    db.queue.enqueue(job)
-    assert db.queue.ack(held) is False
-    assert db.queue.counts(T0)["default"].ready == 1
-
-
-def test_a_stale_token_can_neither_ack_extend_replace_nor_reclaim(db: Db) -> None:
-    db.queue.enqueue(make_job())
-    stale = claim(db.queue)
-    now = T0 + timedelta(milliseconds=LEASE_MS + 1)
-    cutoff = reclaim_cutoff(now, LEASE_MS)
-    assert db.queue.reclaim(stale, reclaimed(stale, now), cutoff)
-    fresh = claim(db.queue, now=now)
-    assert db.queue.ack(stale) is False
-    assert db.queue.extend(stale, now) is False
-    assert db.queue.replace(stale, retry_of(stale, now)) is False
-    assert db.queue.reclaim(stale, reclaimed(stale, now), now + MICRO) is False
-    [still] = db.queue.abandoned(now + MICRO)
-    assert (still.token, still.locked_at) == (fresh.token, now)
-
-
-def test_reclaim_rechecks_the_lease_inside_the_write(db: Db) -> None:
-    db.queue.enqueue(make_job())
-    held = claim(db.queue)
-    now = T0 + timedelta(milliseconds=LEASE_MS + 1)
-    cutoff = reclaim_cutoff(now, LEASE_MS)
-    [seen] = db.queue.abandoned(cutoff)
-    assert db.queue.extend(held, now)  # the holder heartbeats after the lease keeper looked
-    assert db.queue.reclaim(seen, reclaimed(seen, now), cutoff) is False
-    assert db.queue.ack(held) is True
 
 
 def test_replace_refuses_a_job_with_another_id(db: Db) -> None:
@@ -506,14 +358,6 @@ def test_a_pickle_payload_is_claimed_as_a_bad_claim_and_never_unpickled(
     assert db.queue.counts(T0)["default"].in_flight == 1
 
 
-def test_a_bad_claim_is_released_by_ack(db: Db) -> None:
-    insert_raw(db, "{not json")
-    bad = db.queue.dequeue("default", T0)
-    assert isinstance(bad, BadClaim)
-    assert db.queue.ack(bad) is True
-    assert db.queue.counts(T0) == {}
-
-
 def test_an_abandoned_undecodable_row_is_reported_as_a_bad_claim_and_left_as_it_is(
     db: Db,
 ) -> None:
@@ -529,24 +373,6 @@ def test_an_abandoned_undecodable_row_is_reported_as_a_bad_claim_and_left_as_it_
 # --- concurrency ---------------------------------------------------------------------------
 
 
-def test_eight_threads_claim_each_of_2000_jobs_exactly_once(db: Db) -> None:
-    jobs = [make_job() for _ in range(2000)]
-    with db.engine.begin() as conn:
-        for job in jobs:
-            db.queue.enqueue_in_tx(conn, job)
-    start_line = threading.Barrier(8)
-
-    def claimer() -> list[UUID]:
-        start_line.wait()
-        return claim_order(db.queue)
-
-    with ThreadPoolExecutor(8) as pool:
-        results = [f.result() for f in [pool.submit(claimer) for _ in range(8)]]
-    claimed = [job_id for mine in results for job_id in mine]
-    assert len(claimed) == len(jobs) and set(claimed) == {j.id for j in jobs}
-    assert db.queue.counts(T0) == {}
-
-
 def test_three_processes_claim_each_job_exactly_once(db: Db) -> None:
     jobs = [make_job() for _ in range(600)]
     with db.engine.begin() as conn:
@@ -556,26 +382,6 @@ def test_three_processes_claim_each_job_exactly_once(db: Db) -> None:
     claimed = [job_id for mine in results for job_id in mine]
     assert len(claimed) == len(jobs) and set(claimed) == {str(j.id) for j in jobs}
     assert db.queue.counts(T0) == {}
-
-
-def test_concurrent_promoters_move_each_job_once(db: Db) -> None:
-    with db.engine.begin() as conn:
-        for _ in range(400):
-            db.queue.enqueue_in_tx(conn, make_job(delay_ms=10))
-    later = T0 + timedelta(seconds=1)
-    start_line = threading.Barrier(4)
-
-    def promoter() -> int:
-        start_line.wait()
-        moved = 0
-        while (n := db.queue.promote_due(later, limit=25)) > 0:
-            moved += n
-        return moved
-
-    with ThreadPoolExecutor(4) as pool:
-        moved = [f.result() for f in [pool.submit(promoter) for _ in range(4)]]
-    assert sum(moved) == 400
-    assert db.queue.counts(later)["default"].ready == 400
 
 
 def test_a_worker_killed_mid_job_is_reclaimed_and_its_stale_ack_changes_nothing(db: Db) -> None:
@@ -721,55 +527,6 @@ def test_the_docs_transactional_enqueue_example_runs(capsys: pytest.CaptureFixtu
 
 def finished(job: Job, status: JobStatus, at: datetime = T0) -> Job:
     return attrs.evolve(job, status=status, finished_at=at)
-
-
-def test_a_recorded_job_can_be_read_back(db: Db) -> None:
-    job = finished(make_job(tenant_id="acme"), JobStatus.COMPLETED)
-    db.store.record(job)
-    assert db.store.get(job.id) == job
-    assert db.store.get(uuid4()) is None
-
-
-def test_history_is_newest_first_and_filtered_by_status_and_tenant(db: Db) -> None:
-    done = finished(make_job(tenant_id="acme"), JobStatus.COMPLETED)
-    dead = finished(make_job(tenant_id="acme"), JobStatus.FAILED)
-    other = finished(make_job(tenant_id="globex"), JobStatus.FAILED)
-    for job in (done, dead, other):
-        db.store.record(job)
-    assert [j.id for j in db.store.list_history()] == [other.id, dead.id, done.id]
-    assert [j.id for j in db.store.list_history(limit=1)] == [other.id]
-    assert [j.id for j in db.store.list_history(status=JobStatus.COMPLETED)] == [done.id]
-    assert [j.id for j in db.store.list_dead(tenant_id="acme")] == [dead.id]
-
-
-def test_recording_again_replaces_the_record_and_makes_it_newest(db: Db) -> None:
-    first, second = make_job(), make_job()
-    db.store.record(finished(first, JobStatus.FAILED))
-    db.store.record(finished(second, JobStatus.FAILED))
-    db.store.record(finished(first, JobStatus.COMPLETED))
-    assert [(j.id, j.status) for j in db.store.list_history()] == [
-        (first.id, JobStatus.COMPLETED),
-        (second.id, JobStatus.FAILED),
-    ]
-
-
-def test_dead_letters_are_counted_per_queue_and_tenant(db: Db) -> None:
-    for queue, tenant in (("mail", "acme"), ("mail", "globex"), ("video", "acme")):
-        db.store.record(finished(make_job(queue, tenant_id=tenant), JobStatus.FAILED))
-    db.store.record(finished(make_job("mail"), JobStatus.COMPLETED))
-    assert db.store.count_dead() == {"mail": 2, "video": 1}
-    assert db.store.count_dead(tenant_id="acme") == {"mail": 1, "video": 1}
-
-
-def test_purge_dead_removes_one_or_all_dead_letters_and_nothing_else(db: Db) -> None:
-    dead = [finished(make_job(), JobStatus.FAILED) for _ in range(3)]
-    done = finished(make_job(), JobStatus.COMPLETED)
-    for job in (*dead, done):
-        db.store.record(job)
-    assert db.store.purge_dead(dead[0].id) == 1
-    assert db.store.purge_dead(done.id) == 0
-    assert db.store.purge_dead() == 2
-    assert [j.id for j in db.store.list_history()] == [done.id]
 
 
 # --- engines -------------------------------------------------------------------------------

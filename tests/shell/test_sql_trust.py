@@ -1,8 +1,10 @@
-"""The SQL backend's part of the trust work: prefetched claims and `start_claim`,
-claim-time promotion in promotion order, `next_due`, read-only `abandoned`, guarded
-`finish`, `revive`, server time, claims whose re-send after a lost answer takes no
-second job, databases made by the previous version, and idle workers that leave the
-pool alone.
+"""The SQL backend's own part of the trust work: claims, starts and finishes whose
+re-send after a lost answer takes no second job, a lock retry budget, a lease kept to
+the microsecond, databases made by the previous version, and idle workers that leave
+the pool alone. What every backend shares (prefetched claims, claim-time promotion,
+guarded finishes, revive, the server's clock, waking an idle worker) is in the
+contract (`conveyor.testing.contract`), run on SQLite and PostgreSQL by
+test_adapter_surface.py.
 
 Every test taking `db` runs on a SQLite file and on a real PostgreSQL server, with the
 fixtures of test_sql_backend.py.
@@ -15,21 +17,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from uuid import UUID
 
-import attrs
 import pytest
-from conveyor.core import JobStatus, Priority, revive
+from conveyor.core import JobStatus
 from conveyor.shell.adapters.sql import SqlJobQueue, make_engine
 from conveyor.shell.adapters.sql.migration import create_tables
 from conveyor.shell.adapters.sql.postgres_ddl import claim_function_name
 from conveyor.shell.adapters.sql.schema import SCHEMA
-from conveyor.shell.adapters.sql.statements import PROMOTE_PER_CLAIM
 from conveyor.shell.adapters.sql.wakeups import wakeups_for
-from conveyor.shell.ports import PREFETCH_MARK, BadClaim, Claim
+from conveyor.shell.ports import BadClaim, Claim
 from sqlalchemy import Engine, text
 from test_sql_backend import (
     MICRO,
@@ -39,7 +38,6 @@ from test_sql_backend import (
     claim_order,
     db,
     finished,
-    insert_raw,
     make_job,
     pg_url,
 )
@@ -54,215 +52,19 @@ def claims(got: list[Claim | BadClaim]) -> list[Claim]:
     return [c for c in got if isinstance(c, Claim)]
 
 
-# --- prefetched tokens and start_claim -----------------------------------------------------
+# --- the lease, to the microsecond ---------------------------------------------------------
 
 
-def test_dequeue_many_gives_prefetched_tokens_that_are_stored_as_given(db: Db) -> None:
-    for _ in range(3):
-        db.queue.enqueue(make_job())
-    batch = claims(db.queue.dequeue_many("default", T0, 3))
-    assert len(batch) == 3 and not any(c.started for c in batch)
-    assert all(c.token.startswith(PREFETCH_MARK) for c in batch)
-    assert len({c.token for c in batch}) == 3
-    found = {c.token: c.started for c in db.queue.abandoned(T0 + MICRO)}
-    assert found == {c.token: False for c in batch}
-
-
-def test_dequeue_gives_a_started_claim(db: Db) -> None:
-    db.queue.enqueue(make_job())
-    assert claim(db.queue).started
-
-
-def test_start_claim_swaps_the_token_renews_the_lease_and_fences_the_old_token(db: Db) -> None:
-    db.queue.enqueue(make_job())
-    [waiting] = claims(db.queue.dequeue_many("default", T0, 1))
-    started = db.queue.start_claim(waiting, LATER)
-    assert started is not None and started.started
-    assert (started.job, started.locked_at) == (waiting.job, LATER)
-    assert started.token != waiting.token
-    [held] = db.queue.abandoned(LATER + MICRO)
-    assert (held.token, held.locked_at, held.started) == (started.token, LATER, True)
-    assert db.queue.ack(waiting) is False, "the prefetched token no longer holds the job"
-    assert db.queue.extend(started, LATER) is True
-    assert db.queue.start_claim(waiting, LATER) is None, "the old token holds nothing"
-    assert db.queue.ack(started) is True
-
-
-def test_start_claim_of_a_claim_taken_over_is_none(db: Db) -> None:
-    db.queue.enqueue(make_job())
-    [waiting] = claims(db.queue.dequeue_many("default", T0, 1))
-    db.queue.enqueue(waiting.job)  # re-enqueued: the claim is lost
-    assert db.queue.start_claim(waiting, LATER) is None
-    assert db.queue.counts(LATER)["default"].ready == 1
-
-
-# --- claim-time promotion ------------------------------------------------------------------
-
-
-def test_a_claim_promotes_its_queues_due_jobs_in_run_at_then_enqueue_order(db: Db) -> None:
-    ready = make_job()
-    later = make_job(delay_ms=2000)
-    first, second = make_job(delay_ms=1000), make_job(delay_ms=1000)
-    elsewhere = make_job("other", delay_ms=1000)
-    not_yet = make_job(delay_ms=60_000)
-    for job in (later, first, ready, second, elsewhere, not_yet):
-        db.queue.enqueue(job)
-    now = T0 + timedelta(seconds=3)
-    assert claim_order(db.queue, now=now) == [ready.id, first.id, second.id, later.id]
-    counts = db.queue.counts(now)
-    assert counts["other"].scheduled == 1, "a claim promotes its own queue only"
-    assert counts["default"].scheduled == 1, "a job not yet due stays parked"
-
-
-def test_promoted_jobs_keep_their_priority_and_go_behind_the_ready_ones(db: Db) -> None:
-    ready_low, ready_high = make_job(priority=Priority.LOW), make_job(priority=Priority.HIGH)
-    due_high = make_job(priority=Priority.HIGH, delay_ms=1000)
-    for job in (due_high, ready_low, ready_high):
-        db.queue.enqueue(job)
-    order = claim_order(db.queue, now=T0 + timedelta(seconds=1))
-    assert order == [ready_high.id, due_high.id, ready_low.id]
-
-
-def test_dequeue_many_promotes_first_too(db: Db) -> None:
-    ready, due = make_job(), make_job(delay_ms=1000)
-    db.queue.enqueue(due)
-    db.queue.enqueue(ready)
-    got = claims(db.queue.dequeue_many("default", T0 + timedelta(seconds=1), 5))
-    assert [c.job.id for c in got] == [ready.id, due.id]
-
-
-def test_one_claim_promotes_a_bounded_number_of_due_jobs(db: Db) -> None:
-    extra = 30
-    jobs = [make_job(delay_ms=1000) for _ in range(PROMOTE_PER_CLAIM + extra)]
-    db.queue.enqueue_many(jobs)
-    now = T0 + timedelta(seconds=1)
-    taken = claim(db.queue, now=now)
-    assert taken.job.id == jobs[0].id
-    counts = db.queue.counts(now)["default"]
-    assert (counts.ready, counts.scheduled) == (PROMOTE_PER_CLAIM - 1, extra)
-    assert claim_order(db.queue, now=now) == [j.id for j in jobs[1:]]
-
-
-def test_promote_due_moves_in_run_at_then_enqueue_order(db: Db) -> None:
-    later = make_job(delay_ms=2000)
-    first, second, third = (make_job(delay_ms=1000) for _ in range(3))
-    for job in (later, first, second, third):
-        db.queue.enqueue(job)
-    assert db.queue.promote_due(T0 + timedelta(seconds=5)) == 4
-    order = claim_order(db.queue, now=T0)  # T0: nothing else could come due
-    assert order == [first.id, second.id, third.id, later.id]
-
-
-def test_next_due_is_the_earliest_run_at_among_the_queues_parked_jobs(db: Db) -> None:
-    assert db.queue.next_due("default") is None
-    db.queue.enqueue(make_job())  # ready: not parked
-    db.queue.enqueue(make_job(delay_ms=5000))
-    db.queue.enqueue(make_job(delay_ms=2000))
-    db.queue.enqueue(make_job("other", delay_ms=1000))
-    assert db.queue.next_due("default") == T0 + timedelta(seconds=2)
-    assert db.queue.next_due("other") == T0 + timedelta(seconds=1)
-    claim(db.queue, now=T0 + timedelta(seconds=2))  # promotes the first
-    assert db.queue.next_due("default") == T0 + timedelta(seconds=5)
-
-
-# --- the lease keeper's writes -------------------------------------------------------------
-
-
-def test_finish_with_abandoned_before_leaves_a_claim_renewed_since(db: Db) -> None:
+def test_a_lease_is_kept_to_the_microsecond(db: Db) -> None:
+    """A claim renewed at LATER is abandoned as of one microsecond later: the lease
+    keeper's guarded write lands then (Redis keeps leases to the millisecond)."""
     db.queue.enqueue(make_job())
     held = claim(db.queue)
     assert db.queue.extend(held, LATER)
     record = finished(held.job, JobStatus.FAILED, LATER)
     assert db.queue.finish(held, record, abandoned_before=LATER) is False
-    assert db.store.get(held.job.id) is None
-    assert db.queue.counts(LATER)["default"].in_flight == 1
+    assert [c.token for c in db.queue.abandoned(LATER + MICRO)] == [held.token]
     assert db.queue.finish(held, record, abandoned_before=LATER + MICRO) is True
-    assert db.store.get(held.job.id) == record
-    assert db.queue.counts(LATER) == {}
-
-
-def test_a_bad_claim_is_dead_lettered_by_a_guarded_finish(db: Db) -> None:
-    job_id = insert_raw(db, "{not json", status="processing", locked_at=0)
-    [bad] = db.queue.abandoned(T0)
-    assert isinstance(bad, BadClaim)
-    placeholder = finished(attrs.evolve(make_job(), id=UUID(job_id)), JobStatus.FAILED)
-    assert db.queue.finish(bad, placeholder, abandoned_before=from_epoch_us(0)) is False
-    assert db.queue.finish(bad, placeholder, abandoned_before=T0) is True
-    assert db.store.get(UUID(job_id)) == placeholder
-    assert db.queue.counts(T0) == {}
-    assert db.queue.finish(bad, placeholder, abandoned_before=T0) is False, "fenced"
-
-
-def from_epoch_us(us: int) -> datetime:
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
-
-
-# --- revive --------------------------------------------------------------------------------
-
-
-def test_revive_requeues_and_records_only_while_the_job_is_a_dead_letter(db: Db) -> None:
-    dead = finished(make_job(), JobStatus.FAILED)
-    db.store.record(dead)
-    fresh = revive(dead, LATER)
-    assert db.queue.revive(dead, fresh) is True
-    assert db.store.get(dead.id) == fresh
-    assert db.store.list_dead() == []
-    assert claim(db.queue, now=LATER).job == fresh
-    assert db.queue.revive(dead, fresh) is False, "no longer a dead letter"
-    assert db.queue.counts(LATER)["default"].ready == 0
-
-
-def test_revive_writes_nothing_when_the_record_is_not_failed(db: Db) -> None:
-    done = finished(make_job(), JobStatus.COMPLETED)
-    db.store.record(done)
-    fresh = revive(attrs.evolve(done, status=JobStatus.FAILED), LATER)
-    assert db.queue.revive(done, fresh) is False
-    assert db.store.get(done.id) == done
-    assert db.queue.counts(LATER) == {}
-    missing = finished(make_job(), JobStatus.FAILED)
-    assert db.queue.revive(missing, revive(missing, LATER)) is False
-    assert db.queue.counts(LATER) == {}
-
-
-def test_concurrent_revives_of_one_dead_letter_place_it_once(db: Db) -> None:
-    dead = finished(make_job(), JobStatus.FAILED)
-    db.store.record(dead)
-    fresh = revive(dead, LATER)
-    line = threading.Barrier(4)
-    results: list[bool] = []
-
-    def reviver() -> None:
-        line.wait()
-        results.append(db.queue.revive(dead, fresh))
-
-    threads = [threading.Thread(target=reviver) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(results) == [False, False, False, True]
-    assert claim_order(db.queue, now=LATER) == [dead.id]
-
-
-def test_a_revived_job_may_be_parked(db: Db) -> None:
-    dead = finished(make_job(), JobStatus.FAILED)
-    db.store.record(dead)
-    fresh = attrs.evolve(revive(dead, LATER), status=JobStatus.SCHEDULED, run_at=LATER)
-    assert db.queue.revive(dead, fresh)
-    assert db.queue.counts(T0)["default"].scheduled == 1
-    assert db.queue.next_due("default") == LATER
-
-
-# --- the server's clock --------------------------------------------------------------------
-
-
-def test_server_time_is_postgresqls_clock_and_none_on_sqlite(db: Db) -> None:
-    seen = db.queue.server_time()
-    if db.kind == "sqlite":
-        assert seen is None
-        return
-    assert seen is not None and seen.tzinfo is not None and seen.utcoffset() == timedelta(0)
-    assert abs(seen - datetime.now(UTC)) < timedelta(seconds=5)
 
 
 # --- re-sent claims ------------------------------------------------------------------------
@@ -530,26 +332,6 @@ def test_thirty_two_idle_workers_leave_the_pool_to_enqueue_and_claim(db: Db) -> 
         queue.close()
         engine.dispose()
     assert failures == []
-
-
-def test_a_waiting_worker_wakes_when_a_job_becomes_ready_on_its_queue(db: Db) -> None:
-    woke: dict[str, Any] = {}
-    started = threading.Event()
-
-    def waiter() -> None:
-        db.queue.wait_for_work("default", 0.01)  # the first wait starts the listener
-        started.set()
-        began = time.monotonic()
-        woke["result"] = db.queue.wait_for_work("default", 5.0)
-        woke["after"] = time.monotonic() - began
-
-    thread = threading.Thread(target=waiter)
-    thread.start()
-    assert started.wait(5)
-    time.sleep(0.2)
-    db.queue.enqueue(make_job())
-    thread.join(timeout=10)
-    assert woke["result"] is True and woke["after"] < 2
 
 
 @pytest.mark.parametrize("db", ["postgresql"], indirect=True)

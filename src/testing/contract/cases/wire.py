@@ -1,6 +1,6 @@
-"""Sweep cases for the wire format: whatever a backend stores (a JSON document, or the
-record itself), every field of a job comes back from a claim and from the store as
-it went in. Run on every backend through `test_adapter_surface.py`.
+"""Cases of the wire format: whatever a backend stores (a JSON document, or the record
+itself), every field of a job comes back from a claim and from the store as it went
+in.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import attrs
-from backends import Backend
-from conveyor.core import (
+
+from ....core import (
     Attempt,
     AttemptOutcome,
     ErrorInfo,
@@ -21,12 +21,14 @@ from conveyor.core import (
     freeze,
     start,
 )
-from conveyor.shell.executor import Executor
-from conveyor.shell.ports import Claim
-from helpers import T0, make_job
+from ....shell.ports import Claim
+from ..case import case
+from ..subject import Subject
+from ..support import T0, make_job
 
 
-def every_field_of_a_job_comes_back_from_a_claim_and_from_the_store(b: Backend) -> None:
+@case()
+def every_field_of_a_job_comes_back_from_a_claim_and_from_the_store(s: Subject) -> None:
     error = ErrorInfo("ValueError", "bad \u00e9", True, traceback="Traceback...\n  boom")
     earlier = Attempt(1, T0, T0 + timedelta(seconds=1), AttemptOutcome.RETRIED, "host:1:a", error)
     job = attrs.evolve(
@@ -45,8 +47,8 @@ def every_field_of_a_job_comes_back_from_a_claim_and_from_the_store(b: Backend) 
         attempts=(earlier,),
         partition_key="acme-eu",
     )
-    b.queue.enqueue(job)
-    claim = b.queue.dequeue("default", T0)
+    s.queue.enqueue(job)
+    claim = s.queue.dequeue("default", T0)
     assert isinstance(claim, Claim)
     assert claim.job == job, [
         f.name
@@ -55,10 +57,10 @@ def every_field_of_a_job_comes_back_from_a_claim_and_from_the_store(b: Backend) 
     ]
     running = start(claim.job, T0, "host:2:b").unwrap()
     decision = decide(running, Succeeded({"ok": ["\u00e9", 1]}), T0, Policies(), 0.5)
-    assert Executor(b.queue, b.store).carry_out(claim, decision)
+    assert s.executor(s.queue, s.store).carry_out(claim, decision)
     done = decision.job
-    assert b.store.get(job.id) == done
+    assert s.store.get(job.id) == done
     assert done.result == freeze({"ok": ["\u00e9", 1]})
 
 
-HOTPATH_CASES = (every_field_of_a_job_comes_back_from_a_claim_and_from_the_store,)
+WIRE_CASES = (every_field_of_a_job_comes_back_from_a_claim_and_from_the_store,)

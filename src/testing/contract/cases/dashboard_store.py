@@ -1,8 +1,6 @@
-"""Sweep cases for the store reads the dashboard pages make: history filtered by
-queue, job type, tenant and status, paged and counted in the store
-(`find_history`, `count_history`), and finished records per minute
-(`finished_per_minute`). Each runs on every backend through
-`test_adapter_surface.py`.
+"""Cases of the store reads the dashboard pages make: history filtered by queue, job
+type, tenant and status, paged and counted in the store (`find_history`,
+`count_history`), and finished records per minute (`finished_per_minute`).
 """
 
 from __future__ import annotations
@@ -10,11 +8,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 import attrs
-from backends import Backend
-from conveyor.core import ErrorInfo, Job, JobStatus, Policies, Succeeded, dead_letter, decide, start
-from conveyor.core.retention import PruneOrder
-from conveyor.shell.ports import BatchingJobQueue, Claim, HistoryFilter
-from helpers import T0, make_job
+
+from ....core import ErrorInfo, Job, JobStatus, Policies, Succeeded, dead_letter, decide, start
+from ....core.retention import PruneOrder
+from ....shell.ports import BatchingJobQueue, Claim, HistoryFilter
+from ..case import case
+from ..subject import FINISHING, Subject
+from ..support import T0, make_job
 
 #: A whole minute, so the per-minute buckets below start on it.
 MINUTE0 = T0.replace(second=0, microsecond=0)
@@ -28,7 +28,7 @@ def _outcome(job: Job, when: datetime, dead: bool) -> Job:
 
 
 def _recorded(
-    b: Backend,
+    s: Subject,
     job_type: str = "work",
     *,
     queue: str = "default",
@@ -37,7 +37,7 @@ def _recorded(
     dead: bool = False,
 ) -> Job:
     record = _outcome(make_job(job_type, queue=queue, tenant_id=tenant), when, dead)
-    b.store.record(record)
+    s.store.record(record)
     return record
 
 
@@ -45,12 +45,13 @@ def _ids(jobs: object) -> list[str]:
     return [str(job.id) for job in jobs]  # type: ignore[attr-defined]
 
 
-def history_is_filtered_by_queue_and_type_in_the_store(b: Backend) -> None:
+@case()
+def history_is_filtered_by_queue_and_type_in_the_store(s: Subject) -> None:
     made = []
     for n in range(12):
         made.append(
             _recorded(
-                b,
+                s,
                 "mail" if n % 2 else "resize",
                 queue="fast" if n % 3 else "slow",
                 tenant="acme" if n % 4 == 0 else None,
@@ -83,72 +84,77 @@ def history_is_filtered_by_queue_and_type_in_the_store(b: Backend) -> None:
         HistoryFilter(),
     ):
         want = expected(where)
-        assert _ids(b.store.find_history(where, limit=100)) == _ids(want), where
-        assert b.store.count_history(where) == len(want), where
+        assert _ids(s.store.find_history(where, limit=100)) == _ids(want), where
+        assert s.store.count_history(where) == len(want), where
 
 
-def history_listing_pages_by_offset(b: Backend) -> None:
-    made = [_recorded(b, "mail", queue="fast") for _ in range(7)]
-    _recorded(b, "other", queue="fast")
+@case()
+def history_listing_pages_by_offset(s: Subject) -> None:
+    made = [_recorded(s, "mail", queue="fast") for _ in range(7)]
+    _recorded(s, "other", queue="fast")
     newest = _ids(reversed(made))
     where = HistoryFilter(status=JobStatus.COMPLETED, job_type="mail")
-    pages = [_ids(b.store.find_history(where, offset=at, limit=3)) for at in (0, 3, 6, 9)]
+    pages = [_ids(s.store.find_history(where, offset=at, limit=3)) for at in (0, 3, 6, 9)]
     assert pages == [newest[0:3], newest[3:6], newest[6:7], []]
     anywhere = HistoryFilter(queue="fast", job_type="mail")
-    assert _ids(b.store.find_history(anywhere, offset=2, limit=2)) == newest[2:4]
+    assert _ids(s.store.find_history(anywhere, offset=2, limit=2)) == newest[2:4]
 
 
-def finished_per_minute_counts_completed_and_dead_by_minute(b: Backend) -> None:
-    _recorded(b, when=MINUTE0 + timedelta(seconds=5))
-    _recorded(b, when=MINUTE0 + timedelta(seconds=59))
-    _recorded(b, when=MINUTE0 + timedelta(minutes=2, seconds=1), dead=True)
-    _recorded(b, when=MINUTE0 + timedelta(minutes=2, seconds=30))
-    _recorded(b, when=MINUTE0 - timedelta(seconds=1))  # before the window
-    _recorded(b, when=MINUTE0 + timedelta(minutes=3))  # after it
-    counts = b.store.finished_per_minute(MINUTE0 + timedelta(seconds=20), 3)
+@case()
+def finished_per_minute_counts_completed_and_dead_by_minute(s: Subject) -> None:
+    _recorded(s, when=MINUTE0 + timedelta(seconds=5))
+    _recorded(s, when=MINUTE0 + timedelta(seconds=59))
+    _recorded(s, when=MINUTE0 + timedelta(minutes=2, seconds=1), dead=True)
+    _recorded(s, when=MINUTE0 + timedelta(minutes=2, seconds=30))
+    _recorded(s, when=MINUTE0 - timedelta(seconds=1))  # before the window
+    _recorded(s, when=MINUTE0 + timedelta(minutes=3))  # after it
+    counts = s.store.finished_per_minute(MINUTE0 + timedelta(seconds=20), 3)
     assert counts.start == MINUTE0
     assert counts.completed == (2, 0, 1)
     assert counts.failed == (0, 0, 1)
 
 
-def finished_per_minute_counts_a_time_of_any_zone_in_its_utc_minute(b: Backend) -> None:
+@case()
+def finished_per_minute_counts_a_time_of_any_zone_in_its_utc_minute(s: Subject) -> None:
     # 00:59:30 at +02:00 is 22:59:30 UTC the day before: across a day and a month.
     start = datetime(2026, 2, 28, 22, 59, tzinfo=UTC)
     zone = timezone(timedelta(hours=2))
-    _recorded(b, when=datetime(2026, 3, 1, 0, 59, 30, tzinfo=zone))
-    _recorded(b, when=datetime(2026, 3, 1, 1, 0, 1, tzinfo=zone), dead=True)
-    counts = b.store.finished_per_minute(start, 2)
+    _recorded(s, when=datetime(2026, 3, 1, 0, 59, 30, tzinfo=zone))
+    _recorded(s, when=datetime(2026, 3, 1, 1, 0, 1, tzinfo=zone), dead=True)
+    counts = s.store.finished_per_minute(start, 2)
     assert (counts.completed, counts.failed) == ((1, 0), (0, 1))
 
 
-def finished_per_minute_counts_records_written_by_the_queue(b: Backend) -> None:
+@case(FINISHING)
+def finished_per_minute_counts_records_written_by_the_queue(s: Subject) -> None:
     jobs = [make_job() for _ in range(3)]
     for job in jobs:
-        b.queue.enqueue(job)
+        s.queue.enqueue(job)
     when = MINUTE0 + timedelta(seconds=10)
     claims = []
     for _ in jobs:
-        claim = b.queue.dequeue("default", when)
+        claim = s.queue.dequeue("default", when)
         assert isinstance(claim, Claim)
         claims.append(claim)
     first, *rest = claims
-    assert b.queue.finish(first, _outcome(first.job, when, dead=True))
+    assert s.queue.finish(first, _outcome(first.job, when, dead=True))
     items = [(c, _outcome(c.job, when, dead=False)) for c in rest]
-    if isinstance(b.queue, BatchingJobQueue):
-        assert list(b.queue.finish_many(items)) == [True, True]
+    if isinstance(s.queue, BatchingJobQueue):
+        assert list(s.queue.finish_many(items)) == [True, True]
     else:
-        assert all(b.queue.finish(c, record) for c, record in items)
-    counts = b.store.finished_per_minute(MINUTE0, 1)
+        assert all(s.queue.finish(c, record) for c, record in items)
+    counts = s.store.finished_per_minute(MINUTE0, 1)
     assert (counts.completed, counts.failed) == ((2,), (1,))
     where = HistoryFilter(status=JobStatus.COMPLETED, job_type="work", queue="default")
-    assert sorted(_ids(b.store.find_history(where))) == sorted(_ids(c.job for c in rest))
+    assert sorted(_ids(s.store.find_history(where))) == sorted(_ids(c.job for c in rest))
 
 
-def records_that_leave_the_store_leave_the_filtered_reads(b: Backend) -> None:
-    old = _recorded(b, "mail", when=MINUTE0)
-    kept = _recorded(b, "mail", when=MINUTE0 + timedelta(days=2))
-    dead = _recorded(b, "mail", when=MINUTE0, dead=True)
-    assert b.store.purge_dead(dead.id) == 1
+@case()
+def records_that_leave_the_store_leave_the_filtered_reads(s: Subject) -> None:
+    old = _recorded(s, "mail", when=MINUTE0)
+    kept = _recorded(s, "mail", when=MINUTE0 + timedelta(days=2))
+    dead = _recorded(s, "mail", when=MINUTE0, dead=True)
+    assert s.store.purge_dead(dead.id) == 1
     order = PruneOrder(
         completed_before=MINUTE0 + timedelta(days=1),
         dead_before=None,
@@ -156,24 +162,25 @@ def records_that_leave_the_store_leave_the_filtered_reads(b: Backend) -> None:
         keep_dead=None,
         limit=10,
     )
-    assert b.store.prune(order) == 1
-    assert _ids(b.store.find_history(HistoryFilter(job_type="mail"))) == [str(kept.id)]
-    assert b.store.count_history(HistoryFilter(status=JobStatus.FAILED, job_type="mail")) == 0
-    counts = b.store.finished_per_minute(MINUTE0, 1)
+    assert s.store.prune(order) == 1
+    assert _ids(s.store.find_history(HistoryFilter(job_type="mail"))) == [str(kept.id)]
+    assert s.store.count_history(HistoryFilter(status=JobStatus.FAILED, job_type="mail")) == 0
+    counts = s.store.finished_per_minute(MINUTE0, 1)
     assert (counts.completed, counts.failed) == ((0,), (0,)), old
 
 
-def a_record_recorded_again_moves_between_the_filtered_reads(b: Backend) -> None:
-    dead = _recorded(b, "mail", queue="fast", when=MINUTE0, dead=True)
+@case()
+def a_record_recorded_again_moves_between_the_filtered_reads(s: Subject) -> None:
+    dead = _recorded(s, "mail", queue="fast", when=MINUTE0, dead=True)
     # Recorded again (as a retried dead letter's next outcome is), now completed.
     again = attrs.evolve(
         dead, status=JobStatus.COMPLETED, finished_at=MINUTE0 + timedelta(minutes=1)
     )
-    b.store.record(again)
-    assert b.store.count_history(HistoryFilter(status=JobStatus.FAILED, queue="fast")) == 0
-    found = b.store.find_history(HistoryFilter(status=JobStatus.COMPLETED, job_type="mail"))
+    s.store.record(again)
+    assert s.store.count_history(HistoryFilter(status=JobStatus.FAILED, queue="fast")) == 0
+    found = s.store.find_history(HistoryFilter(status=JobStatus.COMPLETED, job_type="mail"))
     assert _ids(found) == [str(dead.id)]
-    counts = b.store.finished_per_minute(MINUTE0, 2)
+    counts = s.store.finished_per_minute(MINUTE0, 2)
     assert (counts.completed, counts.failed) == ((0, 1), (0, 0))
 
 

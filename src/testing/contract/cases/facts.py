@@ -1,11 +1,10 @@
-"""Sweep cases for the facts every backend keeps of a job: its partition (the core's
+"""Cases of the facts every backend keeps of a job: its partition (the core's
 `partition_of`: its partition key, else its tenant, else the default partition) and
 its rank (the core's `Priority.rank`), and the claim order they give (most urgent
-rank first, then first in, first out). Each runs on every backend through
-`test_adapter_surface.py`; the expectations come from the core, never from a
-backend.
+rank first, then first in, first out). The expectations come from the core, never
+from a backend.
 
-Queues carry a fresh name: the PostgreSQL sweep database outlives one case.
+Queues carry a fresh name: a server's data may outlive one case.
 """
 
 from __future__ import annotations
@@ -14,11 +13,12 @@ import uuid
 from collections import Counter
 from datetime import timedelta
 
-from backends import Backend
-from conveyor.core import Job
-from conveyor.core.limits import Cap, QueueLimits, partition_of
-from conveyor.shell.ports import Claim, LimitReportingJobQueue
-from helpers import T0, make_job
+from ....core import Job
+from ....core.limits import Cap, QueueLimits, partition_of
+from ....shell.ports import Claim, LimitReportingJobQueue
+from ..case import case
+from ..subject import LIMIT_REPORTING, Subject
+from ..support import T0, make_job
 
 LATER = T0 + timedelta(seconds=10)
 
@@ -54,16 +54,17 @@ def _ids(claims: list[object]) -> list[uuid.UUID]:
     return [c.job.id for c in claims if isinstance(c, Claim)]
 
 
-def a_job_is_indexed_under_the_cores_partition_and_rank(b: Backend) -> None:
-    assert isinstance(b.queue, LimitReportingJobQueue)
+@case(LIMIT_REPORTING)
+def a_job_is_indexed_under_the_cores_partition_and_rank(s: Subject) -> None:
+    assert isinstance(s.queue, LimitReportingJobQueue)
     queue = _queue()
     ready, parked = _mix(queue)
-    b.queue.limit_usage(queue, T0)  # the queue's limits in use before its jobs arrive
-    b.queue.enqueue_many(ready)
-    b.queue.enqueue(parked)
-    assert b.queue.promote_due(LATER) == 1
+    s.queue.limit_usage(queue, T0)  # the queue's limits in use before its jobs arrive
+    s.queue.enqueue_many(ready)
+    s.queue.enqueue(parked)
+    assert s.queue.promote_due(LATER) == 1
     jobs = [*ready, parked]  # the promoted job's turn is its promotion
-    usage = b.queue.limit_usage(queue, LATER)
+    usage = s.queue.limit_usage(queue, LATER)
     assert dict(usage.ready) == Counter(partition_of(j) for j in jobs)
     by_id = {str(j.id): j for j in jobs}
     seen = {c.id: (c.partition, c.priority, c.job_type) for c in usage.candidates}
@@ -72,30 +73,32 @@ def a_job_is_indexed_under_the_cores_partition_and_rank(b: Backend) -> None:
     assert [c.id for c in in_order] == [str(j.id) for j in _claim_order(jobs)]
 
 
+@case(LIMIT_REPORTING)
 def a_claim_under_limits_takes_the_cores_order_and_counts_the_cores_partition(
-    b: Backend,
+    s: Subject,
 ) -> None:
-    assert isinstance(b.queue, LimitReportingJobQueue)
+    assert isinstance(s.queue, LimitReportingJobQueue)
     queue = _queue()
     ready, parked = _mix(queue)
-    b.queue.enqueue_many(ready)  # ready before the queue's limits are used
-    b.queue.enqueue(parked)
+    s.queue.enqueue_many(ready)  # ready before the queue's limits are used
+    s.queue.enqueue(parked)
     jobs = [*ready, parked]
-    got = b.queue.dequeue_limited(queue, LATER, len(jobs), QueueLimits()).claims
+    got = s.queue.dequeue_limited(queue, LATER, len(jobs), QueueLimits()).claims
     assert _ids(list(got)) == [j.id for j in _claim_order(jobs)]
-    running = b.queue.limit_usage(queue, LATER).running
+    running = s.queue.limit_usage(queue, LATER).running
     assert dict(running) == Counter((j.job_type, partition_of(j)) for j in jobs)
 
 
-def a_cap_per_partition_holds_each_of_the_cores_partitions(b: Backend) -> None:
-    assert isinstance(b.queue, LimitReportingJobQueue)
+@case(LIMIT_REPORTING)
+def a_cap_per_partition_holds_each_of_the_cores_partitions(s: Subject) -> None:
+    assert isinstance(s.queue, LimitReportingJobQueue)
     queue = _queue()
     ready, parked = _mix(queue)
-    b.queue.enqueue_many(ready)
-    b.queue.enqueue(parked)
+    s.queue.enqueue_many(ready)
+    s.queue.enqueue(parked)
     jobs = [*ready, parked]
     one_each = QueueLimits(caps=(Cap(1, per_partition=True),))
-    got = b.queue.dequeue_limited(queue, LATER, len(jobs), one_each).claims
+    got = s.queue.dequeue_limited(queue, LATER, len(jobs), one_each).claims
     # The first job of each partition in claim order, and no other.
     firsts: dict[str, Job] = {}
     for job in _claim_order(jobs):
@@ -103,19 +106,20 @@ def a_cap_per_partition_holds_each_of_the_cores_partitions(b: Backend) -> None:
     assert _ids(list(got)) == [j.id for j in _claim_order(list(firsts.values()))]
 
 
+@case(LIMIT_REPORTING)
 def a_plain_claim_takes_the_cores_order_and_is_counted_under_its_partition(
-    b: Backend,
+    s: Subject,
 ) -> None:
-    assert isinstance(b.queue, LimitReportingJobQueue)
+    assert isinstance(s.queue, LimitReportingJobQueue)
     queue = _queue()
     ready, parked = _mix(queue)
-    b.queue.enqueue_many(ready)
-    b.queue.enqueue(parked)
+    s.queue.enqueue_many(ready)
+    s.queue.enqueue(parked)
     jobs = [*ready, parked]
-    got = b.queue.dequeue_many(queue, LATER, len(jobs))
+    got = s.queue.dequeue_many(queue, LATER, len(jobs))
     assert _ids(list(got)) == [j.id for j in _claim_order(jobs)]
     # Claimed before the queue's limits were ever used: still counted under its partition.
-    running = b.queue.limit_usage(queue, LATER).running
+    running = s.queue.limit_usage(queue, LATER).running
     assert dict(running) == Counter((j.job_type, partition_of(j)) for j in jobs)
 
 
