@@ -6,127 +6,17 @@ the demo, a closed pipe)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import attrs
 import conveyor
 import pytest
-import redis
-from conveyor.shell.cli import main
-from conveyor.testing.redis_server import redis_url
+from cli_support import CONVEYOR, Ran, cli, cli_project, process_env, run_process
 
-#: The Redis database these tests use (flushed at the start of each).
-CLI_REDIS_DB = 12
-
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
-
-HANDLERS = """
-import json, os, pathlib
-OUT = pathlib.Path(os.environ["DEMO_OUT"])
-def ship(args):
-    with OUT.open("a") as f:
-        f.write(json.dumps(args) + "\\n")
-    return "ok"
-def explode(args):
-    from conveyor import Permanent
-    raise Permanent("cannot ship to the moon")
-HANDLERS = {"ship": ship, "explode": explode}
-"""
-
-
-@attrs.frozen
-class Ran:
-    """What one command did: its exit code and what it printed."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def project(
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> Path:
-    """A project folder with a config and a handler module, the current directory
-    while the test runs, on a migrated, empty database."""
-    (tmp_path / "cli_handlers.py").write_text(HANDLERS)
-    if request.param == "sqlite":
-        backend = f'provider = "db"\nurl = "sqlite:///{tmp_path / "jobs.db"}"\n'
-    else:
-        url = redis_url(db=CLI_REDIS_DB)
-        redis.Redis.from_url(url).flushdb()
-        backend = f'provider = "redis"\nredis = {{ url = "{url}" }}\n'
-    (tmp_path / "conveyor.toml").write_text(
-        backend
-        + 'handlers = ["cli_handlers:HANDLERS"]\nentry_points = false\n'
-        + textwrap.dedent("""
-            [workers]
-            count = 2
-            queues = ["default"]
-            poll_interval_ms = 20
-            promote_interval_ms = 50
-        """)
-    )
-    # What a user's shell gives a command run in the project folder.
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "cli_handlers", raising=False)
-    monkeypatch.setenv("DEMO_OUT", str(tmp_path / "out.jsonl"))
-    monkeypatch.delenv("CONVEYOR_URL", raising=False)
-    monkeypatch.setattr(sys, "argv", ["conveyor"])
-    assert main(["migrate"]) == 0  # the database exists, as after a deploy: status reads it
-    return tmp_path
-
-
-@pytest.fixture
-def cli(project: Path, capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
-    """`cli(*args)`: `conveyor *args` in the project folder, called in this process."""
-
-    def call(*args: str, check: bool = True) -> Ran:
-        capsys.readouterr()  # only this command's output
-        try:
-            code = main(list(args))
-        except SystemExit as exit:  # argparse's refusals, as a process would end
-            code = exit.code if isinstance(exit.code, int) else 1
-        result = Ran(code, *capsys.readouterr())
-        if check:
-            assert result.returncode == 0, result.stderr
-        return result
-
-    return call
-
-
-def _env(project: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(project) + os.pathsep + env.get("PYTHONPATH", "")
-    env["DEMO_OUT"] = str(project / "out.jsonl")
-    env.pop("CONVEYOR_URL", None)
-    return env
-
-
-def run_process(project: Path, *args: str, check: bool = True) -> Ran:
-    """`conveyor *args` as a user runs it: a process of its own, in the project folder."""
-    result = subprocess.run(
-        [*CONVEYOR, *args],
-        cwd=project,
-        env=_env(project),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if check:
-        assert result.returncode == 0, result.stderr
-    return Ran(result.returncode, result.stdout, result.stderr)
+__all__ = ["cli", "cli_project"]  # the fixtures these tests use
 
 
 def _status(cli: Callable[..., Ran]) -> dict:
@@ -139,23 +29,23 @@ def _row(status: dict, queue: str) -> dict:
 
 def _worker(project: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [*CONVEYOR, "worker"], cwd=project, env=_env(project), stderr=subprocess.PIPE, text=True
+        [*CONVEYOR, "worker"], cwd=project, env=process_env(project), stderr=subprocess.PIPE, text=True
     )
 
 
-def test_a_worker_processes_jobs_another_process_enqueued(project, cli) -> None:
-    ids = [run_process(project, "enqueue", "ship", json.dumps({"n": 0})).stdout.strip()]
+def test_a_worker_processes_jobs_another_process_enqueued(cli_project, cli) -> None:
+    ids = [run_process(cli_project, "enqueue", "ship", json.dumps({"n": 0})).stdout.strip()]
     ids += [cli("enqueue", "ship", json.dumps({"n": i})).stdout.strip() for i in range(1, 5)]
     assert len(set(ids)) == 5
     assert _row(_status(cli), "default")["ready"] == 5
-    worker = _worker(project)
-    out = project / "out.jsonl"
+    worker = _worker(cli_project)
+    out = cli_project / "out.jsonl"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (
         not out.exists() or len(out.read_text().splitlines()) < 5
     ):
         time.sleep(0.05)
-    live = json.loads(run_process(project, "status", "--json").stdout)
+    live = json.loads(run_process(cli_project, "status", "--json").stdout)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0, worker.stderr.read() if worker.stderr else ""
     assert sorted(json.loads(line)["n"] for line in out.read_text().splitlines()) == list(range(5))
@@ -173,15 +63,15 @@ def test_status_flags_a_queue_with_work_and_no_poller(cli) -> None:
     assert cli("status", "--strict", check=False).returncode == 1
 
 
-def test_dead_letters_list_show_retry_and_purge(project, cli) -> None:
+def test_dead_letters_list_show_retry_and_purge(cli_project, cli) -> None:
     job_id = cli("enqueue", "explode", json.dumps({"secret": "s3cr3t-canary"})).stdout.strip()
-    worker = _worker(project)
+    worker = _worker(cli_project)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and _row(_status(cli), "default")["dead"] == 0:
         time.sleep(0.1)
     worker.send_signal(signal.SIGTERM)
     worker.wait(timeout=30)
-    listing = run_process(project, "dead", "list").stdout
+    listing = run_process(cli_project, "dead", "list").stdout
     assert job_id in listing and "cannot ship to the moon" in listing
     assert cli("dead", "list").stdout == listing
     shown = json.loads(cli("dead", "show", job_id).stdout)
@@ -193,8 +83,8 @@ def test_dead_letters_list_show_retry_and_purge(project, cli) -> None:
     assert cli("dead", "purge", "--all").stdout.strip() == "purged 0"
 
 
-def test_bad_input_exits_2_naming_the_field(project, cli) -> None:
-    result = run_process(project, "enqueue", "bad type!", "{}", check=False)
+def test_bad_input_exits_2_naming_the_field(cli_project, cli) -> None:
+    result = run_process(cli_project, "enqueue", "bad type!", "{}", check=False)
     assert result.returncode == 2 and "job_type" in result.stderr
     result = cli("enqueue", "ship", "[1,2]", check=False)
     assert result.returncode == 2 and "args" in result.stderr
@@ -263,17 +153,17 @@ def test_a_misspelt_job_type_warns_and_strict_refuses_it(cli, caplog) -> None:
     assert cli("enqueue", "--strict", "ship", "{}").returncode == 0
 
 
-def test_a_reader_that_stops_early_gets_no_error(project, monkeypatch) -> None:
+def test_a_reader_that_stops_early_gets_no_error(cli_project) -> None:
     """`conveyor jobs list | head -1`: the closed pipe is not reported as a failure."""
-    rt = conveyor.build(str(project / "conveyor.toml"))
+    rt = conveyor.build(str(cli_project / "conveyor.toml"))
     try:
         rt.enqueue_many("ship", [{"n": i} for i in range(3000)])
     finally:
         rt.close()
     proc = subprocess.Popen(
         [*CONVEYOR, "jobs", "list", "--limit", "3000"],
-        cwd=project,
-        env=_env(project),
+        cwd=cli_project,
+        env=process_env(cli_project),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
