@@ -83,17 +83,23 @@ def cli_project(
     return tmp_path
 
 
+def call_main(capsys: pytest.CaptureFixture[str], *args: str) -> Ran:
+    """`conveyor *args` in the current directory, called in this process: its exit
+    code (argparse's refusals too, as a process would end) and only its output."""
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else 1
+    return Ran(code, *capsys.readouterr())
+
+
 @pytest.fixture
 def cli(cli_project: Path, capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
     """`cli(*args)`: `conveyor *args` in the project folder, called in this process."""
 
     def call(*args: str, check: bool = True) -> Ran:
-        capsys.readouterr()  # only this command's output
-        try:
-            code = main(list(args))
-        except SystemExit as exit:  # argparse's refusals, as a process would end
-            code = exit.code if isinstance(exit.code, int) else 1
-        result = Ran(code, *capsys.readouterr())
+        result = call_main(capsys, *args)
         if check:
             assert result.returncode == 0, result.stderr
         return result
