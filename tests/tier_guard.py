@@ -110,7 +110,8 @@ class Guard:
         if not self.subprocess:
             # subprocess keeps its own reference to fork_exec; multiprocessing looks it up.
             patched = [(subprocess, "_fork_exec"), (_posixsubprocess, "fork_exec")]
-            patched += [(os, n) for n in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system")]
+            spawns = ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system")
+            patched += [(os, name) for name in spawns]
             patched += [(multiprocessing.process.BaseProcess, "start")]
             for owner, name in patched:
                 mp.setattr(owner, name, self._spawning(owner, name))

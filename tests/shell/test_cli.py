@@ -29,7 +29,11 @@ def _row(status: dict, queue: str) -> dict:
 
 def _worker(project: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [*CONVEYOR, "worker"], cwd=project, env=process_env(project), stderr=subprocess.PIPE, text=True
+        [*CONVEYOR, "worker"],
+        cwd=project,
+        env=process_env(project),
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
