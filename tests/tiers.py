@@ -30,9 +30,18 @@ from typing import Any
 TESTS = Path(__file__).resolve().parent
 SERVER_BACKENDS = frozenset({"postgresql", "redis"})
 BACKEND_NAMES = frozenset({"memory", "sqlite", *SERVER_BACKENDS})
-#: Calls that start or reach a test server (`conveyor.testing`'s server helpers).
+#: Calls that start or reach a test server (`conveyor.testing`'s server helpers, and
+#: `PgCluster`, the fault tests' own PostgreSQL).
 SERVER_CALLS = frozenset(
-    {"postgres_url", "fresh_database", "redis_url", "redis_server", "RedisServer", "restart_redis"}
+    {
+        "postgres_url",
+        "fresh_database",
+        "redis_url",
+        "redis_server",
+        "RedisServer",
+        "restart_redis",
+        "PgCluster",
+    }
 )
 #: Test helpers that build a backend from its name.
 BACKEND_FACTORIES = frozenset({"make_backend", "make_site"})
