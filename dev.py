@@ -3,6 +3,8 @@
 
     python3 dev.py demo    # the demo on the embedded SQLite default
     python3 dev.py test    # lint, import contract, types, then the whole test suite
+    python3 dev.py test --fast  # the same checks, then only the tests needing no
+                                # server and no subprocess (docs/testing.md)
     python3 dev.py bench   # the benchmarks (see docs/performance.md)
     python3 dev.py docs    # the documentation site, API reference included, into site/
 
@@ -84,12 +86,19 @@ def ensure_env(extras: str = "dev") -> None:
     stamp.write_text(want)
 
 
+#: The tests `test --fast` runs: those marked neither `server` nor `subprocess` (the
+#: markers are set at collection by tests/tiers.py).
+FAST = "not server and not subprocess"
+
+
 def test(args: list[str]) -> None:
+    fast = "--fast" in args
+    args = [a for a in args if a != "--fast"]
     ensure_env()
     run(BIN / "ruff", "check", "src", "tests", "benchmarks")
     run(BIN / "lint-imports")
     run(BIN / "mypy", "--strict", "src")
-    run(BIN / "python", "-m", "pytest", *args)
+    run(BIN / "python", "-m", "pytest", *(["-m", FAST] if fast else []), *args)
 
 
 def demo(args: list[str]) -> None:

@@ -126,7 +126,9 @@ def test_caps_hold_at_every_instant_while_workers_are_killed(limited: Site) -> N
 
 @pytest.mark.slow
 def test_a_rate_holds_across_three_processes_within_ten_percent(limited: Site) -> None:
-    starts, seconds = 20, 30.0
+    # Ten seconds: the steady part (after the first 2 s) holds about 160 starts, so
+    # one start more or less moves the observed rate by under 1 %, well inside 10 %.
+    starts, seconds = 20, 10.0
     rate = {"rates": [{"starts": starts, "per_seconds": 1.0}]}
     enqueue(limited, ["a", "b"], int(starts * seconds * 0.6) + 40)
     fleet = [p.ready() for p in [spawn(limited, rate) for _ in range(3)]]

@@ -9,8 +9,8 @@ from typing import Any
 
 import conveyor
 import pytest
-import test_cli
 from backends import Backend
+from cli_support import cli, cli_project
 from conveyor.core import AttemptOutcome, JobStatus, LeasePolicy, Policies, RetryPolicy
 from conveyor.shell.config import load_config
 from conveyor.shell.job_text import describe
@@ -20,10 +20,10 @@ from conveyor.shell.runtime import Runtime
 from conveyor.shell.worker.loop import Worker
 from conveyor.testing.clock import ManualClock
 from helpers import T0, make_job
-from test_cli import run
 
-#: The CLI tests' project (a config and handlers), on SQLite and Redis.
-cli_project = test_cli.project
+#: The CLI tests' project (a config and handlers) on SQLite and Redis, and its commands
+#: called in-process.
+__all__ = ["cli", "cli_project"]
 
 WORKER_ID = "attempts-test-worker"
 LEASE_MS = 30_000
@@ -177,27 +177,23 @@ def test_job_show_lines_summarise_each_attempt_and_hide_tracebacks(setup: Setup)
 
 
 def test_job_show_and_dead_show_give_the_failing_attempts_traceback(
-    cli_project, monkeypatch
+    cli_project, cli
 ) -> None:
-    job_id = run(cli_project, "enqueue", "explode", json.dumps({"card": "s3cr3t"})).stdout.strip()
-    monkeypatch.syspath_prepend(str(cli_project))
-    monkeypatch.chdir(cli_project)
-    monkeypatch.setenv("DEMO_OUT", str(cli_project / "out.jsonl"))
-    monkeypatch.delenv("CONVEYOR_URL", raising=False)
+    job_id = cli("enqueue", "explode", json.dumps({"card": "s3cr3t"})).stdout.strip()
     rt = conveyor.build(str(cli_project / "conveyor.toml"))
     try:
         rt.drain()
     finally:
         rt.close()
     raising = 'raise Permanent("cannot ship to the moon")'
-    shown = json.loads(run(cli_project, "job", "show", job_id, "--json").stdout)
+    shown = json.loads(cli("job", "show", job_id, "--json").stdout)
     [attempt] = shown["attempts"]
     assert attempt["outcome"] == "dead_lettered" and attempt["worker"]
     assert raising in attempt["error"]["traceback"]
-    text = run(cli_project, "job", "show", job_id).stdout
+    text = cli("job", "show", job_id).stdout
     assert "#1 dead_lettered" in text and raising not in text
-    assert raising in run(cli_project, "job", "show", job_id, "--traceback").stdout
-    dead = json.loads(run(cli_project, "dead", "show", job_id).stdout)
+    assert raising in cli("job", "show", job_id, "--traceback").stdout
+    dead = json.loads(cli("dead", "show", job_id).stdout)
     assert raising in dead["traceback"]
     assert [a["outcome"] for a in dead["attempts"]] == ["dead_lettered"]
     assert "s3cr3t" not in json.dumps(shown) + json.dumps(dead), "args stay out of tracebacks"

@@ -5,10 +5,9 @@ contract's `cancel` cases.)"""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import conveyor
 import pytest
 import sqlalchemy as sa
 from backends import make_backend
+from cli_support import Ran, call_main, run_process
 from conveyor.core import (
     CancelResult,
     JobStatus,
@@ -27,8 +27,6 @@ from conveyor.core import (
 )
 from conveyor.shell.ports import Claim
 from helpers import T0, make_job
-
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
 
 
 def _config(kind: str, tmp_path: Path) -> dict[str, Any]:
@@ -119,29 +117,35 @@ def test_a_cancel_request_committed_while_a_finish_waits_wins_on_postgresql() ->
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A SQLite project folder, the current directory while the test runs."""
     (tmp_path / "conveyor.toml").write_text(
         f'provider = "db"\nurl = "sqlite:///{tmp_path / "jobs.db"}"\nentry_points = false\n'
     )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CONVEYOR_URL", raising=False)
     return tmp_path
 
 
-def cli(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CONVEYOR, *args], cwd=project, capture_output=True, text=True, timeout=60
-    )
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
+    """`cli(project, *args)`: `conveyor *args` in the project folder, in this process
+    (test_cli.py runs the commands in processes of their own)."""
+    return lambda project, *args: call_main(capsys, *args)
 
 
-def test_job_cancel_cancels_a_queued_job_in_one_line(project: Path) -> None:
+def test_job_cancel_cancels_a_queued_job_in_one_line(
+    project: Path, cli: Callable[..., Ran]
+) -> None:
     job_id = cli(project, "enqueue", "mail", "{}").stdout.strip()
-    done = cli(project, "job", "cancel", job_id)
+    done = run_process(project, "job", "cancel", job_id)  # once as a user runs it
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"cancelled job {job_id}\n"
     shown = json.loads(cli(project, "job", "show", job_id, "--json").stdout)
     assert shown["state"] == "cancelled"
 
 
-def test_job_cancel_of_a_finished_job_exits_1(project: Path) -> None:
+def test_job_cancel_of_a_finished_job_exits_1(project: Path, cli: Callable[..., Ran]) -> None:
     job_id = cli(project, "enqueue", "mail", "{}").stdout.strip()
     cli(project, "job", "cancel", job_id)
     again = cli(project, "job", "cancel", job_id)
@@ -150,7 +154,7 @@ def test_job_cancel_of_a_finished_job_exits_1(project: Path) -> None:
 
 
 def test_job_cancel_of_an_unknown_id_exits_1_and_of_a_malformed_one_exits_2(
-    project: Path,
+    project: Path, cli: Callable[..., Ran]
 ) -> None:
     unknown = cli(project, "job", "cancel", "00000000-0000-4000-8000-000000000009")
     assert unknown.returncode == 1 and "no job" in unknown.stderr
@@ -158,7 +162,9 @@ def test_job_cancel_of_an_unknown_id_exits_1_and_of_a_malformed_one_exits_2(
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
 
 
-def test_jobs_cancel_counts_first_with_dry_run_then_cancels(project: Path) -> None:
+def test_jobs_cancel_counts_first_with_dry_run_then_cancels(
+    project: Path, cli: Callable[..., Ran]
+) -> None:
     mails = [cli(project, "enqueue", "mail", "{}").stdout.strip() for _ in range(2)]
     cli(project, "enqueue", "report", "{}")
     dry = cli(project, "jobs", "cancel", "--queue", "default", "--type", "mail", "--dry-run")
@@ -170,7 +176,9 @@ def test_jobs_cancel_counts_first_with_dry_run_then_cancels(project: Path) -> No
     assert sorted(v["id"] for v in listed) == sorted(mails)
 
 
-def test_jobs_cancel_without_a_queue_or_type_exits_2(project: Path) -> None:
+def test_jobs_cancel_without_a_queue_or_type_exits_2(
+    project: Path, cli: Callable[..., Ran]
+) -> None:
     result = cli(project, "jobs", "cancel")
     assert result.returncode == 2
     assert result.stderr.startswith("conveyor: invalid input: --queue")

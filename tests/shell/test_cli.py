@@ -1,155 +1,96 @@
-"""The `conveyor` CLI, run as subprocesses the way a user runs it, on SQLite and Redis."""
+"""The `conveyor` CLI on SQLite and Redis: each command called in-process (`main(argv)`,
+its output captured), and end to end as a user runs it, in a process of its own, once
+per command family (a worker, `enqueue`, `status`, `dead`, the exit code of bad input,
+the demo, a closed pipe)."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
-import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import conveyor
 import pytest
+from cli_support import CONVEYOR, Ran, cli, cli_project, process_env, run_process
 
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
-
-HANDLERS = """
-import json, os, pathlib
-OUT = pathlib.Path(os.environ["DEMO_OUT"])
-def ship(args):
-    with OUT.open("a") as f:
-        f.write(json.dumps(args) + "\\n")
-    return "ok"
-def explode(args):
-    from conveyor import Permanent
-    raise Permanent("cannot ship to the moon")
-HANDLERS = {"ship": ship, "explode": explode}
-"""
+__all__ = ["cli", "cli_project"]  # the fixtures these tests use
 
 
-@pytest.fixture(params=["sqlite", "redis"])
-def project(request, tmp_path):
-    (tmp_path / "cli_handlers.py").write_text(HANDLERS)
-    if request.param == "sqlite":
-        backend = f'provider = "db"\nurl = "sqlite:///{tmp_path / "jobs.db"}"\n'
-    else:
-        from conveyor.testing.redis_server import RedisServer
-
-        server = RedisServer().start()
-        request.addfinalizer(server.kill)
-        backend = f'provider = "redis"\n[redis]\nurl = "{server.url}"\n'
-    (tmp_path / "conveyor.toml").write_text(
-        backend.replace(
-            "[redis]", 'handlers = ["cli_handlers:HANDLERS"]\nentry_points = false\n[redis]'
-        )
-        if "[redis]" in backend
-        else backend + 'handlers = ["cli_handlers:HANDLERS"]\nentry_points = false\n'
-    )
-    with (tmp_path / "conveyor.toml").open("a") as f:
-        f.write(
-            textwrap.dedent("""
-            [workers]
-            count = 2
-            queues = ["default"]
-            poll_interval_ms = 20
-            promote_interval_ms = 50
-        """)
-        )
-    run(tmp_path, "migrate")  # the database exists, as after a deploy: status reads it
-    return tmp_path
-
-
-def _env(project: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(project) + os.pathsep + env.get("PYTHONPATH", "")
-    env["DEMO_OUT"] = str(project / "out.jsonl")
-    env.pop("CONVEYOR_URL", None)
-    return env
-
-
-def run(project: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [*CONVEYOR, *args],
-        cwd=project,
-        env=_env(project),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if check:
-        assert result.returncode == 0, result.stderr
-    return result
-
-
-def _status(project: Path) -> dict:
-    return json.loads(run(project, "status", "--json").stdout)
+def _status(cli: Callable[..., Ran]) -> dict:
+    return json.loads(cli("status", "--json").stdout)
 
 
 def _row(status: dict, queue: str) -> dict:
     return next(q for q in status["queues"] if q["queue"] == queue)
 
 
-def test_a_worker_processes_jobs_another_process_enqueued(project) -> None:
-    ids = [run(project, "enqueue", "ship", json.dumps({"n": i})).stdout.strip() for i in range(5)]
-    assert len(set(ids)) == 5
-    assert _row(_status(project), "default")["ready"] == 5
-    worker = subprocess.Popen(
-        [*CONVEYOR, "worker"], cwd=project, env=_env(project), stderr=subprocess.PIPE, text=True
+def _worker(project: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*CONVEYOR, "worker"],
+        cwd=project,
+        env=process_env(project),
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    out = project / "out.jsonl"
+
+
+def test_a_worker_processes_jobs_another_process_enqueued(cli_project, cli) -> None:
+    ids = [run_process(cli_project, "enqueue", "ship", json.dumps({"n": 0})).stdout.strip()]
+    ids += [cli("enqueue", "ship", json.dumps({"n": i})).stdout.strip() for i in range(1, 5)]
+    assert len(set(ids)) == 5
+    assert _row(_status(cli), "default")["ready"] == 5
+    worker = _worker(cli_project)
+    out = cli_project / "out.jsonl"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (
         not out.exists() or len(out.read_text().splitlines()) < 5
     ):
         time.sleep(0.05)
-    live = _status(project)
+    live = json.loads(run_process(cli_project, "status", "--json").stdout)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0, worker.stderr.read() if worker.stderr else ""
     assert sorted(json.loads(line)["n"] for line in out.read_text().splitlines()) == list(range(5))
     row = _row(live, "default")
     assert row["pollers"], "the live worker shows up as a poller"
-    assert _row(_status(project), "default")["ready"] == 0
+    assert _row(_status(cli), "default")["ready"] == 0
 
 
-def test_status_flags_a_queue_with_work_and_no_poller(project) -> None:
-    run(project, "enqueue", "ship", "{}", "--queue", "orphans")
-    status = _status(project)
+def test_status_flags_a_queue_with_work_and_no_poller(cli) -> None:
+    cli("enqueue", "ship", "{}", "--queue", "orphans")
+    status = _status(cli)
     assert _row(status, "orphans")["flagged"] is True
-    text = run(project, "status").stdout
+    text = cli("status").stdout
     assert "orphans" in text and "NO LIVE WORKER" in text
-    assert run(project, "status", "--strict", check=False).returncode == 1
+    assert cli("status", "--strict", check=False).returncode == 1
 
 
-def test_dead_letters_list_show_retry_and_purge(project) -> None:
-    job_id = run(
-        project, "enqueue", "explode", json.dumps({"secret": "s3cr3t-canary"})
-    ).stdout.strip()
-    worker = subprocess.Popen(
-        [*CONVEYOR, "worker"], cwd=project, env=_env(project), stderr=subprocess.PIPE
-    )
+def test_dead_letters_list_show_retry_and_purge(cli_project, cli) -> None:
+    job_id = cli("enqueue", "explode", json.dumps({"secret": "s3cr3t-canary"})).stdout.strip()
+    worker = _worker(cli_project)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and _row(_status(project), "default")["dead"] == 0:
+    while time.monotonic() < deadline and _row(_status(cli), "default")["dead"] == 0:
         time.sleep(0.1)
     worker.send_signal(signal.SIGTERM)
     worker.wait(timeout=30)
-    listing = run(project, "dead", "list").stdout
+    listing = run_process(cli_project, "dead", "list").stdout
     assert job_id in listing and "cannot ship to the moon" in listing
-    shown = json.loads(run(project, "dead", "show", job_id).stdout)
+    assert cli("dead", "list").stdout == listing
+    shown = json.loads(cli("dead", "show", job_id).stdout)
     assert shown["last_error"]["message"] == "cannot ship to the moon"
     assert "s3cr3t-canary" not in json.dumps(shown), "args stay hidden unless asked"
-    assert "s3cr3t-canary" in run(project, "dead", "show", job_id, "--show-args").stdout
-    assert job_id in run(project, "dead", "retry", job_id).stdout
-    assert _row(_status(project), "default")["ready"] == 1
-    assert run(project, "dead", "purge", "--all").stdout.strip() == "purged 0"
+    assert "s3cr3t-canary" in cli("dead", "show", job_id, "--show-args").stdout
+    assert job_id in cli("dead", "retry", job_id).stdout
+    assert _row(_status(cli), "default")["ready"] == 1
+    assert cli("dead", "purge", "--all").stdout.strip() == "purged 0"
 
 
-def test_bad_input_exits_2_naming_the_field(project) -> None:
-    result = run(project, "enqueue", "bad type!", "{}", check=False)
+def test_bad_input_exits_2_naming_the_field(cli_project, cli) -> None:
+    result = run_process(cli_project, "enqueue", "bad type!", "{}", check=False)
     assert result.returncode == 2 and "job_type" in result.stderr
-    result = run(project, "enqueue", "ship", "[1,2]", check=False)
+    result = cli("enqueue", "ship", "[1,2]", check=False)
     assert result.returncode == 2 and "args" in result.stderr
 
 
@@ -191,49 +132,42 @@ BAD_INPUT = {
 }
 
 
+@pytest.mark.timeout(60)  # a worker that started anyway would run until stopped
 @pytest.mark.parametrize("case", BAD_INPUT, ids=BAD_INPUT)
-def test_bad_input_prints_one_line_naming_the_field_and_exits_2(project, case) -> None:
+def test_bad_input_prints_one_line_naming_the_field_and_exits_2(cli, case) -> None:
     argv, field = BAD_INPUT[case]
-    result = subprocess.run(
-        [*CONVEYOR, *argv],
-        cwd=project,
-        env=_env(project),
-        capture_output=True,
-        text=True,
-        timeout=20,  # a worker that started anyway would run until killed
-    )
+    result = cli(*argv, check=False)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("conveyor: ") and field in lines[0], lines[0]
     assert result.stdout == ""
-    assert _row(_status(project), "default")["ready"] == 0, "nothing was enqueued"
+    assert _row(_status(cli), "default")["ready"] == 0, "nothing was enqueued"
 
 
-def test_a_misspelt_job_type_warns_and_strict_refuses_it(project) -> None:
-    warned = run(project, "enqueue", "shp", '{"to": "x"}')
-    assert "no configured handler module registers job type 'shp'" in warned.stderr
-    assert "did you mean 'ship'" in warned.stderr
-    refused = run(project, "enqueue", "--strict", "shp", "{}", check=False)
+def test_a_misspelt_job_type_warns_and_strict_refuses_it(cli, caplog) -> None:
+    cli("enqueue", "shp", '{"to": "x"}')
+    # In its own process the CLI logs to stderr (see test_fault_secrets); here, to caplog.
+    assert "no configured handler module registers job type 'shp'" in caplog.text
+    assert "did you mean 'ship'" in caplog.text
+    refused = cli("enqueue", "--strict", "shp", "{}", check=False)
     assert refused.returncode == 2
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and "job_type" in lines[0] and "'ship'" in lines[0]
-    assert run(project, "enqueue", "--strict", "ship", "{}").returncode == 0
+    assert cli("enqueue", "--strict", "ship", "{}").returncode == 0
 
 
-def test_a_reader_that_stops_early_gets_no_error(project, monkeypatch) -> None:
+def test_a_reader_that_stops_early_gets_no_error(cli_project) -> None:
     """`conveyor jobs list | head -1`: the closed pipe is not reported as a failure."""
-    monkeypatch.syspath_prepend(str(project))
-    monkeypatch.setenv("DEMO_OUT", str(project / "out.jsonl"))
-    rt = conveyor.build(str(project / "conveyor.toml"))
+    rt = conveyor.build(str(cli_project / "conveyor.toml"))
     try:
         rt.enqueue_many("ship", [{"n": i} for i in range(3000)])
     finally:
         rt.close()
     proc = subprocess.Popen(
         [*CONVEYOR, "jobs", "list", "--limit", "3000"],
-        cwd=project,
-        env=_env(project),
+        cwd=cli_project,
+        env=process_env(cli_project),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -10,12 +10,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import conveyor
 import pytest
+from cli_support import Ran, call_main
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -69,9 +70,8 @@ def site(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
 
 
-def run(
-    site: Path, *args: str, input: str | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
+def run_process(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`conveyor *args` in the site's folder, in a process of its own, as a user runs it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
     return subprocess.run(
         [*CONVEYOR, *args],
@@ -79,19 +79,31 @@ def run(
         env=env,
         capture_output=True,
         text=True,
-        timeout=timeout,
-        input=input,
-        stdin=None if input is not None else subprocess.DEVNULL,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
     )
 
 
-def ok(result: subprocess.CompletedProcess[str]) -> str:
+@pytest.fixture
+def run(
+    site: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., Ran]:
+    """`run(site, *args)`: `conveyor *args` in the site's folder, called in this process
+    (no terminal on stdin, as under `run_process`)."""
+    monkeypatch.chdir(site)
+    for name in os.environ:
+        if name.startswith("CONVEYOR_"):
+            monkeypatch.delenv(name)
+    return lambda site, *args: call_main(capsys, *args)
+
+
+def ok(result: Ran | subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 0, result.stderr
     assert "cannot import" not in result.stderr and "nosuch_app" not in result.stderr
     return result.stdout
 
 
-def dead_ids(site: Path) -> list[str]:
+def dead_ids(run: Callable[..., Ran], site: Path) -> list[str]:
     return re.findall(r"^([0-9a-f]{8}-[0-9a-f-]{27}) ", ok(run(site, "dead", "list")), re.M)
 
 
@@ -99,24 +111,28 @@ def dead_ids(site: Path) -> list[str]:
 
 
 def test_status_shows_a_hostile_partition_key_escaped(site: Path) -> None:
-    out = ok(run(site, "status"))
+    out = ok(run_process(site, "status"))
     assert "\x1b" not in out
     assert "\\x1b[2J" in out, out
 
 
-def test_dead_list_jobs_list_and_job_show_escape_error_messages(site: Path) -> None:
+def test_dead_list_jobs_list_and_job_show_escape_error_messages(
+    site: Path, run: Callable[..., Ran]
+) -> None:
     listing = ok(run(site, "dead", "list"))
     assert "\x1b" not in listing and "\x07" not in listing
     assert "\\x1b[31mred\\x07" in listing
     jobs = ok(run(site, "jobs", "list", "--state", "dead"))
     assert "\x1b" not in jobs and "\\x1b[31m" in jobs
-    job_id = dead_ids(site)[0]
+    job_id = dead_ids(run, site)[0]
     shown = ok(run(site, "job", "show", job_id, "--traceback"))
     assert "\x1b" not in shown and "\x07" not in shown
     assert "\\x1b[31mred\\x07" in shown and "in boom" in shown
 
 
-def test_json_output_keeps_the_text_and_escapes_it_as_json(site: Path) -> None:
+def test_json_output_keeps_the_text_and_escapes_it_as_json(
+    site: Path, run: Callable[..., Ran]
+) -> None:
     import json
 
     letters = json.loads(ok(run(site, "dead", "list", "--json")))
@@ -147,19 +163,21 @@ def test_text_log_lines_escape_control_characters() -> None:
 # ---- operator commands without the handler modules -------------------------------
 
 
-def test_operator_commands_run_without_the_handler_modules(site: Path) -> None:
+def test_operator_commands_run_without_the_handler_modules(
+    site: Path, run: Callable[..., Ran]
+) -> None:
     ok(run(site, "status"))
     ok(run(site, "dead", "list"))
     ok(run(site, "jobs", "list"))
-    ok(run(site, "job", "show", dead_ids(site)[0]))
+    ok(run(site, "job", "show", dead_ids(run, site)[0]))
     assert "nightly" in ok(run(site, "cron", "list"))
     ok(run(site, "prune", "--dry-run"))
-    job_id = dead_ids(site)[0]
+    job_id = dead_ids(run, site)[0]
     assert job_id in ok(run(site, "dead", "retry", job_id))
-    assert ok(run(site, "dead", "purge", dead_ids(site)[0])).strip() == "purged 1"
+    assert ok(run(site, "dead", "purge", dead_ids(run, site)[0])).strip() == "purged 1"
 
 
-def test_the_worker_still_needs_its_handler_modules(site: Path) -> None:
+def test_the_worker_still_needs_its_handler_modules(site: Path, run: Callable[..., Ran]) -> None:
     result = run(site, "worker")
     assert result.returncode == 2
     assert "handlers[0]: cannot import 'nosuch_app.jobs'" in result.stderr
@@ -207,33 +225,35 @@ def test_the_dashboard_runs_without_the_handler_modules_and_prints_its_address(
 # ---- dead letters in bulk --------------------------------------------------------
 
 
-def test_dead_retry_all_takes_queue_and_type_filters(site: Path) -> None:
+def test_dead_retry_all_takes_queue_and_type_filters(site: Path, run: Callable[..., Ran]) -> None:
     out = ok(run(site, "dead", "retry", "--all", "--queue", "mail", "--type", "explode"))
     assert out.strip() == "re-enqueued 3 dead letters (queue mail, type explode)"
-    assert len(dead_ids(site)) == 3
+    assert len(dead_ids(run, site)) == 3
     assert ok(run(site, "dead", "retry", "--all")).strip() == "re-enqueued 3 dead letters"
-    assert dead_ids(site) == []
+    assert dead_ids(run, site) == []
 
 
-def test_dead_retry_needs_an_id_or_all_and_not_both(site: Path) -> None:
+def test_dead_retry_needs_an_id_or_all_and_not_both(site: Path, run: Callable[..., Ran]) -> None:
     neither = run(site, "dead", "retry")
     assert neither.returncode == 2 and "give a job id, or --all" in neither.stderr
-    both = run(site, "dead", "retry", dead_ids(site)[0], "--queue", "mail")
+    both = run(site, "dead", "retry", dead_ids(run, site)[0], "--queue", "mail")
     assert both.returncode == 2 and "not both" in both.stderr
 
 
-def test_dead_purge_all_without_a_terminal_refuses_unless_yes(site: Path) -> None:
+def test_dead_purge_all_without_a_terminal_refuses_unless_yes(
+    site: Path, run: Callable[..., Ran]
+) -> None:
     refused = run(site, "dead", "purge", "--all")
     assert refused.returncode == 2
     assert "would delete 6 dead letters; give --yes" in refused.stderr
-    assert len(dead_ids(site)) == 6, "nothing was deleted"
+    assert len(dead_ids(run, site)) == 6, "nothing was deleted"
     filtered = run(site, "dead", "purge", "--all", "--type", "bounce", "--yes")
     assert ok(filtered).strip() == "purged 2"
     assert ok(run(site, "dead", "purge", "--all", "-y")).strip() == "purged 4"
-    assert dead_ids(site) == []
+    assert dead_ids(run, site) == []
 
 
-def test_dead_purge_all_asks_on_a_terminal(site: Path) -> None:
+def test_dead_purge_all_asks_on_a_terminal(site: Path, run: Callable[..., Ran]) -> None:
     from conveyor.shell import cli
 
     # The prompt needs a terminal: stand one in for the test's stdin.
@@ -244,7 +264,7 @@ def test_dead_purge_all_asks_on_a_terminal(site: Path) -> None:
     answers = iter(["n", "yes"])
     import builtins
 
-    before = len(dead_ids(site))
+    before = len(dead_ids(run, site))
     old_stdin, old_input, old_cwd = sys.stdin, builtins.input, os.getcwd()
     asked: list[str] = []
     try:
@@ -252,16 +272,16 @@ def test_dead_purge_all_asks_on_a_terminal(site: Path) -> None:
         sys.stdin = Tty()  # type: ignore[assignment]
         builtins.input = lambda prompt="": asked.append(prompt) or next(answers)
         assert cli.main(["dead", "purge", "--all"]) == 1
-        assert len(dead_ids(site)) == before
+        assert len(dead_ids(run, site)) == before
         assert cli.main(["dead", "purge", "--all"]) == 0
     finally:
         sys.stdin, builtins.input = old_stdin, old_input
         os.chdir(old_cwd)
     assert asked[0] == f"Delete {before} dead letters? This cannot be undone. [y/N] "
-    assert dead_ids(site) == []
+    assert dead_ids(run, site) == []
 
 
-def test_dead_list_says_when_it_shows_only_part(site: Path) -> None:
+def test_dead_list_says_when_it_shows_only_part(site: Path, run: Callable[..., Ran]) -> None:
     out = ok(run(site, "dead", "list", "--limit", "2"))
     assert out.rstrip().splitlines()[-1] == (
         "showing 2 of 6 dead letters, newest first; --limit N shows more"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 import conveyor
 import pytest
 from backends import Backend
+from cli_support import Ran, call_main
 from conveyor.core import JobStatus, Priority, ValidationError
 from conveyor.core.cron import CronEntry, Missed, slot_id
 from conveyor.shell.config import Config, parse_config
@@ -427,12 +428,24 @@ def project(tmp_path: Path) -> Path:
 
 
 def conveyor_cli(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`conveyor *args` in `folder`, in a process of its own, as a user runs it."""
     return subprocess.run(
         [*CONVEYOR, *args], cwd=folder, capture_output=True, text=True, timeout=60
     )
 
 
-def test_cron_list_prints_each_entry_with_its_next_and_last_run(project: Path) -> None:
+@pytest.fixture
+def cron_cli(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., Ran]:
+    """`cron_cli(*args)`: `conveyor *args` in the project folder, in this process."""
+    monkeypatch.chdir(project)
+    return lambda *args: call_main(capsys, *args)
+
+
+def test_cron_list_prints_each_entry_with_its_next_and_last_run(
+    project: Path, cron_cli: Callable[..., Ran]
+) -> None:
     rt = conveyor.build(project / "conveyor.toml")
     rt.cron.tick()
     deadline = time.monotonic() + 3
@@ -448,7 +461,7 @@ def test_cron_list_prints_each_entry_with_its_next_and_last_run(project: Path) -
     assert datetime.fromisoformat(nightly["next_run"]).astimezone(
         ZoneInfo("Europe/Berlin")
     ).strftime("%H:%M") in ("02:30", "03:00")
-    table = conveyor_cli(project, "cron", "list")
+    table = cron_cli("cron", "list")
     assert table.returncode == 0, table.stderr
     assert table.stdout.splitlines()[0].split() == [
         "name",
@@ -465,8 +478,10 @@ def test_cron_list_prints_each_entry_with_its_next_and_last_run(project: Path) -
     assert "every-second" in table.stdout and "pending" in table.stdout
 
 
-def test_cron_run_enqueues_the_entry_now_and_prints_the_job_id(project: Path) -> None:
-    done = conveyor_cli(project, "cron", "run", "nightly")
+def test_cron_run_enqueues_the_entry_now_and_prints_the_job_id(
+    project: Path, cron_cli: Callable[..., Ran]
+) -> None:
+    done = cron_cli("cron", "run", "nightly")
     assert done.returncode == 0, done.stderr
     rt = conveyor.build(project / "conveyor.toml")
     view = rt.get(done.stdout.strip())
@@ -475,18 +490,20 @@ def test_cron_run_enqueues_the_entry_now_and_prints_the_job_id(project: Path) ->
     assert view.state is JobStatus.PENDING and dict(view.job.args) == {"full": True}
 
 
-def test_cron_run_of_an_unknown_entry_is_bad_input(project: Path) -> None:
-    done = conveyor_cli(project, "cron", "run", "weekly")
+def test_cron_run_of_an_unknown_entry_is_bad_input(cron_cli: Callable[..., Ran]) -> None:
+    done = cron_cli("cron", "run", "weekly")
     assert done.returncode == 2
     assert done.stderr.strip() == (
         "conveyor: invalid input: name: no cron entry 'weekly' (entries: every-second, nightly)"
     )
 
 
-def test_a_bad_cron_table_stops_the_command_with_one_line_naming_it(project: Path) -> None:
+def test_a_bad_cron_table_stops_the_command_with_one_line_naming_it(
+    project: Path, cron_cli: Callable[..., Ran]
+) -> None:
     config = project / "conveyor.toml"
     config.write_text(config.read_text().replace('"30 2 * * *"', '"30 25 * * *"'))
-    done = conveyor_cli(project, "cron", "list")
+    done = cron_cli("cron", "list")
     assert done.returncode == 2
     assert done.stderr.strip().startswith(
         "conveyor: invalid input: cron[1].schedule: '30 25 * * *' is not a cron expression: "

@@ -1,15 +1,17 @@
 """`conveyor status` shows each limited queue's shares, caps in use and throttled work,
-run as a user runs it: a subprocess over a real SQLite file."""
+over a real SQLite file (the command called in-process; test_cli.py runs `status` in a
+process of its own)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+from cli_support import call_main
 from conveyor.shell.runtime import build
 from helpers import make_job
 
@@ -31,24 +33,26 @@ per_seconds = 60
 """
 
 
-def _conveyor(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
-    return subprocess.run(
-        [sys.executable, "-m", "conveyor.shell.cli", *args],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-
-
-def _project(tmp_path: Path) -> Path:
+@pytest.fixture
+def status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., str]:
+    """`status(*flags)`: what `conveyor status` prints over a project of four `charge`
+    jobs (three of acme, one of globex), two claimed (one per partition: the cap)."""
     (tmp_path / "conveyor.toml").write_text(CONFIG.format(db=tmp_path / "jobs.db"))
-    _conveyor(tmp_path, "migrate")
+    monkeypatch.chdir(tmp_path)
+    for name in os.environ:
+        if name.startswith("CONVEYOR_"):
+            monkeypatch.delenv(name)
+
+    def conveyor(*args: str) -> str:
+        result = call_main(capsys, *args)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    conveyor("migrate")
     for partition in ("acme", "acme", "acme", "globex"):
-        _conveyor(tmp_path, "enqueue", "charge", "{}", "--queue", "pay", "--partition", partition)
+        conveyor("enqueue", "charge", "{}", "--queue", "pay", "--partition", partition)
     runtime = build(str(tmp_path / "conveyor.toml"))
     try:
         claims = runtime.queue.dequeue_limited(
@@ -57,13 +61,13 @@ def _project(tmp_path: Path) -> Path:
         assert len(claims.claims) == 2  # one per partition: the cap
     finally:
         runtime.close()
-    return tmp_path
+    return lambda *flags: conveyor("status", *flags)
 
 
 def test_status_shows_shares_caps_in_use_and_what_each_partition_waits_for(
-    tmp_path: Path,
+    status: Callable[..., str],
 ) -> None:
-    text = _conveyor(_project(tmp_path), "status").stdout
+    text = status()
     assert "limits of queue pay (fair shares): 2 running, 2 ready held back" in text
     lines = {line.split()[0]: line.split() for line in text.splitlines() if line.strip()}
     assert lines["acme"][:5] == ["acme", "3", "100%", "2", "1"]
@@ -80,9 +84,8 @@ def test_status_shows_shares_caps_in_use_and_what_each_partition_waits_for(
     assert 98.0 <= float(rate[1]) <= 100.0
 
 
-def test_status_json_carries_the_same_report(tmp_path: Path) -> None:
-    status = json.loads(_conveyor(_project(tmp_path), "status", "--json").stdout)
-    [pay] = status["limits"]
+def test_status_json_carries_the_same_report(status: Callable[..., str]) -> None:
+    [pay] = json.loads(status("--json"))["limits"]
     assert (pay["queue"], pay["fair"], pay["running"], pay["throttled"]) == ("pay", True, 2, 2)
     waits = {p["partition"]: p["waits"] for p in pay["partitions"]}
     assert waits == {"acme": "cap charge per partition full (1/1)", "globex": None}

@@ -9,8 +9,8 @@ from uuid import uuid4
 
 import conveyor
 import pytest
-import test_cli
 from backends import Backend, make_backend
+from cli_support import cli, cli_project
 from conveyor.core import JobStatus, ValidationError
 from conveyor.shell.config import load_config
 from conveyor.shell.ports import Claim, Place
@@ -18,10 +18,10 @@ from conveyor.shell.registry import Registry
 from conveyor.shell.runtime import Runtime
 from conveyor.testing.clock import ManualClock
 from helpers import T0, make_job
-from test_cli import run
 
-#: The CLI tests' project (a config and handlers), on SQLite and Redis.
-cli_project = test_cli.project
+#: The CLI tests' project (a config and handlers) on SQLite and Redis, and its commands
+#: called in-process.
+__all__ = ["cli", "cli_project"]
 
 LEASE = timedelta(seconds=30)
 
@@ -287,25 +287,21 @@ def test_an_unknown_state_is_a_validation_error_naming_state(rt: Runtime) -> Non
 # ---- the CLI, on SQLite and Redis ------------------------------------------------------
 
 
-def _show(cli_project, job_id: str, *flags: str) -> dict:
-    return json.loads(run(cli_project, "job", "show", job_id, "--json", *flags).stdout)
+def _show(cli, job_id: str, *flags: str) -> dict:
+    return json.loads(cli("job", "show", job_id, "--json", *flags).stdout)
 
 
-def test_job_show_follows_a_job_from_scheduled_to_dead(cli_project, monkeypatch) -> None:
-    parked = run(cli_project, "enqueue", "ship", "{}", "--delay", "3600").stdout.strip()
-    assert _show(cli_project, parked)["state"] == "scheduled"
-    assert _show(cli_project, parked)["next_run_at"] is not None
-    job_id = run(cli_project, "enqueue", "explode", json.dumps({"card": "s3cr3t"})).stdout.strip()
-    assert _show(cli_project, job_id)["state"] == "pending"
-    monkeypatch.syspath_prepend(str(cli_project))
-    monkeypatch.chdir(cli_project)
-    monkeypatch.setenv("DEMO_OUT", str(cli_project / "out.jsonl"))
-    monkeypatch.delenv("CONVEYOR_URL", raising=False)
+def test_job_show_follows_a_job_from_scheduled_to_dead(cli_project, cli) -> None:
+    parked = cli("enqueue", "ship", "{}", "--delay", "3600").stdout.strip()
+    assert _show(cli, parked)["state"] == "scheduled"
+    assert _show(cli, parked)["next_run_at"] is not None
+    job_id = cli("enqueue", "explode", json.dumps({"card": "s3cr3t"})).stdout.strip()
+    assert _show(cli, job_id)["state"] == "pending"
     rt = conveyor.build(str(cli_project / "conveyor.toml"))
     try:
         claim = rt.queue.dequeue("default", rt.clock.now())
         assert isinstance(claim, Claim) and str(claim.job.id) == job_id
-        running = _show(cli_project, job_id)
+        running = _show(cli, job_id)
         assert running["state"] == "running" and running["claim"]["token"] == claim.token
         assert running["claim"]["lease_expires_at"] is not None
         rt.queue.ack(claim)
@@ -313,32 +309,32 @@ def test_job_show_follows_a_job_from_scheduled_to_dead(cli_project, monkeypatch)
         rt.drain()
     finally:
         rt.close()
-    dead = _show(cli_project, job_id)
+    dead = _show(cli, job_id)
     assert dead["state"] == "failed" and dead["dead"] is True
     assert dead["last_error"]["message"] == "cannot ship to the moon"
     assert "s3cr3t" not in json.dumps(dead), "args stay hidden unless asked"
-    assert "s3cr3t" in json.dumps(_show(cli_project, job_id, "--show-args"))
-    text = run(cli_project, "job", "show", job_id).stdout
+    assert "s3cr3t" in json.dumps(_show(cli, job_id, "--show-args"))
+    text = cli("job", "show", job_id).stdout
     assert "state: failed (dead letter)" in text and "cannot ship to the moon" in text
 
 
-def test_job_show_of_an_unknown_job_exits_1(cli_project) -> None:
-    result = run(cli_project, "job", "show", str(uuid4()), check=False)
+def test_job_show_of_an_unknown_job_exits_1(cli) -> None:
+    result = cli("job", "show", str(uuid4()), check=False)
     assert result.returncode == 1 and "no job" in result.stderr
 
 
-def test_jobs_list_filters_by_queue_state_and_type(cli_project) -> None:
-    mail = run(cli_project, "enqueue", "ship", "{}", "--queue", "mail").stdout.strip()
-    parked = run(cli_project, "enqueue", "explode", "{}", "--delay", "3600").stdout.strip()
-    listed = json.loads(run(cli_project, "jobs", "list", "--json").stdout)
+def test_jobs_list_filters_by_queue_state_and_type(cli) -> None:
+    mail = cli("enqueue", "ship", "{}", "--queue", "mail").stdout.strip()
+    parked = cli("enqueue", "explode", "{}", "--delay", "3600").stdout.strip()
+    listed = json.loads(cli("jobs", "list", "--json").stdout)
     assert {j["id"]: j["state"] for j in listed} == {mail: "pending", parked: "scheduled"}
-    by_queue = json.loads(run(cli_project, "jobs", "list", "--queue", "mail", "--json").stdout)
+    by_queue = json.loads(cli("jobs", "list", "--queue", "mail", "--json").stdout)
     assert [j["id"] for j in by_queue] == [mail]
-    by_state = json.loads(run(cli_project, "jobs", "list", "--state", "scheduled", "--json").stdout)
+    by_state = json.loads(cli("jobs", "list", "--state", "scheduled", "--json").stdout)
     assert [j["id"] for j in by_state] == [parked]
-    by_type = json.loads(run(cli_project, "jobs", "list", "--type", "ship", "--json").stdout)
+    by_type = json.loads(cli("jobs", "list", "--type", "ship", "--json").stdout)
     assert [j["id"] for j in by_type] == [mail]
-    table = run(cli_project, "jobs", "list", "--limit", "1").stdout
+    table = cli("jobs", "list", "--limit", "1").stdout
     assert mail in table and parked not in table
 
 
@@ -352,8 +348,8 @@ def test_jobs_list_filters_by_queue_state_and_type(cli_project) -> None:
         (("jobs", "list", "--type", "a b"), "--type"),
     ],
 )
-def test_bad_lookup_input_exits_2_naming_the_field(cli_project, argv, field) -> None:
-    result = run(cli_project, *argv, check=False)
+def test_bad_lookup_input_exits_2_naming_the_field(cli, argv, field) -> None:
+    result = cli(*argv, check=False)
     assert result.returncode == 2, result.stderr
     assert field in result.stderr and len(result.stderr.strip().splitlines()) == 1
 

@@ -5,11 +5,9 @@ adds the columns limited claims read (real SQLite files and a real PostgreSQL)."
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import attrs
 import pytest
 import redis
 import sqlalchemy as sa
+from cli_support import Ran, call_main
 from conveyor.core import ValidationError
 from conveyor.core.limits import Cap, QueueLimits, Rate
 from conveyor.shell.adapters.sql import SqlJobQueue, make_engine
@@ -65,17 +64,21 @@ def test_enqueue_takes_a_partition_and_refuses_a_bad_one_naming_it() -> None:
     assert str(bad.value) == "partition: must be at most 200 characters"
 
 
-def _status(project: Path) -> subprocess.CompletedProcess[str]:
-    """`conveyor status` in `project`, as a user runs it (no CONVEYOR_ variables)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
-    return subprocess.run(
-        [sys.executable, "-m", "conveyor.shell.cli", "status"],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+@pytest.fixture
+def status(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[[Path], Ran]:
+    """`status(project)`: `conveyor status` in `project`, called in this process, as a
+    user runs it there (no CONVEYOR_ variables)."""
+    for name in os.environ:
+        if name.startswith("CONVEYOR_"):
+            monkeypatch.delenv(name)
+
+    def run(project: Path) -> Ran:
+        monkeypatch.chdir(project)
+        return call_main(capsys, "status")
+
+    return run
 
 
 # ---- config --------------------------------------------------------------------------
@@ -120,7 +123,9 @@ def test_a_bad_limit_is_one_line_naming_the_key(table: dict[str, Any], message: 
 REDIS_LIMITS_DB = 15  # a database of its own: other tests flush theirs
 
 
-def test_limits_on_redis_work_from_the_config_file_to_conveyor_status(tmp_path: Path) -> None:
+def test_limits_on_redis_work_from_the_config_file_to_conveyor_status(
+    tmp_path: Path, status: Callable[[Path], Ran]
+) -> None:
     url = redis_url(REDIS_LIMITS_DB)
     flush = redis.Redis.from_url(url)
     flush.flushdb()
@@ -145,17 +150,19 @@ def test_limits_on_redis_work_from_the_config_file_to_conveyor_status(tmp_path: 
         runtime.enqueue("t", {"who": "next"}, queue="q", tenant_id="late")
     finally:
         runtime.close()
-    status = _status(tmp_path)
-    assert status.returncode == 0, status.stderr
-    assert "limits of queue q (fair shares)" in status.stdout
+    shown = status(tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "limits of queue q (fair shares)" in shown.stdout
 
 
-def test_the_cli_exits_2_on_a_bad_limit_naming_the_key(tmp_path: Path) -> None:
+def test_the_cli_exits_2_on_a_bad_limit_naming_the_key(
+    tmp_path: Path, status: Callable[[Path], Ran]
+) -> None:
     (tmp_path / "conveyor.toml").write_text(
         f'url = "sqlite:///{tmp_path / "jobs.db"}"\n'
         "[limits.payments]\nfair = true\n[[limits.payments.caps]]\nmax_running = 0\n"
     )
-    result = _status(tmp_path)
+    result = status(tmp_path)
     assert result.returncode == 2, result.stderr
     [line] = result.stderr.strip().splitlines()
     assert "limits.payments.caps[0].max_running" in line

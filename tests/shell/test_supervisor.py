@@ -1,5 +1,5 @@
 """`conveyor worker --processes N`: N worker processes under one supervisor, run as a
-user runs it (subprocesses, a real SQLite file)."""
+user runs it (subprocesses, a real SQLite file); its refusal of bad input in-process."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import conveyor
 import pytest
+from conveyor.shell.cli import main
 from conveyor.shell.cli.supervisor import child_argv
 
 CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
@@ -55,15 +57,16 @@ def _env(project: Path) -> dict[str, str]:
 
 
 def _enqueue(project: Path, numbers: range) -> None:
-    for n in numbers:
-        subprocess.run(
-            [*CONVEYOR, "enqueue", "work", json.dumps({"n": n})],
-            cwd=project,
-            env=_env(project),
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+    """Jobs for the workers, written from this process (`conveyor enqueue` itself is
+    tested in test_cli.py)."""
+    runtime = conveyor.build(
+        {"provider": "db", "url": f"sqlite:///{project / 'jobs.db'}", "entry_points": False},
+        env={},
+    )
+    try:
+        runtime.enqueue_many("work", [{"n": n} for n in numbers])
+    finally:
+        runtime.close()
 
 
 def _done(project: Path) -> list[dict[str, int]]:
@@ -159,16 +162,16 @@ def test_a_copy_that_dies_is_replaced_and_the_work_goes_on(project: Path) -> Non
     assert f"(pid {victim}) exited with code -9" in stderr
 
 
-def test_processes_below_one_is_refused_naming_the_flag(project: Path) -> None:
-    result = subprocess.run(
-        [*CONVEYOR, "worker", "--processes", "0"],
-        cwd=project,
-        env=_env(project),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 2 and "--processes" in result.stderr
+def test_processes_below_one_is_refused_naming_the_flag(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("CONVEYOR_URL", raising=False)
+    try:
+        code = main(["worker", "--processes", "0"])
+    except SystemExit as exit:
+        code = exit.code
+    assert code == 2 and "--processes" in capsys.readouterr().err
 
 
 def _alive(pid: int) -> bool:

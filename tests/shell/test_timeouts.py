@@ -4,6 +4,7 @@ follows the retry policy, its late result is discarded, and the worker moves on.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import threading
 import time
@@ -449,6 +450,14 @@ def _process_registry(job_type: str, handler: Any, **options: Any) -> Registry:
     return registry
 
 
+@pytest.fixture
+def process_registry() -> Iterator[Callable[..., Registry]]:
+    """`process_registry(job_type, handler)`: a registry whose handler runs in a child
+    process (multiprocessing's spawn). After the test no such child is left running."""
+    yield _process_registry
+    assert not multiprocessing.active_children(), "a handler's process outlived its test"
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -458,9 +467,9 @@ def _alive(pid: int) -> bool:
 
 
 def test_an_overrunning_process_is_killed_and_its_job_follows_the_retry_policy(
-    backend: Backend, tmp_path: Any
+    backend: Backend, tmp_path: Any, process_registry: Callable[..., Registry]
 ) -> None:
-    registry = _process_registry("hang", process_handlers.report_pid_then_hang)
+    registry = process_registry("hang", process_handlers.report_pid_then_hang)
     worker = _worker(backend, registry)
     pid_file = tmp_path / "pid"
     job = make_job(
@@ -480,16 +489,20 @@ def test_an_overrunning_process_is_killed_and_its_job_follows_the_retry_policy(
     assert worker.overruns.still_running == 0, "no thread was left behind"
 
 
-def test_a_process_handler_returns_its_result() -> None:
-    worker, store = _memory_worker(_process_registry("double", process_handlers.double))
+def test_a_process_handler_returns_its_result(
+    process_registry: Callable[..., Registry],
+) -> None:
+    worker, store = _memory_worker(process_registry("double", process_handlers.double))
     job = make_job("double", now=_now(), args={"n": 21}, timeout=30)
     worker.queue.enqueue(job)
     assert worker.drain() == 1
     assert store.get(job.id).result == 42
 
 
-def test_a_process_handler_receives_the_job_context_in_its_process() -> None:
-    worker, store = _memory_worker(_process_registry("ctx", process_handlers.with_context))
+def test_a_process_handler_receives_the_job_context_in_its_process(
+    process_registry: Callable[..., Registry],
+) -> None:
+    worker, store = _memory_worker(process_registry("ctx", process_handlers.with_context))
     job = make_job("ctx", now=_now())
     worker.queue.enqueue(job)
     assert worker.drain() == 1
@@ -498,8 +511,10 @@ def test_a_process_handler_receives_the_job_context_in_its_process() -> None:
     assert result["pid"] != os.getpid()
 
 
-def test_a_process_handlers_exception_is_its_failure_with_the_traceback() -> None:
-    worker, store = _memory_worker(_process_registry("fails", process_handlers.fails))
+def test_a_process_handlers_exception_is_its_failure_with_the_traceback(
+    process_registry: Callable[..., Registry],
+) -> None:
+    worker, store = _memory_worker(process_registry("fails", process_handlers.fails))
     job = make_job("fails", now=_now(), max_retries=0)
     worker.queue.enqueue(job)
     assert worker.drain() == 1
@@ -507,8 +522,10 @@ def test_a_process_handlers_exception_is_its_failure_with_the_traceback() -> Non
     assert error.type == "ValueError" and "bad input" in (error.traceback or "")
 
 
-def test_a_process_that_dies_without_an_answer_is_a_retryable_failure() -> None:
-    worker, store = _memory_worker(_process_registry("dies", process_handlers.dies))
+def test_a_process_that_dies_without_an_answer_is_a_retryable_failure(
+    process_registry: Callable[..., Registry],
+) -> None:
+    worker, store = _memory_worker(process_registry("dies", process_handlers.dies))
     job = make_job("dies", now=_now(), max_retries=0)
     worker.queue.enqueue(job)
     assert worker.drain() == 1
@@ -599,9 +616,9 @@ def test_a_worker_process_keeps_working_past_hung_handlers_and_stops_cleanly(
 
 
 def test_a_process_whose_job_is_cancelled_is_killed_and_recorded_cancelled(
-    tmp_path: Any,
+    tmp_path: Any, process_registry: Callable[..., Registry]
 ) -> None:
-    registry = _process_registry("hang", process_handlers.report_pid_then_hang)
+    registry = process_registry("hang", process_handlers.report_pid_then_hang)
     runtime = conveyor.build({"provider": "memory"}, registry=registry)
     pid_file = tmp_path / "pid"
     job = runtime.enqueue("hang", {"pid_file": str(pid_file)}, timeout=60)
