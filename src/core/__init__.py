@@ -74,6 +74,7 @@ from .policies import (
     unhandled_for_ms,
     write_retry_delay_s,
 )
+from .results import DEFAULT_MAX_RESULT_BYTES, RESULT_TOO_LARGE, ResultPolicy, oversized_result
 from .retention import (
     PruneOrder,
     RetentionPolicy,
@@ -89,6 +90,7 @@ from .validation import Limits, check_name, create_job, freeze_args
 
 __all__ = [
     "DECODE_ERROR",
+    "DEFAULT_MAX_RESULT_BYTES",
     "INVALID_RESULT",
     "LEASE_EXPIRED",
     "MAX_ATTEMPTS_KEPT",
@@ -98,6 +100,7 @@ __all__ = [
     "MISSING_TENANT",
     "NO_HANDLER",
     "PRIORITY_ORDER",
+    "RESULT_TOO_LARGE",
     "TABLE",
     "TENANT_NOT_FOUND",
     "TIMEOUT",
@@ -134,6 +137,7 @@ __all__ = [
     "RequestCancel",
     "Requeue",
     "RequeuePolicy",
+    "ResultPolicy",
     "RetentionPolicy",
     "Retry",
     "RetryPolicy",
@@ -170,6 +174,7 @@ __all__ = [
     "next_prune_at",
     "next_status",
     "ordering_key",
+    "oversized_result",
     "parse_duration_ms",
     "parse_timeout",
     "promotion_key",

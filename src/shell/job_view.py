@@ -63,8 +63,9 @@ class JobView:
         return self.job.run_at if self.job is not None and self.state.is_parked else None
 
     def to_dict(self, *, show_args: bool = False, show_result: bool = False) -> dict[str, Any]:
-        """A JSON-ready mapping, tracebacks in full. Args and result (they often hold
-        secrets) only when asked."""
+        """A mapping of plain JSON values (`json.dumps` takes it as it is), tracebacks
+        in full. Args and result (they often hold secrets) only when asked; both come
+        as plain `dict`/`list` JSON, never frozen."""
         job = self.job
         out: dict[str, Any] = {"id": self.job_id, "state": self.state.value, "dead": self.dead}
         out["queue"] = self.queue
@@ -87,7 +88,7 @@ class JobView:
             if show_args:
                 out["args"] = thaw(job.args)
             if show_result:
-                out["result"] = job.result
+                out["result"] = thaw(job.result)
         out["claim"] = (
             None
             if self.token is None

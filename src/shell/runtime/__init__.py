@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ...core import LeasePolicy, Policies
+from ...core import LeasePolicy, Policies, ResultPolicy
 from ...core.limits import QueueLimits
 from .. import outage
 from ..async_enqueue import AsyncWriters
@@ -99,7 +99,12 @@ class Runtime(EnqueueMethods, WorkerMethods, StatusMethods, ReadMethods, Operato
         self.clock = clock or SystemClock()
         self.jitter = jitter
         lease = LeasePolicy(lease_ms=config.lease_ms, max_reclaims=config.max_reclaims)
-        self.policies = Policies(retry=config.retry, requeue=config.requeue, lease=lease)
+        self.policies = Policies(
+            retry=config.retry,
+            requeue=config.requeue,
+            lease=lease,
+            result=ResultPolicy(config.max_result_bytes),
+        )
         self.executor = Executor(queue, store, clock=self.clock)
         server = outage.for_queue(queue)
         #: Shared by this process's workers: one of them prunes per interval.
