@@ -18,6 +18,7 @@ Where each part lives:
 * `store`: `JobStore`, the history and the dead letters;
 * `limits`: claiming under fair shares, caps and rates, and reporting them;
 * `capabilities`: cancelling, and waking an idle worker;
+* `finishes`: waking a caller that waits for a job's outcome;
 * `clock`: `Clock`, jitter, and what a handler is.
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 from .capabilities import CancellingJobQueue, ClaimOnWakeJobQueue, WakingJobQueue
 from .claims import PREFETCH_MARK, BadClaim, Claim, is_prefetched, prefetch_token
 from .clock import Clock, Handler, HandlerRegistry, Jitter, SystemClock
+from .finishes import FinishWaiter, FinishWatchingStore
 from .limits import LimitedClaims, LimitedJobQueue, LimitReportingJobQueue, LimitUsage
 from .queue import BatchingJobQueue, FinishingJobQueue, JobQueue, TransactionalJobQueue
 from .reads import (
@@ -48,6 +50,8 @@ __all__ = [
     "Claim",
     "ClaimOnWakeJobQueue",
     "Clock",
+    "FinishWaiter",
+    "FinishWatchingStore",
     "FinishedPerMinute",
     "FinishingJobQueue",
     "Handler",

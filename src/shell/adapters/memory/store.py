@@ -10,6 +10,7 @@ from uuid import UUID
 
 from ....core import Job, JobStatus, PruneOrder
 from ...ports import FinishedPerMinute, HistoryFilter
+from ..finish_signals import FinishSignals, FinishWatch
 
 
 class MemoryJobStore:
@@ -23,6 +24,8 @@ class MemoryJobStore:
         self._queue_lock: threading.Lock | None = None
         #: Whether that queue still holds a job id (asked under its lock).
         self._queue_holds: Callable[[UUID], bool] | None = None
+        #: The callers waiting for a job's outcome (`Runtime.result`).
+        self._finishes = FinishSignals()
 
     def _attach(self, lock: threading.Lock, holds: Callable[[UUID], bool]) -> None:
         """Work with the queue whose lock is `lock`: a prune spares what it `holds`."""
@@ -32,6 +35,11 @@ class MemoryJobStore:
         with self._lock:
             self._seq += 1
             self._jobs[job.id] = (self._seq, job)
+        self._finishes.announce(job.id)
+
+    def watch_finished(self, job_id: UUID) -> FinishWatch:
+        """A watch woken when a record of `job_id` is written (`FinishWatchingStore`)."""
+        return self._finishes.watch(job_id)
 
     def get(self, job_id: UUID) -> Job | None:
         with self._lock:

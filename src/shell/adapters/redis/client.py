@@ -70,6 +70,10 @@ class RedisKeys:
     def queues(self) -> str:
         return f"{self.base}:queues"
 
+    def finished(self) -> str:
+        """The pub/sub channel on which each written record's job id is published."""
+        return f"{self.base}:finished"
+
     def wake(self, queue: str) -> str:
         return f"{self.base}:wake:{queue}"
 

@@ -23,8 +23,10 @@ from ....core import Job, JobStatus, PruneOrder
 from ....core.throughput import minute_key
 from ...codec import decode
 from ...ports import HISTORY_FILTER_SCAN, FinishedPerMinute, HistoryFilter
+from ..finish_signals import FinishWatch
 from .arguments import finished_us_of_body, record_args, us
 from .client import DEFAULT_RETRY_BUDGET_S, RedisKeys, client_for, log, retrying, text
+from .finishes import FinishListener
 from .scripts import STORE, Script, register
 
 _PURGE_BATCH = 500
@@ -57,6 +59,8 @@ class RedisJobStore:
         self._purge = script("store_purge")
         self._prune = script("store_prune")
         self._find = script("store_find")
+        #: Started on the first `watch_finished`.
+        self._finishes: FinishListener | None = None
 
     def _run(self, script: Script, *args: object) -> Any:
         argv = [self.keys.base, *args]
@@ -187,8 +191,17 @@ class RedisJobStore:
                 offset += _PURGE_BATCH
         return total
 
+    def watch_finished(self, job_id: UUID) -> FinishWatch:
+        """A watch woken when a record of `job_id` is written (`FinishWatchingStore`):
+        the scripts publish each record's id, one subscriber per store hears it."""
+        if self._finishes is None:
+            self._finishes = FinishListener(self._client, self.keys.finished())
+        return self._finishes.watch(job_id)
+
     def close(self) -> None:
         """Close the client if this store made it from a URL."""
+        if self._finishes is not None:
+            self._finishes.close()
         if self._owned:
             self._client.close()
 

@@ -31,9 +31,11 @@ from sqlalchemy import (
 from ....core import Job, JobStatus, PruneOrder
 from ...codec import decode, encode
 from ...ports import FinishedPerMinute, HistoryFilter
+from ..finish_signals import FinishWatch
 from .database import Database
 from .engine import to_micros
 from .schema import SCHEMA, STORE_COUNTER, Schema
+from .wakeups import wakeups_for
 
 __all__ = ["SqlJobStore", "record_values", "write_record", "write_records"]
 
@@ -86,6 +88,13 @@ class SqlJobStore:
     def record(self, job: Job) -> None:
         """Upsert the job's latest record; it becomes the newest in the listings."""
         self._db.run(lambda conn: write_record(self._db, conn, job))
+
+    def watch_finished(self, job_id: UUID) -> FinishWatch:
+        """A watch woken when `job_id`'s record may have been written
+        (`FinishWatchingStore`): this process's one wake-up listener of the database
+        hears it (see `wakeups`)."""
+        engine = self._db.engine
+        return wakeups_for(engine).watch_finished(self, engine, job_id)
 
     def get(self, job_id: UUID) -> Job | None:
         """The recorded job, or None (also when its record no longer decodes)."""
