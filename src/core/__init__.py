@@ -74,6 +74,7 @@ from .policies import (
     unhandled_for_ms,
     write_retry_delay_s,
 )
+from .progress import MAX_PROGRESS_BYTES, Progress, make_progress, progress
 from .results import DEFAULT_MAX_RESULT_BYTES, RESULT_TOO_LARGE, ResultPolicy, oversized_result
 from .retention import (
     PruneOrder,
@@ -95,6 +96,7 @@ __all__ = [
     "LEASE_EXPIRED",
     "MAX_ATTEMPTS_KEPT",
     "MAX_MESSAGE_CHARS",
+    "MAX_PROGRESS_BYTES",
     "MAX_TRACEBACK_CHARS",
     "MAX_WORKER_CHARS",
     "MISSING_TENANT",
@@ -132,6 +134,7 @@ __all__ = [
     "Outcome",
     "Policies",
     "Priority",
+    "Progress",
     "PruneOrder",
     "Reclaim",
     "RequestCancel",
@@ -170,6 +173,7 @@ __all__ = [
     "is_abandoned",
     "is_poison_pill",
     "lease_deadline",
+    "make_progress",
     "needs_renewal",
     "next_prune_at",
     "next_status",
@@ -177,6 +181,7 @@ __all__ = [
     "oversized_result",
     "parse_duration_ms",
     "parse_timeout",
+    "progress",
     "promotion_key",
     "prune_order",
     "reclaim_cutoff",

@@ -13,8 +13,9 @@ from typing import Any
 
 import attrs
 
-from ..core import Attempt, ErrorInfo, Job, JobStatus, thaw
+from ..core import Attempt, ErrorInfo, Job, JobStatus, Progress, thaw
 from .ports import Place, QueuedJob, is_prefetched
+from .progress_notes import progress_dict
 
 
 @attrs.frozen(slots=True)
@@ -40,6 +41,9 @@ class JobView:
     lease_expires_at: datetime | None = None
     #: A running job whose cancel was requested: its worker records it cancelled.
     cancel_requested: bool = False
+    #: A running job's newest progress report as last written (`JobContext.progress`),
+    #: read by `Runtime.get`; None when it made none (and for listings).
+    progress: Progress | None = None
 
     @property
     def dead(self) -> bool:
@@ -100,6 +104,7 @@ class JobView:
                 "cancel_requested": self.cancel_requested,
             }
         )
+        out["progress"] = progress_dict(self.progress)
         out["problem"] = self.problem
         return out
 

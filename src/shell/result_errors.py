@@ -4,6 +4,7 @@ names the job and carries what a caller needs to act on it."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from uuid import UUID
 
 from ..core import ErrorInfo, JobStatus
@@ -48,16 +49,25 @@ class ResultTimeout(ResultError, TimeoutError):
 
 
 class JobNotFound(ResultError, LookupError):
-    """No queue or store holds the job: its id was never enqueued here, or its record
-    is gone. `pruned` is True when the store knows retention pruned it, False when it
-    knows it did not, None when it cannot tell (see docs/results.md)."""
+    """No queue or store holds the job. `pruned` says whether retention pruned its
+    record: True (then `pruned_at` says when), False (not within the store's
+    `retention.remember_pruned_ms`: never enqueued here, purged by an operator, or
+    pruned longer ago), or None for a store that keeps no tombstones and cannot tell
+    (see docs/results.md)."""
 
-    def __init__(self, job_id: UUID, pruned: bool | None = None) -> None:
+    def __init__(
+        self, job_id: UUID, pruned: bool | None = None, pruned_at: datetime | None = None
+    ) -> None:
         if pruned:
-            why = "its record was pruned by retention"
+            when = "" if pruned_at is None else f" at {pruned_at.isoformat()}"
+            why = f"its record was pruned by retention{when}"
         elif pruned is None:
-            why = "it was never enqueued here, or its record was pruned by retention"
+            why = "it was never enqueued here, or its record is gone (pruned or purged)"
         else:
-            why = "it was never enqueued here"
+            why = (
+                "it was never enqueued here (or was purged, or pruned longer ago than "
+                "retention.remember_pruned_ms)"
+            )
         super().__init__(job_id, f"no job {job_id}: {why}")
         self.pruned = pruned
+        self.pruned_at = pruned_at

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
 
@@ -187,3 +188,64 @@ def test_a_store_that_cannot_signal_is_polled(backend: Backend) -> None:
     worker = drain_soon(runtime)
     assert runtime.result(job.id, timeout=30) == NESTED
     worker.join()
+
+
+# ---- a pruned record, told apart from an unknown id ------------------------------
+
+
+def test_a_pruned_record_is_told_apart_from_an_id_never_enqueued(backend: Backend) -> None:
+    from datetime import timedelta
+
+    from conveyor.core import RetentionPolicy, prune_order
+
+    runtime = runtime_on(backend)
+    job = runtime.enqueue("work", {})
+    runtime.drain(timeout_s=30)
+    assert runtime.result(job.id, timeout=0) == NESTED
+    later = datetime.now(UTC) + timedelta(days=30)
+    policy = RetentionPolicy(completed_ms=1000, dead_ms=1000)
+    assert backend.store.prune(prune_order(policy, later)) == 1
+    with pytest.raises(JobNotFound) as pruned:
+        runtime.result(job.id, timeout=5)
+    assert pruned.value.pruned is True and pruned.value.pruned_at == later
+    assert "pruned by retention" in str(pruned.value)
+    with pytest.raises(JobNotFound) as unknown:
+        runtime.result(uuid4(), timeout=5)
+    assert unknown.value.pruned is False and unknown.value.pruned_at is None
+    assert "never enqueued here" in str(unknown.value)
+
+
+def test_a_tombstone_is_forgotten_after_remember_pruned_ms(backend: Backend) -> None:
+    from datetime import timedelta
+
+    from conveyor.core import RetentionPolicy, prune_order
+
+    runtime = runtime_on(backend)
+    first, second = runtime.enqueue("work", {}), runtime.enqueue("boom", {})
+    runtime.drain(timeout_s=30)
+    policy = RetentionPolicy(completed_ms=1000, dead_ms=1000, remember_pruned_ms=60_000)
+    at = datetime.now(UTC) + timedelta(days=30)
+    store = backend.store
+    assert store.prune(prune_order(policy, at, limit=1)) == 1  # the oldest: `first`
+    assert store.pruned_at(first.id) is not None
+    # A prune two minutes later drops tombstones over a minute old as it writes its own;
+    # Redis lets each expire on its own a minute after it was written instead.
+    assert store.prune(prune_order(policy, at + timedelta(minutes=2))) == 1
+    assert store.pruned_at(second.id) is not None
+    if backend.name != "redis":
+        assert store.pruned_at(first.id) is None
+
+
+def test_no_tombstone_is_written_when_remember_pruned_ms_is_0(backend: Backend) -> None:
+    from datetime import timedelta
+
+    from conveyor.core import RetentionPolicy, prune_order
+
+    runtime = runtime_on(backend)
+    job = runtime.enqueue("work", {})
+    runtime.drain(timeout_s=30)
+    policy = RetentionPolicy(completed_ms=1000, remember_pruned_ms=0)
+    assert backend.store.prune(prune_order(policy, datetime.now(UTC) + timedelta(days=1))) == 1
+    with pytest.raises(JobNotFound) as raised:
+        runtime.result(job.id, timeout=0)
+    assert raised.value.pruned is False

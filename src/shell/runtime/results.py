@@ -19,7 +19,13 @@ from uuid import UUID
 from ...core import JobStatus, Policies, ValidationError, thaw
 from ..job_view import JobView
 from ..lookup import find_job
-from ..ports import FinishWaiter, FinishWatchingStore, JobQueue, JobStore
+from ..ports import (
+    FinishWaiter,
+    FinishWatchingStore,
+    JobQueue,
+    JobStore,
+    PruneRememberingStore,
+)
 from ..result_errors import JobCancelled, JobFailed, JobNotFound, ResultTimeout
 from .reads import as_job_id
 
@@ -94,8 +100,19 @@ class ResultMethods:
     def _read_outcome(self, job_id: UUID) -> tuple[bool, Any, JobStatus | None]:
         lease = timedelta(milliseconds=self.policies.lease.lease_ms)
         view = find_job(self.queue, self.store, job_id, lease)
+        if view is None:
+            raise self._not_found(job_id)
         done, value = outcome(job_id, view)
-        return done, value, None if view is None else view.state
+        return done, value, view.state
+
+    def _not_found(self, job_id: UUID) -> JobNotFound:
+        """`JobNotFound`, saying whether retention pruned the record where the store
+        keeps tombstones (`PruneRememberingStore`)."""
+        store = self.store
+        if not isinstance(store, PruneRememberingStore):
+            return JobNotFound(job_id)
+        at = store.pruned_at(job_id)
+        return JobNotFound(job_id, pruned=at is not None, pruned_at=at)
 
     def _watch(self, job_id: UUID) -> FinishWaiter:
         store = self.store

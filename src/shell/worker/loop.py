@@ -142,7 +142,8 @@ class Worker:
         self._idle = Idle(queue, queue_name, self.clock, poll_interval_ms, self._stop, wake_claims)
         self._claimer = Claimer(queue, queue_name, self.prefetch_policy, limits, self._idle)
         self._runner = AttemptRunner(
-            queue, registry, tenancy=tenancy, tracer=tracer, overruns=self.overruns
+            queue, registry, tenancy=tenancy, tracer=tracer, overruns=self.overruns,
+            progress=self._heartbeat.report,
         )
         self._batches = BatchRunner(
             clock=self.clock,

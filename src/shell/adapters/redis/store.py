@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
 
@@ -30,6 +30,7 @@ from .finishes import FinishListener
 from .scripts import STORE, Script, register
 
 _PURGE_BATCH = 500
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: Every status a record may hold, for a listing not filtered by status.
 _STATUS_NAMES = tuple(status.value for status in JobStatus)
@@ -171,10 +172,13 @@ class RedisJobStore:
         """Delete up to `order.limit` records the order lets go, oldest recorded first,
         one script per status (each atomic; see `store_prune.lua`)."""
         left = order.limit
+        remember = order.remember_ms
+        at = "" if order.pruned_at is None else str(us(order.pruned_at))
+        tombstones = (str(remember) if remember else "", at)
         for status, cutoff, keep in self._prune_rules(order):
             if left <= 0:
                 break
-            gone, _ = self._prune_step(status.value, cutoff, keep, left, "", 0)
+            gone, _ = self._prune_step(status.value, cutoff, keep, left, "", 0, *tombstones)
             left -= gone
         return order.limit - max(left, 0)
 
@@ -185,11 +189,18 @@ class RedisJobStore:
             offset, done = 0, 0
             while not done:
                 found, done = self._prune_step(
-                    status.value, cutoff, keep, _PURGE_BATCH, "1", offset
+                    status.value, cutoff, keep, _PURGE_BATCH, "1", offset, "", ""
                 )
                 total += found
                 offset += _PURGE_BATCH
         return total
+
+    def pruned_at(self, job_id: UUID) -> datetime | None:
+        """When retention pruned `job_id`'s record, while its tombstone lives
+        (`PruneRememberingStore`); None otherwise."""
+        key = self.keys.pruned(str(job_id))
+        found = retrying(self.retry_budget_s, lambda: self._client.get(key))
+        return None if found is None else _EPOCH + timedelta(microseconds=int(text(found)))
 
     def watch_finished(self, job_id: UUID) -> FinishWatch:
         """A watch woken when a record of `job_id` is written (`FinishWatchingStore`):
