@@ -39,6 +39,13 @@ if TYPE_CHECKING:
     from .shell.hooks import Hooks
     from .shell.ports import is_transactional
     from .shell.registry import Permanent, Registry
+    from .shell.result_errors import (
+        JobCancelled,
+        JobFailed,
+        JobNotFound,
+        ResultError,
+        ResultTimeout,
+    )
     from .shell.runtime import Runtime, build
     from .shell.tasks import Task, Tasks
     from .shell.worker import WorkerPool
@@ -68,6 +75,11 @@ _LAZY: dict[str, str] = {
     "Hooks": ".shell.hooks",
     "Permanent": ".shell.registry",
     "Registry": ".shell.registry",
+    "JobCancelled": ".shell.result_errors",
+    "JobFailed": ".shell.result_errors",
+    "JobNotFound": ".shell.result_errors",
+    "ResultError": ".shell.result_errors",
+    "ResultTimeout": ".shell.result_errors",
     "Runtime": ".shell.runtime",
     "build": ".shell.runtime",
     "Task": ".shell.tasks",
@@ -83,13 +95,18 @@ __all__ = [
     "ErrorInfo",
     "Hooks",
     "Job",
+    "JobCancelled",
     "JobContext",
+    "JobFailed",
+    "JobNotFound",
     "JobStatus",
     "Permanent",
     "Policies",
     "Priority",
     "Registry",
     "RequeuePolicy",
+    "ResultError",
+    "ResultTimeout",
     "RetryPolicy",
     "Runtime",
     "Task",

@@ -27,6 +27,7 @@ from .policies import (
     should_give_up_unhandled,
 )
 from .prefetch import StartClaim
+from .results import oversized_result
 from .transitions import Event, hand_back, replace, transition
 
 # Error types the core itself assigns.
@@ -246,7 +247,9 @@ def decide(
     """What to do with a running `job` after `outcome`, at `now`. The record in the
     decision has the attempt appended to `job.attempts`, with how it ended.
 
-    * success -> `Complete` with the result;
+    * success -> `Complete` with the result; a result that is not JSON
+      (`invalid-result`) or is larger than `policies.result` (`result-too-large`) ->
+      `DeadLetter`, never retried;
     * retryable failure with retries left -> `Retry` after the backoff;
     * retries exhausted or non-retryable -> `DeadLetter` with the last error;
     * no handler -> `Requeue` parked `requeue_delay_ms` ahead, or `DeadLetter`
@@ -260,6 +263,9 @@ def decide(
             except ValueError as exc:
                 error = ErrorInfo(INVALID_RESULT, f"handler result is not JSON: {exc}", False)
                 return dead_letter(job, error, now, **_handled(job))
+            too_large = oversized_result(job.id, frozen, policies.result)
+            if too_large is not None:
+                return dead_letter(job, too_large, now, **_handled(job))
             history = ended(job, now, AttemptOutcome.COMPLETED)
             done = _moved(
                 job, Event.COMPLETE, now, result=frozen, attempts=history, **_handled(job)

@@ -13,6 +13,7 @@ import attrs
 
 from .field_checks import number_at_least, positive_or_infinite
 from .job import Job
+from .results import ResultPolicy
 
 _non_negative = number_at_least(0)
 _positive = positive_or_infinite
@@ -190,8 +191,10 @@ def write_retry_delay_s(
 
 @attrs.frozen(slots=True)
 class Policies:
-    """The three policies `decide` consults, with their defaults."""
+    """The policies `decide` consults, with their defaults."""
 
     retry: RetryPolicy = RetryPolicy()
     requeue: RequeuePolicy = RequeuePolicy()
     lease: LeasePolicy = LeasePolicy()
+    #: The cap on a result's size (`core.results`).
+    result: ResultPolicy = ResultPolicy()

@@ -27,6 +27,10 @@ DAY_MS = 86_400_000
 #: still want to inspect or retry, a month.
 DEFAULT_COMPLETED_MS = 7 * DAY_MS
 DEFAULT_DEAD_MS = 30 * DAY_MS
+#: A pruned record's id is remembered for a day: long enough for a caller that waited
+#: on it to be told it was pruned, short enough that the tombstones (an id and a time
+#: each) stay a small fraction of the records they stand for.
+DEFAULT_REMEMBER_PRUNED_MS = DAY_MS
 #: One prune deletes at most this many records, so it holds locks only briefly.
 DEFAULT_PRUNE_BATCH = 500
 DEFAULT_PRUNE_INTERVAL_MS = 60_000
@@ -47,6 +51,9 @@ class RetentionPolicy:
     at most this many of each, the most recently recorded (0 = no count limit).
     `batch`: at most this many records per prune call. `interval_ms`: how often each
     worker prunes (0 = workers never prune; `conveyor prune` still does).
+    `remember_pruned_ms`: how long the store remembers the id of a record it pruned
+    (a tombstone: the id and when), so that asking for that job's result says
+    "pruned" rather than "never existed" (0 = remember none).
     """
 
     completed_ms: int = attrs.field(default=DEFAULT_COMPLETED_MS, validator=_non_negative)
@@ -55,6 +62,9 @@ class RetentionPolicy:
     max_dead: int = attrs.field(default=0, validator=_non_negative)
     batch: int = attrs.field(default=DEFAULT_PRUNE_BATCH, validator=_non_negative)
     interval_ms: int = attrs.field(default=DEFAULT_PRUNE_INTERVAL_MS, validator=_non_negative)
+    remember_pruned_ms: int = attrs.field(
+        default=DEFAULT_REMEMBER_PRUNED_MS, validator=_non_negative
+    )
 
     @property
     def keeps_everything(self) -> bool:
@@ -72,6 +82,11 @@ class PruneOrder:
     likewise dead letters with `dead_before` / `keep_dead`. None disables that rule.
     A record whose job is queued or in flight never goes. At most `limit` records go
     per call, oldest first.
+
+    With `pruned_at`, each record that goes leaves a tombstone (its id, stamped
+    `pruned_at`), in the same atomic write; tombstones stamped before
+    `forget_before` go in the same prune (Redis lets each expire that long after
+    it was written instead). Without `pruned_at`, no tombstone is written.
     """
 
     completed_before: datetime | None
@@ -79,6 +94,15 @@ class PruneOrder:
     keep_completed: int | None
     keep_dead: int | None
     limit: int
+    pruned_at: datetime | None = None
+    forget_before: datetime | None = None
+
+    @property
+    def remember_ms(self) -> int:
+        """How long a tombstone of this order is kept, in ms (0: none is written)."""
+        if self.pruned_at is None or self.forget_before is None:
+            return 0
+        return max(0, (self.pruned_at - self.forget_before) // timedelta(milliseconds=1))
 
     @property
     def is_empty(self) -> bool:
@@ -121,6 +145,8 @@ def prune_order(
         keep_completed=policy.max_completed or None,
         keep_dead=policy.max_dead or None,
         limit=policy.batch if limit is None else limit,
+        pruned_at=now if policy.remember_pruned_ms else None,
+        forget_before=now - timedelta(milliseconds=policy.remember_pruned_ms),
     )
 
 

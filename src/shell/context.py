@@ -12,19 +12,29 @@ The context is frozen: reading it has no effect on the job. Its checks are
 cheap calls the worker supplies; `cancel_requested()` asks whether someone
 asked for the job to be cancelled, `timed_out()` whether the worker has given
 up on this attempt because it ran past its deadline (see `conveyor.shell.worker.timeouts`).
+`progress(fraction, value)` reports how far the handler has come (docs/results.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import Any
 from uuid import UUID
 
 import attrs
 
+from ..core import progress
+
 
 def _never() -> bool:
     return False
+
+
+def check_progress(fraction: object, value: object) -> None:
+    """Where no worker keeps progress (a child process, a context built by hand): the
+    report is checked, as a worker checks it, and dropped."""
+    progress(fraction, value, datetime.now(UTC))
 
 
 @attrs.frozen(slots=True)
@@ -46,6 +56,20 @@ class JobContext:
     cancel_check: Callable[[], bool] = attrs.field(default=_never, repr=False, eq=False)
     #: Whether the worker gave up on this attempt at its deadline.
     timeout_check: Callable[[], bool] = attrs.field(default=_never, repr=False, eq=False)
+    #: Takes a progress report (fraction, value) for the worker to write.
+    progress_sink: Callable[[object, object], None] = attrs.field(
+        default=check_progress, repr=False, eq=False
+    )
+
+    def progress(self, fraction: float | None = None, value: Any = None) -> None:
+        """Report how far the attempt has come: `fraction` done (a number from 0 to 1)
+        and/or a small JSON `value` (at most `conveyor.core.MAX_PROGRESS_BYTES` as
+        JSON), e.g. `ctx.progress(0.4, {"rows": 4000})`. Cheap to call often: only
+        the newest report is kept, and the worker writes it with the claim's lease
+        renewal, at most one write more per heartbeat interval however often it is
+        called. `runtime.get(job_id).progress` shows it while the job runs. A bad
+        report raises `ValidationError` naming `fraction` or `value`."""
+        self.progress_sink(fraction, value)
 
     def cancel_requested(self) -> bool:
         """True once cancellation of this job has been requested."""

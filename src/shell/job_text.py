@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..core import MAX_ATTEMPTS_KEPT, Attempt
+from ..core import MAX_ATTEMPTS_KEPT, Attempt, thaw
 from .job_view import JobView
 
 
@@ -22,6 +22,19 @@ def attempt_line(attempt: Attempt) -> str:
         first = error.message.splitlines()[0][:200] if error.message else ""
         line += f": {error.type}: {first}"
     return line
+
+
+def progress_text(view: JobView) -> str:
+    """A running job's progress on one line: the fraction as a percentage, the value
+    as JSON, and when it was reported; empty when it reported none."""
+    report = view.progress
+    if report is None:
+        return ""
+    parts = [] if report.fraction is None else [f"{report.fraction * 100:.1f}%"]
+    if report.value is not None:
+        parts.append(json.dumps(thaw(report.value), ensure_ascii=False))
+    parts.append(f"(at {report.at.isoformat()})")
+    return " ".join(parts)
 
 
 def describe(
@@ -58,6 +71,8 @@ def describe(
         ]
         if view.cancel_requested:
             lines.append("cancel: requested (recorded cancelled when the handler returns)")
+        if view.progress is not None:
+            lines.append(f"progress: {progress_text(view)}")
     if job.started_at is not None:
         lines.append(f"started at: {data['started_at']}")
     if job.finished_at is not None:

@@ -13,8 +13,9 @@ from typing import Any
 
 import attrs
 
-from ..core import Attempt, ErrorInfo, Job, JobStatus, thaw
+from ..core import Attempt, ErrorInfo, Job, JobStatus, Progress, thaw
 from .ports import Place, QueuedJob, is_prefetched
+from .progress_notes import progress_dict
 
 
 @attrs.frozen(slots=True)
@@ -40,6 +41,9 @@ class JobView:
     lease_expires_at: datetime | None = None
     #: A running job whose cancel was requested: its worker records it cancelled.
     cancel_requested: bool = False
+    #: A running job's newest progress report as last written (`JobContext.progress`),
+    #: read by `Runtime.get`; None when it made none (and for listings).
+    progress: Progress | None = None
 
     @property
     def dead(self) -> bool:
@@ -63,8 +67,9 @@ class JobView:
         return self.job.run_at if self.job is not None and self.state.is_parked else None
 
     def to_dict(self, *, show_args: bool = False, show_result: bool = False) -> dict[str, Any]:
-        """A JSON-ready mapping, tracebacks in full. Args and result (they often hold
-        secrets) only when asked."""
+        """A mapping of plain JSON values (`json.dumps` takes it as it is), tracebacks
+        in full. Args and result (they often hold secrets) only when asked; both come
+        as plain `dict`/`list` JSON, never frozen."""
         job = self.job
         out: dict[str, Any] = {"id": self.job_id, "state": self.state.value, "dead": self.dead}
         out["queue"] = self.queue
@@ -87,7 +92,7 @@ class JobView:
             if show_args:
                 out["args"] = thaw(job.args)
             if show_result:
-                out["result"] = job.result
+                out["result"] = thaw(job.result)
         out["claim"] = (
             None
             if self.token is None
@@ -99,6 +104,7 @@ class JobView:
                 "cancel_requested": self.cancel_requested,
             }
         )
+        out["progress"] = progress_dict(self.progress)
         out["problem"] = self.problem
         return out
 

@@ -25,7 +25,16 @@ from ..core import FieldError, JobStatus
 from .codec import decode
 from .job_text import SUMMARY_HEADERS, attempt_line, describe, summary_row
 from .job_view import JobView, attempt_dict, view_of_entry, view_of_record
-from .ports import CancellingJobQueue, HistoryFilter, JobQueue, JobStore, Place, QueuedJob
+from .ports import (
+    CancellingJobQueue,
+    HistoryFilter,
+    JobQueue,
+    JobStore,
+    Place,
+    ProgressJobQueue,
+    QueuedJob,
+)
+from .progress_notes import report_of
 
 # The view and its text are named here too, where the CLI and the runtime import them.
 __all__ = [
@@ -101,6 +110,10 @@ def find_job(queue: JobQueue, store: JobStore, job_id: UUID, lease: timedelta) -
             and queue.cancel_requested(job_id)
         ):
             view = attrs.evolve(view, cancel_requested=True)
+        if view.state is JobStatus.RUNNING and isinstance(queue, ProgressJobQueue):
+            report = report_of(queue.progress_note(job_id), view.token)
+            if report is not None:
+                view = attrs.evolve(view, progress=report)
         return view
     record = store.get(job_id)
     if record is None:

@@ -36,9 +36,11 @@ from conveyor.core import (
     LeasePolicy,
     Priority,
     Reclaim,
+    RetentionPolicy,
     create_job,
     dead_letter,
     decide_reclaim,
+    prune_order,
     reclaim_cutoff,
     start,
 )
@@ -408,6 +410,10 @@ def test_every_key_is_documented_and_all_share_one_cluster_slot(
     assert len(queue.dequeue_limited("limited", T0, 1, QueueLimits(fair=True)).claims) == 1
     store.record(finished(make_job(tenant_id="acme"), JobStatus.COMPLETED, 1))
     store.record(dead(make_job(tenant_id="acme")))
+    # A pruned record leaves a tombstone.
+    store.record(finished(make_job(tenant_id="acme"), JobStatus.COMPLETED, 2))
+    policy = RetentionPolicy(completed_ms=0, max_completed=1)
+    assert store.prune(prune_order(policy, T0 + timedelta(days=1))) == 1
     keys = [k.decode() for k in client.keys("*")]
     patterns = documented_keys()
     undocumented = [k for k in keys if not any(p.fullmatch(k) for p in patterns.values())]

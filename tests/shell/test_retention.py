@@ -354,7 +354,7 @@ def test_runtime_prune_on_memory() -> None:
 def test_the_prune_order_holds_the_policy_cutoffs() -> None:
     policy = RetentionPolicy(completed_ms=DAY // timedelta(milliseconds=1), max_dead=9, dead_ms=0)
     order = prune_order(policy, NOW)
-    assert order == PruneOrder(NOW - DAY, None, None, 9, 500)
+    assert order == PruneOrder(NOW - DAY, None, None, 9, 500, pruned_at=NOW, forget_before=NOW - DAY)
     assert prune_order(RetentionPolicy(0, 0), NOW).is_empty
 
 

@@ -70,7 +70,7 @@ def cmd_job(args: argparse.Namespace) -> int:
         return 1
     shown = {"show_args": args.show_args, "show_result": args.show_result}
     if args.json:
-        print(json.dumps(view.to_dict(**shown), indent=2, default=str))
+        print(json.dumps(view.to_dict(**shown), indent=2))
     else:
         lines = describe(view, **shown, show_traceback=args.traceback)
         print("\n".join(escape(line) for line in lines))
@@ -141,7 +141,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     finally:
         runtime.close()
     if args.json:
-        print(json.dumps([v.to_dict() for v in views], indent=2, default=str))
+        print(json.dumps([v.to_dict() for v in views], indent=2))
     else:
         print_table(SUMMARY_HEADERS, [summary_row(v) for v in views])
     return 0

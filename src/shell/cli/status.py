@@ -117,7 +117,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     finally:
         runtime.close()
     if args.json:
-        print(json.dumps(status.to_dict(), indent=2, default=str))
+        print(json.dumps(status.to_dict(), indent=2))
     else:
         render_status(status)
     return 1 if any(q.flagged for q in status.queues) and args.strict else 0

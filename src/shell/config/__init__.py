@@ -64,6 +64,7 @@ ENV = {
     "CONVEYOR_MAX_RECLAIMS": ("max_reclaims", int),
     "CONVEYOR_POOL_SIZE": ("pool_size", int),
     "CONVEYOR_STARTUP_TIMEOUT_MS": ("startup_timeout_ms", int),
+    "CONVEYOR_MAX_RESULT_BYTES": ("max_result_bytes", int),
 }
 
 

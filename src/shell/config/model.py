@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import attrs
 
-from ...core import LeasePolicy, RequeuePolicy, RetentionPolicy, RetryPolicy
+from ...core import (
+    DEFAULT_MAX_RESULT_BYTES,
+    LeasePolicy,
+    RequeuePolicy,
+    RetentionPolicy,
+    RetryPolicy,
+)
 from ...core.cron import CronEntry
 from ...core.limits import QueueLimits
 from ..redact import mask_url
@@ -123,6 +129,9 @@ class Config:
     #: How long a starting worker waits for an unreachable server before giving up.
     startup_timeout_ms: int = attrs.field(default=30_000, validator=_NON_NEGATIVE)
     retention: RetentionPolicy = RetentionPolicy()
+    #: The largest result a handler may return, in bytes of compact JSON
+    #: (`conveyor.core.ResultPolicy`): a larger one dead-letters the job.
+    max_result_bytes: int = attrs.field(default=DEFAULT_MAX_RESULT_BYTES, validator=_POSITIVE)
     #: Whether starting a process migrates the SQL schema; None: only on SQLite.
     auto_migrate: bool | None = None
     #: Periodic jobs (`[[cron]]` tables); see `conveyor.shell.cron`.

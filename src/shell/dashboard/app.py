@@ -35,6 +35,7 @@ from starlette.types import ASGIApp
 
 from ...core import FieldError, JobStatus, ValidationError
 from ...core.validation import parse_job_id
+from ..job_text import progress_text
 from ..runtime import Runtime
 from . import views
 from .actions import Actions
@@ -269,6 +270,7 @@ class Dashboard(Actions):
                 "show_result": show_result,
                 "args": views.args_text(view) if show_args else "",
                 "result": views.pretty(view.job.result) if show_result and view.job else "",
+                "progress": progress_text(view),
             },
         )
 

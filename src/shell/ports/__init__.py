@@ -17,15 +17,22 @@ Where each part lives:
   finish atomically and claim in batches;
 * `store`: `JobStore`, the history and the dead letters;
 * `limits`: claiming under fair shares, caps and rates, and reporting them;
-* `capabilities`: cancelling, and waking an idle worker;
+* `capabilities`: cancelling, waking an idle worker, keeping progress;
+* `finishes`: waking a caller that waits for a job's outcome;
 * `clock`: `Clock`, jitter, and what a handler is.
 """
 
 from __future__ import annotations
 
-from .capabilities import CancellingJobQueue, ClaimOnWakeJobQueue, WakingJobQueue
+from .capabilities import (
+    CancellingJobQueue,
+    ClaimOnWakeJobQueue,
+    ProgressJobQueue,
+    WakingJobQueue,
+)
 from .claims import PREFETCH_MARK, BadClaim, Claim, is_prefetched, prefetch_token
 from .clock import Clock, Handler, HandlerRegistry, Jitter, SystemClock
+from .finishes import FinishWaiter, FinishWatchingStore
 from .limits import LimitedClaims, LimitedJobQueue, LimitReportingJobQueue, LimitUsage
 from .queue import BatchingJobQueue, FinishingJobQueue, JobQueue, TransactionalJobQueue
 from .reads import (
@@ -37,7 +44,7 @@ from .reads import (
     QueueCounts,
     QueuedJob,
 )
-from .store import JobStore
+from .store import JobStore, PruneRememberingStore
 
 __all__ = [
     "HISTORY_FILTER_SCAN",
@@ -48,6 +55,8 @@ __all__ = [
     "Claim",
     "ClaimOnWakeJobQueue",
     "Clock",
+    "FinishWaiter",
+    "FinishWatchingStore",
     "FinishedPerMinute",
     "FinishingJobQueue",
     "Handler",
@@ -62,6 +71,8 @@ __all__ = [
     "LimitedJobQueue",
     "Place",
     "PriorityCounts",
+    "ProgressJobQueue",
+    "PruneRememberingStore",
     "QueueCounts",
     "QueuedJob",
     "SystemClock",

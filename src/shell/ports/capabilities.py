@@ -1,5 +1,6 @@
-"""Optional capabilities of a queue beyond claiming: cancelling jobs, and waking an
-idle worker instead of being polled. Callers ask with `isinstance`."""
+"""Optional capabilities of a queue beyond claiming: cancelling jobs, waking an idle
+worker instead of being polled, and keeping a running job's progress. Callers ask
+with `isinstance`."""
 
 from __future__ import annotations
 
@@ -66,4 +67,21 @@ class ClaimOnWakeJobQueue(WakingJobQueue, Protocol):
     ) -> Sequence[Claim | BadClaim]:
         """Wait up to `timeout_s` for work on `queue`, then claim up to `limit` jobs due
         at `now` (none when nothing came)."""
+        ...
+
+
+@runtime_checkable
+class ProgressJobQueue(JobQueue, Protocol):
+    """A queue that keeps the newest progress report of each running job beside its
+    claim (`conveyor.shell.progress_notes` makes and reads the text)."""
+
+    def extend_with_progress(self, claim: Claim | BadClaim, now: datetime, note: str) -> bool:
+        """`extend`, storing `note` with the renewal in the same fenced write: both
+        only while `claim.token` still holds the job. False, with nothing written,
+        when it does not."""
+        ...
+
+    def progress_note(self, job_id: UUID) -> str | None:
+        """The note last stored for `job_id` while a claim held it (None when none is
+        stored); the reader checks that its token is the current claim's."""
         ...

@@ -67,3 +67,15 @@ class JobStore(Protocol):
 
     def close(self) -> None:
         """Release connections."""
+
+
+@runtime_checkable
+class PruneRememberingStore(JobStore, Protocol):
+    """A store whose `prune` leaves a tombstone per record it deletes, when the order
+    asks for them (`PruneOrder.pruned_at`), each kept `PruneOrder.remember_ms`: so
+    "pruned" and "never enqueued here" can be told apart for that long."""
+
+    def pruned_at(self, job_id: UUID) -> datetime | None:
+        """When retention pruned `job_id`'s record, while its tombstone is kept; None
+        when there is none (never pruned, or pruned longer ago)."""
+        ...

@@ -9,10 +9,10 @@ reported once, by name, with the config key that fixes it.
 `Runtime` holds the parts; each of its jobs lives in a module of its own, with
 the methods it adds to `Runtime`: building the backend (`backends`), enqueueing
 (`enqueueing`, `enqueue_options`), the workers' lifecycle (`worker_lifecycle`)
-and presence (`presence_beat`), status (`status`), reads (`reads`) and the
-operator's repairs (`operator_actions`). Each method takes the runtime's parts
-as they are at the call, so one replaced after `build` (a tracer, the executor)
-is the one used.
+and presence (`presence_beat`), status (`status`), reads (`reads`), waits for
+an outcome (`results`) and the operator's repairs (`operator_actions`). Each
+method takes the runtime's parts as they are at the call, so one replaced after
+`build` (a tracer, the executor) is the one used.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ...core import LeasePolicy, Policies
+from ...core import LeasePolicy, Policies, ResultPolicy
 from ...core.limits import QueueLimits
 from .. import outage
 from ..async_enqueue import AsyncWriters
@@ -44,6 +44,7 @@ from .enqueueing import EnqueueMethods, EnqueueWarnings
 from .operator_actions import OperatorMethods
 from .presence_beat import PRESENCE_INTERVAL, PRESENCE_TTL, PresenceBeat, process_worker_id
 from .reads import ReadMethods
+from .results import ResultMethods
 from .status import QueueStatus, Status, StatusMethods
 from .worker_lifecycle import WorkerMethods
 
@@ -66,7 +67,9 @@ __all__ = [
 log = logging.getLogger("conveyor.runtime")
 
 
-class Runtime(EnqueueMethods, WorkerMethods, StatusMethods, ReadMethods, OperatorMethods):
+class Runtime(
+    EnqueueMethods, WorkerMethods, StatusMethods, ReadMethods, ResultMethods, OperatorMethods
+):
     """A configured Conveyor: enqueue, run workers, drain, report."""
 
     def __init__(
@@ -99,7 +102,12 @@ class Runtime(EnqueueMethods, WorkerMethods, StatusMethods, ReadMethods, Operato
         self.clock = clock or SystemClock()
         self.jitter = jitter
         lease = LeasePolicy(lease_ms=config.lease_ms, max_reclaims=config.max_reclaims)
-        self.policies = Policies(retry=config.retry, requeue=config.requeue, lease=lease)
+        self.policies = Policies(
+            retry=config.retry,
+            requeue=config.requeue,
+            lease=lease,
+            result=ResultPolicy(config.max_result_bytes),
+        )
         self.executor = Executor(queue, store, clock=self.clock)
         server = outage.for_queue(queue)
         #: Shared by this process's workers: one of them prunes per interval.

@@ -18,11 +18,13 @@ The runner writes nothing: deciding and writing are the core's and the executor'
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
+from uuid import UUID
 
 from ...core import (
     ErrorInfo,
@@ -36,7 +38,7 @@ from ...core import (
 )
 from ...core.frozen import thaw
 from ..cancellation import cancel_requested
-from ..context import JobContext
+from ..context import JobContext, check_progress
 from ..ports import Claim, JobQueue
 from ..registry import Registration, Registry, catching, caught, run_handler
 from ..tenancy import Tenant, TenantScope
@@ -66,10 +68,13 @@ class AttemptRunner:
         tenancy: TenantScope | None = None,
         tracer: AttemptTracer | None = None,
         overruns: DeadlineRunner | None = None,
+        progress: Callable[[UUID, object, object], None] | None = None,
     ) -> None:
         """`overruns` runs the attempts that have a timeout and keeps count of those
-        abandoned at their deadline; `queue` answers the handlers' cancel checks."""
+        abandoned at their deadline; `queue` answers the handlers' cancel checks;
+        `progress(job_id, fraction, value)` takes the handlers' progress reports."""
         self._queue, self._registry = queue, registry
+        self._progress = progress
         self._tenancy, self._tracer = tenancy, tracer
         self.overruns = overruns if overruns is not None else DeadlineRunner()
 
@@ -85,6 +90,11 @@ class AttemptRunner:
             deadline=deadline,
             cancel_check=lambda: cancel_requested(queue, job.id),
             timeout_check=lambda: gate.abandoned,
+            progress_sink=(
+                check_progress
+                if self._progress is None
+                else functools.partial(self._progress, job.id)
+            ),
         )
 
     def run_attempt(self, claim: Claim, job: Job, now: datetime) -> Attempted | Awaiting:

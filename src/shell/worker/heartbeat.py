@@ -13,6 +13,13 @@ it has not started, and its outcome write is refused by the fence if it has.
 The worker writes an outcome and releases its claim inside `writing()`, which
 holds renewals off, so no renewal lands between the two and mistakes a claim
 just written for one lost.
+
+A running handler's progress reports (`JobContext.progress`) wait here, the newest
+replacing the one before, and go out with the claim's next renewal, in the same
+fenced write (`ProgressJobQueue.extend_with_progress`). A claim with a report
+waiting is renewed once half an interval has passed instead of a whole one: however
+often the handler reports, that is at most one write more per interval than the
+renewals alone.
 """
 
 from __future__ import annotations
@@ -24,9 +31,10 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from uuid import UUID
 
-from ...core import Job
+from ...core import Job, Progress, progress
 from .. import outage
-from ..ports import Claim, Clock, JobQueue
+from ..ports import Claim, Clock, JobQueue, ProgressJobQueue
+from ..progress_notes import note_of
 
 log = logging.getLogger("conveyor.worker")
 
@@ -44,6 +52,9 @@ class Heartbeat:
         self._lost: set[UUID] = set()
         #: The started record of each held job whose handler began, by job id.
         self._begun: dict[UUID, Job] = {}
+        #: The newest progress report of each held job, not yet written.
+        self._reports: dict[UUID, Progress] = {}
+        self._notes = queue if isinstance(queue, ProgressJobQueue) else None
         self._thread: threading.Thread | None = None
         self._server = outage.for_queue(queue)
 
@@ -72,6 +83,15 @@ class Heartbeat:
             if held is not None and held[0].token == claim.token:
                 self._begun[claim.job.id] = started
 
+    def report(self, job_id: UUID, fraction: object, value: object) -> None:
+        """A handler of `job_id` reports its progress: checked now (a bad report is a
+        `ValidationError` naming the field), written with the claim's next renewal.
+        A report for a job no longer held is dropped."""
+        made = progress(fraction, value, self._clock.now())
+        with self._lock:
+            if job_id in self._held:
+                self._reports[job_id] = made
+
     def take_all(self, timeout_s: float) -> list[tuple[Claim, Job | None]]:
         """Stop renewing every held claim and return each with its started record
         (None when its handler had not begun): a worker stopping by force hands them
@@ -82,6 +102,7 @@ class Heartbeat:
                 taken = [(c, self._begun.get(i)) for i, (c, _) in self._held.items()]
                 self._held.clear()
                 self._begun.clear()
+                self._reports.clear()
             return taken
         finally:
             if acquired:
@@ -101,6 +122,7 @@ class Heartbeat:
                 if held is not None and held[0].token == claim.token:
                     del self._held[claim.job.id]
                     self._begun.pop(claim.job.id, None)
+                    self._reports.pop(claim.job.id, None)
                 self._lost.discard(claim.job.id)
 
     def let_go(self, claims: Iterable[Claim], keep: Callable[[Claim], bool]) -> None:
@@ -115,6 +137,7 @@ class Heartbeat:
                 if held is not None:
                     del self._held[claim.job.id]
                     self._begun.pop(claim.job.id, None)
+                    self._reports.pop(claim.job.id, None)
                 self._lost.discard(claim.job.id)
 
     @contextmanager
@@ -137,8 +160,22 @@ class Heartbeat:
             return held is not None and time.monotonic() - held[1] < seconds
 
     def renew(self, claim: Claim) -> bool:
-        """Renew `claim` now, on the caller's thread. False when it was lost."""
-        ok = self._queue.extend(claim, self._clock.now())
+        """Renew `claim` now, on the caller's thread, with its waiting progress report
+        if any. False when it was lost."""
+        with self._lock:
+            report = self._reports.pop(claim.job.id, None)
+        try:
+            if report is not None and self._notes is not None:
+                note = note_of(claim.token, report)
+                ok = self._notes.extend_with_progress(claim, self._clock.now(), note)
+            else:
+                ok = self._queue.extend(claim, self._clock.now())
+        except Exception:
+            if report is not None:
+                with self._lock:  # goes with the next try, unless a newer one came
+                    if claim.job.id in self._held:
+                        self._reports.setdefault(claim.job.id, report)
+            raise
         with self._lock:
             held = self._held.get(claim.job.id)
             if held is not None and held[0].token == claim.token:
@@ -150,8 +187,13 @@ class Heartbeat:
 
     def _due(self) -> list[Claim]:
         now = time.monotonic()
+        half = self._interval / 2
         with self._lock:
-            return [c for c, at in self._held.values() if now - at >= self._interval]
+            return [
+                c
+                for i, (c, at) in self._held.items()
+                if now - at >= (half if i in self._reports else self._interval)
+            ]
 
     def _beat(self) -> None:
         while True:

@@ -147,7 +147,8 @@ class Worker:
             queue, queue_name, self.prefetch_policy, limits, self._idle, job_budget
         )
         self._runner = AttemptRunner(
-            queue, registry, tenancy=tenancy, tracer=tracer, overruns=self.overruns
+            queue, registry, tenancy=tenancy, tracer=tracer, overruns=self.overruns,
+            progress=self._heartbeat.report,
         )
         self._batches = BatchRunner(
             clock=self.clock,

@@ -11,7 +11,8 @@ What it costs and needs: a process start per attempt (interpreter start-up
 and the handler module's imports, tens to hundreds of milliseconds, which count
 against the timeout); a handler the child can import by name (a module-level
 function, not a lambda or a closure); and a picklable result. Inside the child
-the context's `cancel_requested()` and `timed_out()` are always False: the
+the context's `cancel_requested()` and `timed_out()` are always False, and its
+`progress()` checks a report but keeps none: the
 child is stopped from outside instead, at its deadline or, checked every
 `STOP_POLL_S`, when cancellation of its job is requested.
 """
@@ -27,7 +28,7 @@ from typing import Any
 import attrs
 
 from ...core import ErrorInfo, Failed, Outcome, cap_message
-from ..context import JobContext
+from ..context import JobContext, check_progress
 from ..registry import run_handler
 
 #: How often the worker asks whether a running child's job should stop (a cancel).
@@ -102,7 +103,9 @@ def _sendable(value: Any) -> Any:
     # The context's checks are closures over this process's state: the child gets
     # the plain fields only.
     if isinstance(value, JobContext):
-        return attrs.evolve(value, cancel_check=_never, timeout_check=_never)
+        return attrs.evolve(
+            value, cancel_check=_never, timeout_check=_never, progress_sink=check_progress
+        )
     return value
 
 

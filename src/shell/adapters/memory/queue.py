@@ -8,10 +8,13 @@ from .claims import Claiming
 from .enqueue import Enqueueing
 from .holder import HolderWrites
 from .limited import LimitedClaiming
+from .progress import ProgressNotes
 from .reads import Reads
 
 
-class MemoryJobQueue(Enqueueing, Claiming, LimitedClaiming, HolderWrites, Cancelling, Reads):
+class MemoryJobQueue(
+    Enqueueing, Claiming, LimitedClaiming, HolderWrites, Cancelling, Reads, ProgressNotes
+):
     """A `JobQueue` in this process's memory.
 
     Given the `MemoryJobStore` it works with, it also finishes jobs (record and

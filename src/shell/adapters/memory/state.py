@@ -40,6 +40,8 @@ class InFlight:
     job: Job
     token: str
     locked_at: datetime
+    #: The newest progress note of the running attempt (`conveyor.shell.progress_notes`).
+    note: str | None = None
 
 
 def claimed(entry: InFlight) -> tuple[str, datetime]:

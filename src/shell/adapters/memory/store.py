@@ -10,6 +10,7 @@ from uuid import UUID
 
 from ....core import Job, JobStatus, PruneOrder
 from ...ports import FinishedPerMinute, HistoryFilter
+from ..finish_signals import FinishSignals, FinishWatch
 
 
 class MemoryJobStore:
@@ -23,6 +24,10 @@ class MemoryJobStore:
         self._queue_lock: threading.Lock | None = None
         #: Whether that queue still holds a job id (asked under its lock).
         self._queue_holds: Callable[[UUID], bool] | None = None
+        #: The callers waiting for a job's outcome (`Runtime.result`).
+        self._finishes = FinishSignals()
+        #: Tombstones: the ids of pruned records, and when they were pruned.
+        self._pruned: dict[UUID, datetime] = {}
 
     def _attach(self, lock: threading.Lock, holds: Callable[[UUID], bool]) -> None:
         """Work with the queue whose lock is `lock`: a prune spares what it `holds`."""
@@ -32,6 +37,12 @@ class MemoryJobStore:
         with self._lock:
             self._seq += 1
             self._jobs[job.id] = (self._seq, job)
+            self._pruned.pop(job.id, None)
+        self._finishes.announce(job.id)
+
+    def watch_finished(self, job_id: UUID) -> FinishWatch:
+        """A watch woken when a record of `job_id` is written (`FinishWatchingStore`)."""
+        return self._finishes.watch(job_id)
 
     def get(self, job_id: UUID) -> Job | None:
         with self._lock:
@@ -143,7 +154,17 @@ class MemoryJobStore:
             doomed = self._prunable(order)[: order.limit]
             for i in doomed:
                 del self._jobs[i]
+            if order.pruned_at is not None and order.forget_before is not None:
+                forget = order.forget_before
+                for i in [i for i, at in self._pruned.items() if at < forget]:
+                    del self._pruned[i]
+                self._pruned.update(dict.fromkeys(doomed, order.pruned_at))
             return len(doomed)
+
+    def pruned_at(self, job_id: UUID) -> datetime | None:
+        """When retention pruned `job_id`'s record (`PruneRememberingStore`)."""
+        with self._lock:
+            return self._pruned.get(job_id)
 
     def count_prunable(self, order: PruneOrder) -> int:
         if order.is_empty:

@@ -70,6 +70,14 @@ class RedisKeys:
     def queues(self) -> str:
         return f"{self.base}:queues"
 
+    def pruned(self, job_id: str) -> str:
+        """The tombstone of a record retention pruned: its value is when, in µs."""
+        return f"{self.base}:pruned:{job_id}"
+
+    def finished(self) -> str:
+        """The pub/sub channel on which each written record's job id is published."""
+        return f"{self.base}:finished"
+
     def wake(self, queue: str) -> str:
         return f"{self.base}:wake:{queue}"
 

@@ -30,11 +30,14 @@ from .cancel import Cancelling
 from .claims import Claiming
 from .enqueue import Enqueueing
 from .holder import Holding
+from .progress import ProgressNotes
 from .reads import Reading
 from .unique import UniqueEnqueueing
 
 
-class RedisJobQueue(Enqueueing, UniqueEnqueueing, Claiming, Holding, Cancelling, Reading):
+class RedisJobQueue(
+    Enqueueing, UniqueEnqueueing, Claiming, Holding, Cancelling, Reading, ProgressNotes
+):
     """A `JobQueue` on Redis: ready lists, a scheduled zset and an in-flight zset.
 
     `client_or_url` is a `redis.Redis` (with `decode_responses=False`; it stays

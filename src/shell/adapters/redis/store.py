@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
 
@@ -23,11 +23,14 @@ from ....core import Job, JobStatus, PruneOrder
 from ....core.throughput import minute_key
 from ...codec import decode
 from ...ports import HISTORY_FILTER_SCAN, FinishedPerMinute, HistoryFilter
+from ..finish_signals import FinishWatch
 from .arguments import finished_us_of_body, record_args, us
 from .client import DEFAULT_RETRY_BUDGET_S, RedisKeys, client_for, log, retrying, text
+from .finishes import FinishListener
 from .scripts import STORE, Script, register
 
 _PURGE_BATCH = 500
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: Every status a record may hold, for a listing not filtered by status.
 _STATUS_NAMES = tuple(status.value for status in JobStatus)
@@ -57,6 +60,8 @@ class RedisJobStore:
         self._purge = script("store_purge")
         self._prune = script("store_prune")
         self._find = script("store_find")
+        #: Started on the first `watch_finished`.
+        self._finishes: FinishListener | None = None
 
     def _run(self, script: Script, *args: object) -> Any:
         argv = [self.keys.base, *args]
@@ -167,10 +172,13 @@ class RedisJobStore:
         """Delete up to `order.limit` records the order lets go, oldest recorded first,
         one script per status (each atomic; see `store_prune.lua`)."""
         left = order.limit
+        remember = order.remember_ms
+        at = "" if order.pruned_at is None else str(us(order.pruned_at))
+        tombstones = (str(remember) if remember else "", at)
         for status, cutoff, keep in self._prune_rules(order):
             if left <= 0:
                 break
-            gone, _ = self._prune_step(status.value, cutoff, keep, left, "", 0)
+            gone, _ = self._prune_step(status.value, cutoff, keep, left, "", 0, *tombstones)
             left -= gone
         return order.limit - max(left, 0)
 
@@ -181,14 +189,30 @@ class RedisJobStore:
             offset, done = 0, 0
             while not done:
                 found, done = self._prune_step(
-                    status.value, cutoff, keep, _PURGE_BATCH, "1", offset
+                    status.value, cutoff, keep, _PURGE_BATCH, "1", offset, "", ""
                 )
                 total += found
                 offset += _PURGE_BATCH
         return total
 
+    def pruned_at(self, job_id: UUID) -> datetime | None:
+        """When retention pruned `job_id`'s record, while its tombstone lives
+        (`PruneRememberingStore`); None otherwise."""
+        key = self.keys.pruned(str(job_id))
+        found = retrying(self.retry_budget_s, lambda: self._client.get(key))
+        return None if found is None else _EPOCH + timedelta(microseconds=int(text(found)))
+
+    def watch_finished(self, job_id: UUID) -> FinishWatch:
+        """A watch woken when a record of `job_id` is written (`FinishWatchingStore`):
+        the scripts publish each record's id, one subscriber per store hears it."""
+        if self._finishes is None:
+            self._finishes = FinishListener(self._client, self.keys.finished())
+        return self._finishes.watch(job_id)
+
     def close(self) -> None:
         """Close the client if this store made it from a URL."""
+        if self._finishes is not None:
+            self._finishes.close()
         if self._owned:
             self._client.close()
 

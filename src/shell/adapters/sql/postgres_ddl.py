@@ -8,6 +8,8 @@ from .schema import SCHEMA, Schema, dialect_of
 
 #: The PostgreSQL channel on which a job becoming ready is announced (payload: its queue).
 NOTIFY_CHANNEL = "conveyor_ready"
+#: The channel on which a finished record is announced (payload: the job's id).
+FINISHED_CHANNEL = "conveyor_finished"
 
 
 def notify_ddl(schema: Schema = SCHEMA) -> list[str]:
@@ -26,6 +28,27 @@ def notify_ddl(schema: Schema = SCHEMA) -> list[str]:
         f"DROP TRIGGER IF EXISTS {function} ON {table}",
         f"CREATE TRIGGER {function} AFTER INSERT OR UPDATE OF status ON {table}\n"
         f"    FOR EACH ROW WHEN (NEW.status IN ('ready', 'scheduled'))\n"
+        f"    EXECUTE FUNCTION {function}()",
+        *_finished_ddl(schema),
+    ]
+
+
+def _finished_ddl(schema: Schema) -> list[str]:
+    """A trigger that NOTIFYs `FINISHED_CHANNEL` with the id of each record written
+    finished (completed, failed, cancelled), so a caller waiting for that job's outcome
+    wakes at once. Written in the finishing transaction, heard after its commit."""
+    table = schema.job_store.name
+    function = f"{table}_notify_finished"
+    return [
+        f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger AS $$\n"
+        f"BEGIN\n"
+        f"    PERFORM pg_notify('{FINISHED_CHANNEL}', NEW.id);\n"
+        f"    RETURN NULL;\n"
+        f"END;\n"
+        f"$$ LANGUAGE plpgsql",
+        f"DROP TRIGGER IF EXISTS {function} ON {table}",
+        f"CREATE TRIGGER {function} AFTER INSERT OR UPDATE ON {table}\n"
+        f"    FOR EACH ROW WHEN (NEW.status IN ('completed', 'failed', 'cancelled'))\n"
         f"    EXECUTE FUNCTION {function}()",
     ]
 

@@ -7,7 +7,8 @@ columns are copies for the indexes.
 `SqlJobQueue` is its roles put together, each in a module of its own over the state
 they share (`base`): placements (`enqueue`), claims and promotion (`claims`), claims
 under limits (`limits`), the claim holder's writes (`holder`), cancellation
-(`cancel`), reads (`reads`) and idle workers' wake-ups (`wakeups`).
+(`cancel`), reads (`reads`), idle workers' wake-ups (`wakeups`) and running jobs'
+progress (`progress`).
 
 Times: every instant written or compared (`locked_at`, `run_at`, cutoffs) is the
 `now` or `cutoff` the caller passes in, never the database clock; `server_time`
@@ -21,6 +22,7 @@ from .claims import Claiming
 from .enqueue import Enqueueing
 from .holder import HolderWrites
 from .limits import LimitedClaiming
+from .progress import ProgressNotes
 from .reads import Reading
 from .wakeups import WaitingForWork, wakeups_for
 
@@ -35,6 +37,7 @@ class SqlJobQueue(
     Cancelling,
     Reading,
     WaitingForWork,
+    ProgressNotes,
 ):
     """A `JobQueue`, `TransactionalJobQueue` and `BatchingJobQueue` in a SQLite or
     PostgreSQL database.

@@ -69,11 +69,12 @@ class Schema:
     cancel_requests: Table
     unique_keys: Table
     limit_state: Table
+    pruned: Table
 
     def tables_for(self, dialect: Dialect) -> list[Table]:
         """The tables this dialect needs: the counter table only where sequences are missing."""
         tables = [self.job_queue, self.job_store, self.workers, self.cancel_requests]
-        tables.extend((self.unique_keys, self.limit_state))
+        tables.extend((self.unique_keys, self.limit_state, self.pruned))
         if not dialect.supports_sequences:
             tables.append(self.counters)
         return tables
@@ -108,6 +109,9 @@ def make_schema(prefix: str = DEFAULT_PREFIX) -> Schema:
         # `migrate` fills them in.
         Column("job_type", String(128), nullable=True),
         Column("partition_key", String(200), nullable=True),
+        # The newest progress report of the running attempt, written with its lease
+        # renewal (`conveyor.shell.progress_notes`); NULL when none was made.
+        Column("progress", Text, nullable=True),
     )
     # On PostgreSQL the next four indexes are partial, each holding the rows of the one
     # status its readers ask for: a row version enters the one that matches its status
@@ -234,6 +238,15 @@ def make_schema(prefix: str = DEFAULT_PREFIX) -> Schema:
         Column("value", Float(precision=53), nullable=False),
         Column("at_us", BigInteger, nullable=True),
     )
+    # Tombstones of the records retention pruned (id, when, µs), kept for
+    # `retention.remember_pruned_ms`: `Runtime.result` tells "pruned" from "unknown".
+    pruned = Table(
+        f"{prefix}_pruned",
+        md,
+        Column("id", String(36), primary_key=True),
+        Column("pruned_at", BigInteger, nullable=False),
+    )
+    Index(f"{prefix}_pruned_at", pruned.c.pruned_at)
     return Schema(
         md,
         job_queue,
@@ -245,6 +258,7 @@ def make_schema(prefix: str = DEFAULT_PREFIX) -> Schema:
         cancel_requests=cancel_requests,
         unique_keys=unique_keys,
         limit_state=limit_state,
+        pruned=pruned,
     )
 
 

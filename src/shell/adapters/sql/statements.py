@@ -191,6 +191,10 @@ class Statements:
         )
         self.clear_cancel: Delete = delete(requests).where(requests.c.job_id == bindparam("job_id"))
         self.extend: Update = sql_update(t).where(*held).values(locked_at=bindparam("at"))
+        self.extend_with_progress: Update = (
+            sql_update(t).where(*held).values(locked_at=bindparam("at"), progress=bindparam("note"))
+        )
+        self.progress_note: Select[str] = select(t.c.progress).where(t.c.id == bindparam("job_id"))
         # Fenced by the old token. A rerun (its first answer lost with the connection,
         # perhaps after the commit) accepts the new one too, finding its work done.
         starting = (t.c.id == bindparam("job_id"), t.c.status == PROCESSING)

@@ -31,9 +31,12 @@ from sqlalchemy import (
 from ....core import Job, JobStatus, PruneOrder
 from ...codec import decode, encode
 from ...ports import FinishedPerMinute, HistoryFilter
+from ..finish_signals import FinishWatch
+from . import tombstones
 from .database import Database
 from .engine import to_micros
 from .schema import SCHEMA, STORE_COUNTER, Schema
+from .wakeups import wakeups_for
 
 __all__ = ["SqlJobStore", "record_values", "write_record", "write_records"]
 
@@ -86,6 +89,21 @@ class SqlJobStore:
     def record(self, job: Job) -> None:
         """Upsert the job's latest record; it becomes the newest in the listings."""
         self._db.run(lambda conn: write_record(self._db, conn, job))
+
+    def pruned_at(self, job_id: UUID) -> datetime | None:
+        """When retention pruned `job_id`'s record, while its tombstone is kept
+        (`PruneRememberingStore`); None otherwise."""
+        table = self._db.schema.pruned
+        return self._db.run(
+            lambda conn: tombstones.pruned_at(conn, table, str(job_id)), write=False
+        )
+
+    def watch_finished(self, job_id: UUID) -> FinishWatch:
+        """A watch woken when `job_id`'s record may have been written
+        (`FinishWatchingStore`): this process's one wake-up listener of the database
+        hears it (see `wakeups`)."""
+        engine = self._db.engine
+        return wakeups_for(engine).watch_finished(self, engine, job_id)
 
     def get(self, job_id: UUID) -> Job | None:
         """The recorded job, or None (also when its record no longer decodes)."""
@@ -238,6 +256,7 @@ class SqlJobStore:
 
     def _prune(self, conn: Connection, order: PruneOrder) -> int:
         left = order.limit
+        pruned: list[str] = []
         for status, before, keep in _rules(order):
             # (column, bound): a record with column < bound goes, oldest first along the
             # (status, column) index.
@@ -270,7 +289,10 @@ class SqlJobStore:
                     t.c[column] < bound,
                     self._idle(t),
                 )
-                left -= int(conn.execute(stmt).rowcount)
+                gone = [str(i) for i in conn.execute(stmt.returning(t.c.id)).scalars()]
+                pruned.extend(gone)
+                left -= len(gone)
+        tombstones.remember(conn, self._db.schema.pruned, order, pruned)
         return order.limit - left
 
     def _idle(self, t: FromClause) -> ColumnElement[bool]:
@@ -315,7 +337,9 @@ class SqlJobStore:
         return total
 
     def close(self) -> None:
-        """Close pooled connections (the engine reconnects if used again)."""
+        """Close pooled connections (the engine reconnects if used again) and stop
+        keeping this database's wake-up listener alive."""
+        wakeups_for(self._db.engine).leave(self)
         self._db.engine.dispose()
 
 

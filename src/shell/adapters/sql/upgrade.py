@@ -10,7 +10,11 @@ from sqlalchemy import Connection, bindparam, inspect, select, update
 from .schema import SCHEMA, Schema
 
 #: The job_queue columns added after its first version: (name, SQL type).
-ADDED_COLUMNS = (("job_type", "VARCHAR(128)"), ("partition_key", "VARCHAR(200)"))
+ADDED_COLUMNS = (
+    ("job_type", "VARCHAR(128)"),
+    ("partition_key", "VARCHAR(200)"),
+    ("progress", "TEXT"),
+)
 
 
 def add_limit_columns(conn: Connection, schema: Schema) -> int:

@@ -15,6 +15,11 @@ taken from it), and fans what it hears out to every waiting thread through a
   `PRAGMA data_version` every `SQLITE_WATCH_S`; it changes when another connection
   commits, and reading it touches no table. Any commit wakes every waiter.
 
+The same listener wakes the callers that wait for a job's outcome
+(`Runtime.result`, through `watch_finished`): on PostgreSQL a trigger on the store
+announces each finished record's id on `FINISHED_CHANNEL`, and only that job's
+watchers wake; on SQLite any commit wakes every watcher, to read its job again.
+
 Each waiting thread remembers the last announcement it saw, so one that came while
 the thread was busy (between its empty claim and its wait) wakes it at once, as a
 per-thread LISTEN would have. The listener thread ends, closing its connection, once
@@ -36,12 +41,14 @@ import threading
 import time
 import weakref
 from typing import Any, Protocol
+from uuid import UUID
 
 from sqlalchemy import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
+from ..finish_signals import FinishSignals, FinishWatch
 from .base import SqlQueueBase
-from .postgres_ddl import NOTIFY_CHANNEL
+from .postgres_ddl import FINISHED_CHANNEL, NOTIFY_CHANNEL
 
 __all__ = ["SQLITE_WATCH_S", "ServerWatch", "WaitingForWork", "Wakeups", "wakeups_for"]
 
@@ -80,6 +87,8 @@ class Wakeups:
         self._users: weakref.WeakSet[object] = weakref.WeakSet()
         self._thread: threading.Thread | None = None
         self._local = threading.local()
+        #: The callers waiting for a job's outcome, by job id.
+        self.finishes = FinishSignals()
 
     def _mark(self, key: str) -> tuple[int, int]:
         return self._heard.get(key, 0), self._epoch
@@ -106,6 +115,19 @@ class Wakeups:
                 self._waiting -= 1
             seen[key] = self._mark(key)
             return bool(woke)
+
+    def watch_finished(self, user: object, engine: Engine, job_id: UUID) -> FinishWatch:
+        """A watch woken when `job_id`'s record may have been written (see the module
+        docs); `user` (the store) keeps the listener alive as `wait`'s does."""
+        with self._cond:
+            self._users.add(user)
+            self._start(engine)
+            watch = self.finishes.watch(job_id)
+            self._cond.notify_all()  # a SQLite listener idles until someone waits
+        return watch
+
+    def _anyone_waits(self) -> bool:
+        return bool(self._waiting) or self.finishes.watching
 
     def report_to(self, watch: ServerWatch) -> None:
         """Tell the listener's failures through `watch` from now on."""
@@ -135,7 +157,7 @@ class Wakeups:
 
     def _in_use(self) -> bool:
         """Under the lock: whether to keep going; if not, the thread is about to end."""
-        if self._users or self._waiting:
+        if self._users or self._anyone_waits():
             return True
         self._thread = None
         return False
@@ -158,7 +180,7 @@ class Wakeups:
             version = cursor.execute("PRAGMA data_version").fetchone()[0]
             while True:
                 with self._cond:
-                    while not self._waiting:
+                    while not self._anyone_waits():
                         if not self._in_use():
                             return
                         self._cond.wait(_CHECK_S)
@@ -167,6 +189,7 @@ class Wakeups:
                 if now != version:
                     version = now
                     self._announce([_ANY])
+                    self.finishes.announce_all()
         except Exception:
             # Waiters fall back to their timeouts (polling); the next wait tries again.
             _log.warning("the SQLite wake-up watcher failed; idle workers poll", exc_info=True)
@@ -188,15 +211,20 @@ class Wakeups:
                 listener: Any = raw.driver_connection
                 listener.autocommit = True
                 listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                listener.execute(f"LISTEN {FINISHED_CHANNEL}")
                 # Whatever was announced while nobody listened is lost: wake everyone.
                 self._announce(None)
+                self.finishes.announce_all()
                 pause, failing = _RECONNECT_S[0], False
                 while True:
                     with self._cond:
                         if not self._in_use():
                             return
                     for note in listener.notifies(timeout=_CHECK_S):
-                        self._announce([str(note.payload)])
+                        if note.channel == FINISHED_CHANNEL:
+                            self.finishes.announce(str(note.payload))
+                        else:
+                            self._announce([str(note.payload)])
             except Exception as exc:
                 # Waiters fall back to their timeouts (polling) until the listener is back.
                 # A server outage is told once for the process (with the workers' own

@@ -52,6 +52,7 @@ local function record_many(items, ids)
     end
     finished[status] = finished[status] or {}
     finished[status][minute] = (finished[status][minute] or 0) + 1
+    redis.call('PUBLISH', key('finished'), id)
   end
   for k, pairs_ in pairs(adds) do
     call_many('ZADD', k, pairs_)

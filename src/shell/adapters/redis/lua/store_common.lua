@@ -127,5 +127,7 @@ local function record(r, ...)
     count_dead(queue, tenant, 1)
   end
   count_finished(status, r.minute, 1)
+  -- Callers waiting for this job's outcome (`Runtime.result`) are subscribed here.
+  redis.call('PUBLISH', key('finished'), id)
   return seq
 end

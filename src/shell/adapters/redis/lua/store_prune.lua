@@ -1,7 +1,11 @@
 -- prune (retention). ARGV: base, status ('completed' | 'failed'), cutoff_us ('' = no age
 -- rule), keep ('' = no count rule), limit, dry ('1' = only count), offset (dry only),
--- then any number of (id, seq, finished_us) facts for records written before records
--- kept their finish time (see below).
+-- remember_ms ('' = leave no tombstone), pruned_us, then any number of (id, seq,
+-- finished_us) facts for records written before records kept their finish time (see
+-- below).
+-- A deleted record leaves a tombstone {base}:pruned:<id> (its value: pruned_us) that
+-- expires remember_ms later, so a caller asking for that job's result is told it was
+-- pruned rather than never enqueued.
 -- Walks the status index oldest recorded first. A record qualifies when it is beyond
 -- the newest `keep` of its status, or finished before `cutoff_us`; the walk stops at
 -- the first record that does neither (the index is in recording order, which is
@@ -21,9 +25,10 @@
 -- record deleted by a concurrent prune is simply no longer in the index.
 local status, cutoff, keep = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local limit, dry, offset = tonumber(ARGV[5]), ARGV[6] == '1', tonumber(ARGV[7]) or 0
+local remember, pruned_us = tonumber(ARGV[8]), ARGV[9]
 local index = status_key(status, '')
 
-for at = 8, #ARGV, 3 do
+for at = 10, #ARGV, 3 do
   local rk = key('store', ARGV[at])
   if (redis.call('HGET', rk, 'seq') or '') == ARGV[at + 1] then
     redis.call('HSETNX', rk, 'finished_us', ARGV[at + 2])
@@ -88,6 +93,9 @@ if not dry then
   for _, id in ipairs(picked) do
     unindex(id)
     redis.call('DEL', key('store', id))
+    if remember and remember > 0 then
+      redis.call('SET', key('pruned', id), pruned_us, 'PX', remember)
+    end
   end
 end
 return {#picked, done}

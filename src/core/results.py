@@ -1,0 +1,54 @@
+"""Results: the cap on the size of a handler's return value.
+
+A completed job's result is stored with its record and leaves the library as JSON
+(`Runtime.result`, `JobView.to_dict`, `conveyor job show --json`). A result larger
+than the cap would make every read of the record as large, so `decide` refuses it:
+the job is dead-lettered with `result-too-large`, never retried (running it again
+would return as much), and its error names the job, the size and the cap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import attrs
+
+from .field_checks import integer_at_least
+from .frozen import json_size
+from .job import ErrorInfo
+
+#: The error type of a job whose result is larger than the cap.
+RESULT_TOO_LARGE = "result-too-large"
+
+#: The default cap: 1 MiB of compact UTF-8 JSON.
+DEFAULT_MAX_RESULT_BYTES = 1_048_576
+
+
+@attrs.frozen(slots=True)
+class ResultPolicy:
+    """`max_bytes`: the largest result a job may return, in bytes of compact UTF-8
+    JSON (the config's `max_result_bytes`)."""
+
+    max_bytes: int = attrs.field(default=DEFAULT_MAX_RESULT_BYTES, validator=integer_at_least(1))
+
+
+#: Results of these types are far below any cap: they are not measured.
+_SMALL = (type(None), bool, int, float)
+
+
+def oversized_result(job_id: UUID, result: Any, policy: ResultPolicy) -> ErrorInfo | None:
+    """The `result-too-large` error of job `job_id` when its (frozen) `result` is
+    larger than `policy.max_bytes`; None when it fits."""
+    if type(result) in _SMALL:
+        return None
+    if type(result) is str and len(result) * 6 + 2 <= policy.max_bytes:
+        return None  # a character takes at most 6 bytes in JSON (an escaped control)
+    size = json_size(result)
+    if size <= policy.max_bytes:
+        return None
+    message = (
+        f"job {job_id} returned a result of {size} bytes as JSON; the limit is "
+        f"{policy.max_bytes} bytes (max_result_bytes)"
+    )
+    return ErrorInfo(RESULT_TOO_LARGE, message, retryable=False)

@@ -1,0 +1,133 @@
+"""Telling the callers that wait for a job's outcome that it may have finished.
+
+`Runtime.result(job_id)` waits for a job's record. Each backend hears of finished
+jobs its own way (a condition in memory, LISTEN/NOTIFY or a commit watch on SQL,
+pub/sub on Redis), through one listener per process, never one per waiter; it hands
+what it hears to a `FinishSignals`, which wakes the waiters of that id, whether they
+wait in a thread (`FinishWatch.wait`) or on an event loop (`FinishWatch.wait_async`).
+
+A signal means "read the job again", not "it finished": a listener that may have
+missed announcements (it reconnected, or its backend only knows that something
+committed) wakes every waiter. A waiter registers before its first read, so a finish
+that lands between the read and the wait still wakes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from uuid import UUID
+
+
+class FinishWatch:
+    """One caller's watch on one job id: woken when the job may have finished.
+
+    Use it as a context manager (it stops watching on exit), read the job, then
+    `wait` (or `await wait_async`) for the next signal; read again after each.
+    """
+
+    def __init__(self, signals: FinishSignals, job_id: UUID) -> None:
+        self._signals, self.job_id = signals, job_id
+        self._lock = threading.Lock()
+        self._event = threading.Event()
+        self._loops: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+
+    def _fire(self) -> None:
+        with self._lock:
+            self._event.set()
+            for loop, event in self._loops:
+                with contextlib.suppress(RuntimeError):  # a closed loop: its waiter is gone
+                    loop.call_soon_threadsafe(event.set)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until a signal or `timeout_s` passes; True when signalled (a signal
+        that came since the last wait counts at once)."""
+        fired = self._event.wait(max(0.0, timeout_s))
+        self._event.clear()
+        return fired
+
+    async def wait_async(self, timeout_s: float) -> bool:
+        """`wait` for an event loop: the loop keeps running while it waits."""
+        loop = asyncio.get_running_loop()
+        event = asyncio.Event()
+        with self._lock:
+            if self._event.is_set():
+                self._event.clear()
+                return True
+            self._loops.append((loop, event))
+        try:
+            await asyncio.wait_for(event.wait(), max(0.0, timeout_s))
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            with self._lock:
+                self._loops.remove((loop, event))
+                self._event.clear()
+
+    def close(self) -> None:
+        """Stop watching."""
+        self._signals._forget(self)
+
+    def __enter__(self) -> FinishWatch:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class FinishSignals:
+    """The waiters of one backend in this process, by job id, and the wake-ups a
+    listener hands in (`announce`, `announce_all`)."""
+
+    def __init__(self, on_watch: Callable[[], None] | None = None) -> None:
+        """`on_watch` runs after each new watch is registered (a listener that sleeps
+        while nobody waits starts or wakes there)."""
+        self._lock = threading.Lock()
+        self._watches: dict[UUID, set[FinishWatch]] = {}
+        self._on_watch = on_watch
+
+    def watch(self, job_id: UUID) -> FinishWatch:
+        """A new watch on `job_id`, registered at once."""
+        made = FinishWatch(self, job_id)
+        with self._lock:
+            self._watches.setdefault(job_id, set()).add(made)
+        if self._on_watch is not None:
+            self._on_watch()
+        return made
+
+    def _forget(self, watch: FinishWatch) -> None:
+        with self._lock:
+            found = self._watches.get(watch.job_id)
+            if found is not None:
+                found.discard(watch)
+                if not found:
+                    del self._watches[watch.job_id]
+
+    @property
+    def watching(self) -> bool:
+        """True while anyone watches (a listener may stop when nobody does)."""
+        with self._lock:
+            return bool(self._watches)
+
+    def announce(self, job_id: UUID | str) -> None:
+        """Job `job_id` may have finished: wake its watchers (an id that is not a UUID,
+        or that nobody watches, is ignored)."""
+        try:
+            key = job_id if isinstance(job_id, UUID) else UUID(job_id)
+        except ValueError:
+            return
+        with self._lock:
+            found = list(self._watches.get(key, ()))
+        for watch in found:
+            watch._fire()
+
+    def announce_all(self) -> None:
+        """Announcements may have been missed (or the backend cannot tell which job
+        finished): wake every watcher, each to read its job again."""
+        with self._lock:
+            found = [watch for watches in self._watches.values() for watch in watches]
+        for watch in found:
+            watch._fire()

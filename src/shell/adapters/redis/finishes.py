@@ -1,0 +1,91 @@
+"""Waking the callers that wait for a job's outcome, on Redis: every script that writes
+a record publishes its job's id on `RedisKeys.finished()`, and one subscriber per
+store in this process hands what it hears to the store's `FinishSignals`.
+
+The subscriber runs only while someone waits. Publishing costs the server nothing
+per finish while nobody subscribes, and a message never lingers in the keyspace.
+What is published while the subscriber is (re)connecting is lost, so each time its
+subscription is confirmed it wakes every waiter to read its job again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any
+from uuid import UUID
+
+import redis
+
+from ..finish_signals import FinishSignals, FinishWatch
+from .client import log, text
+
+#: How long the subscriber blocks before it looks whether anyone still waits.
+_CHECK_S = 1.0
+#: Waits between attempts to subscribe again after a failure.
+_RECONNECT_S = (0.05, 5.0)
+
+
+class FinishListener:
+    """The subscriber of one store (see the module docs)."""
+
+    def __init__(self, client: redis.Redis, channel: str) -> None:
+        self._client, self._channel = client, channel
+        self.signals = FinishSignals()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def watch(self, job_id: UUID) -> FinishWatch:
+        """A watch on `job_id`; starts the subscriber if it is not running."""
+        watch = self.signals.watch(job_id)
+        with self._lock:
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(
+                    target=self._listen, name="conveyor-redis-finishes", daemon=True
+                )
+                self._thread.start()
+        return watch
+
+    def close(self) -> None:
+        """Stop the subscriber (within `_CHECK_S`)."""
+        with self._lock:
+            self._closed = True
+
+    def _done(self) -> bool:
+        """Under no lock: whether to stop; if so, the thread is about to end."""
+        with self._lock:
+            if self._closed or not self.signals.watching:
+                self._thread = None
+                return True
+            return False
+
+    def _listen(self) -> None:
+        pause = _RECONNECT_S[0]
+        while not self._done():
+            pubsub: Any = None
+            try:
+                pubsub = self._client.pubsub()
+                pubsub.subscribe(self._channel)
+                while True:
+                    message = pubsub.get_message(timeout=_CHECK_S)
+                    if message is None:
+                        if self._done():
+                            return
+                        continue
+                    if message["type"] == "subscribe":
+                        # Subscribed: whatever was published before is lost to us.
+                        self.signals.announce_all()
+                        pause = _RECONNECT_S[0]
+                    elif message["type"] == "message":
+                        self.signals.announce(text(message["data"]))
+            except Exception:
+                # Waiters fall back to their bounded polls until the subscriber is back.
+                log.debug("the Redis finish subscriber failed; resubscribing", exc_info=True)
+            finally:
+                if pubsub is not None:
+                    with contextlib.suppress(Exception):
+                        pubsub.close()
+            time.sleep(pause)
+            pause = min(pause * 2, _RECONNECT_S[1])

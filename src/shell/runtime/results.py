@@ -1,0 +1,166 @@
+"""Waiting for a job's outcome: `Runtime.result` and `Runtime.aresult` (`ResultMethods`,
+mixed into `Runtime`).
+
+The wait is woken by the finish itself where the store can tell (`FinishWatchingStore`:
+a condition in memory, LISTEN/NOTIFY on PostgreSQL, a commit watch on SQLite, pub/sub
+on Redis), through the same per-process listener that wakes idle workers on SQL. The
+job is read again at most `FALLBACK_POLL_S` apart all the same, in case a signal was
+lost; a store that cannot tell is polled, fast at first, then every `POLL_MAX_S`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from ...core import JobStatus, Policies, ValidationError, thaw
+from ..job_view import JobView
+from ..lookup import find_job
+from ..ports import (
+    FinishWaiter,
+    FinishWatchingStore,
+    JobQueue,
+    JobStore,
+    PruneRememberingStore,
+)
+from ..result_errors import JobCancelled, JobFailed, JobNotFound, ResultTimeout
+from .reads import as_job_id
+
+#: With a store that signals finishes: the longest a waiter goes without reading.
+FALLBACK_POLL_S = 1.0
+#: Without signals: the first poll, doubling up to the last.
+POLL_FIRST_S = 0.01
+POLL_MAX_S = 0.5
+#: `result`'s default wait, in seconds.
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class _Polling:
+    """The `FinishWaiter` of a store that cannot signal: each wait sleeps, a little
+    longer each time, up to `POLL_MAX_S`."""
+
+    def __init__(self) -> None:
+        self._next = POLL_FIRST_S
+
+    def _step(self, timeout_s: float) -> float:
+        step, self._next = min(self._next, timeout_s), min(self._next * 2, POLL_MAX_S)
+        return max(0.0, step)
+
+    def wait(self, timeout_s: float) -> bool:
+        time.sleep(self._step(timeout_s))
+        return False
+
+    async def wait_async(self, timeout_s: float) -> bool:
+        await asyncio.sleep(self._step(timeout_s))
+        return False
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def __enter__(self) -> _Polling:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        """Nothing to release."""
+
+
+def _seconds(timeout: float | timedelta | None) -> float | None:
+    if isinstance(timeout, timedelta):
+        return timeout.total_seconds()
+    if timeout is not None and timeout < 0:
+        raise ValidationError.of("timeout", f"must be >= 0 seconds or None, got {timeout!r}")
+    return timeout
+
+
+def outcome(job_id: UUID, view: JobView | None, pruned: bool | None = None) -> tuple[bool, Any]:
+    """(True, the result) for a completed job; (False, None) while it is not finished.
+    Raises `JobFailed` for a dead letter, `JobCancelled`, and `JobNotFound` for no view
+    (`pruned` as the store knows it)."""
+    if view is None:
+        raise JobNotFound(job_id, pruned)
+    if view.state is JobStatus.COMPLETED:
+        return True, None if view.job is None else thaw(view.job.result)
+    if view.state is JobStatus.FAILED:
+        raise JobFailed(job_id, None if view.job is None else view.job.last_error)
+    if view.state is JobStatus.CANCELLED:
+        raise JobCancelled(job_id)
+    return False, None
+
+
+class ResultMethods:
+    """`Runtime`'s waits for an outcome (mixed into it). Reads only."""
+
+    queue: JobQueue
+    store: JobStore
+    policies: Policies
+
+    def _read_outcome(self, job_id: UUID) -> tuple[bool, Any, JobStatus | None]:
+        lease = timedelta(milliseconds=self.policies.lease.lease_ms)
+        view = find_job(self.queue, self.store, job_id, lease)
+        if view is None:
+            raise self._not_found(job_id)
+        done, value = outcome(job_id, view)
+        return done, value, view.state
+
+    def _not_found(self, job_id: UUID) -> JobNotFound:
+        """`JobNotFound`, saying whether retention pruned the record where the store
+        keeps tombstones (`PruneRememberingStore`)."""
+        store = self.store
+        if not isinstance(store, PruneRememberingStore):
+            return JobNotFound(job_id)
+        at = store.pruned_at(job_id)
+        return JobNotFound(job_id, pruned=at is not None, pruned_at=at)
+
+    def _watch(self, job_id: UUID) -> FinishWaiter:
+        store = self.store
+        if isinstance(store, FinishWatchingStore):
+            return store.watch_finished(job_id)
+        return _Polling()
+
+    def result(
+        self, job_id: UUID | str, *, timeout: float | timedelta | None = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        """Wait up to `timeout` seconds (None: without end) for job `job_id`'s outcome
+        and return its result, as plain JSON values.
+
+        Raises `JobFailed` (a dead letter; `.error` is its last error), `JobCancelled`,
+        `ResultTimeout` (the wait ran out; `.state` is the job's state then), or
+        `JobNotFound` (no queue or store holds the id: never enqueued here, or its
+        record already pruned). A malformed id or a negative timeout is a
+        `ValidationError`. Woken by the finish itself where the backend can tell
+        (docs/results.md)."""
+        job_id = as_job_id(job_id)
+        limit = _seconds(timeout)
+        deadline = None if limit is None else time.monotonic() + limit
+        with self._watch(job_id) as watch:
+            while True:
+                done, value, state = self._read_outcome(job_id)
+                if done:
+                    return value
+                left = FALLBACK_POLL_S if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise ResultTimeout(job_id, state, limit or 0.0)
+                watch.wait(min(left, FALLBACK_POLL_S))
+
+    async def aresult(
+        self, job_id: UUID | str, *, timeout: float | timedelta | None = DEFAULT_TIMEOUT_S
+    ) -> Any:
+        """`result` for asyncio code: the event loop runs on while it waits; each read
+        of the job runs in a thread, as a blocking backend read must."""
+        job_id = as_job_id(job_id)
+        limit = _seconds(timeout)
+        loop = asyncio.get_running_loop()
+        deadline = None if limit is None else loop.time() + limit
+        watch = await asyncio.to_thread(self._watch, job_id)
+        with watch:
+            while True:
+                done, value, state = await asyncio.to_thread(self._read_outcome, job_id)
+                if done:
+                    return value
+                left = FALLBACK_POLL_S if deadline is None else deadline - loop.time()
+                if left <= 0:
+                    raise ResultTimeout(job_id, state, limit or 0.0)
+                await watch.wait_async(min(left, FALLBACK_POLL_S))

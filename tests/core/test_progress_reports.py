@@ -1,0 +1,53 @@
+"""The checks on a progress report (`core.progress`): refused where it is made, naming
+the field."""
+
+from __future__ import annotations
+
+import pytest
+from conveyor.core import MAX_PROGRESS_BYTES, FieldError, FrozenMap, Progress, make_progress
+from core_support import NOW
+
+
+def test_a_progress_report_keeps_a_fraction_and_a_frozen_value() -> None:
+    made = make_progress(0.25, {"stage": "upload", "rows": [1, 2]}, NOW)
+    assert made == Progress(0.25, FrozenMap({"stage": "upload", "rows": (1, 2)}), NOW)
+    assert isinstance(made, Progress) and isinstance(made.fraction, float)
+
+
+@pytest.mark.parametrize("fraction", [0, 1, 0.5, 1.0])
+def test_a_fraction_from_zero_to_one_is_accepted(fraction: float) -> None:
+    made = make_progress(fraction, None, NOW)
+    assert isinstance(made, Progress) and made.fraction == fraction and made.value is None
+
+
+@pytest.mark.parametrize(
+    ("fraction", "why"),
+    [
+        (-0.01, "from 0 to 1"),
+        (1.5, "from 0 to 1"),
+        (float("nan"), "from 0 to 1"),
+        (True, "a number"),
+        ("0.5", "a number"),
+    ],
+)
+def test_a_bad_fraction_is_refused_naming_the_field(fraction: object, why: str) -> None:
+    made = make_progress(fraction, None, NOW)
+    assert isinstance(made, FieldError)
+    assert made.field == "fraction" and why in made.reason
+
+
+def test_a_value_that_is_not_json_is_refused_with_its_path() -> None:
+    made = make_progress(None, {"when": object()}, NOW)
+    assert isinstance(made, FieldError)
+    assert made.field == "value" and "value.when" in made.reason
+
+
+def test_a_value_over_the_progress_limit_is_refused_with_its_size() -> None:
+    made = make_progress(None, "x" * MAX_PROGRESS_BYTES, NOW)
+    assert isinstance(made, FieldError)
+    assert made.field == "value" and f"limit is {MAX_PROGRESS_BYTES} bytes" in made.reason
+
+
+def test_a_report_with_neither_fraction_nor_value_is_refused() -> None:
+    made = make_progress(None, None, NOW)
+    assert isinstance(made, FieldError) and made.field == "progress"
