@@ -143,9 +143,8 @@ class Worker:
         # A limited queue's claims (and a budget's) all go through the claimer.
         wake_claims = limits is None and job_budget is None
         self._idle = Idle(queue, queue_name, self.clock, poll_interval_ms, self._stop, wake_claims)
-        self._claimer = Claimer(
-            queue, queue_name, self.prefetch_policy, limits, self._idle, job_budget
-        )
+        claim_options = (self.prefetch_policy, limits, self._idle, job_budget)
+        self._claimer = Claimer(queue, queue_name, *claim_options)
         self._runner = AttemptRunner(
             queue, registry, tenancy=tenancy, tracer=tracer, overruns=self.overruns,
             progress=self._heartbeat.report,
