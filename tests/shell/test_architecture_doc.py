@@ -4,6 +4,7 @@ the modules stay as small as it says."""
 
 from __future__ import annotations
 
+import ast
 import re
 import tomllib
 from pathlib import Path
@@ -41,3 +42,41 @@ def test_no_module_is_over_400_lines_as_the_page_says() -> None:
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > 400
     }
     assert long == {}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every module of src/ and the modules it imports, relative imports of every kind
+    (in functions, for type checkers): `from . import x` leans on the package itself."""
+    mods = {}
+    for path in SRC.rglob("*.py"):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        package = parts[-1] == "__init__"
+        name = ".".join(parts[:-1] if package else parts)
+        mods[name] = (path, parts[:-1])
+    graph: dict[str, set[str]] = {name: set() for name in mods}
+    for name, (path, package) in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package[: len(package) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+                graph[name] |= {target} & mods.keys()
+                if node.module:
+                    graph[name] |= {f"{target}.{a.name}" for a in node.names} & mods.keys()
+    return graph
+
+
+def test_no_import_loop_in_src_as_the_page_says() -> None:
+    assert "no import loop" in PAGE.lower()
+    graph = import_graph()
+    looped = []
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            module = todo.pop()
+            if module == start:
+                looped.append(start)
+                break
+            if module not in seen:
+                seen.add(module)
+                todo.extend(graph[module])
+    assert looped == []

@@ -34,8 +34,49 @@ from cattrs.gen import make_dict_structure_fn_from_attrs, override
 from ...core import FieldError, RequeuePolicy, RetentionPolicy, RetryPolicy
 from ...core.cron import CronEntry
 from ...core.limits import Cap, QueueLimits, Rate
-from . import checks, hooks
-from .hooks import Bad, Hook, checked
+from .checks import (
+    Rule as checks_Rule,
+)
+from .checks import (
+    handler_spec,
+    integer_at_least,
+    optional,
+    redis_server,
+    retries,
+)
+from .checks import (
+    name as checks_name,
+)
+from .checks import (
+    schedule as checks_schedule,
+)
+from .checks import (
+    timezone as checks_timezone,
+)
+from .hooks import (
+    Bad,
+    Hook,
+    checked,
+    list_of,
+    seconds,
+    string,
+    timeouts,
+)
+from .hooks import (
+    args as hooks_args,
+)
+from .hooks import (
+    flag as hooks_flag,
+)
+from .hooks import (
+    missed as hooks_missed,
+)
+from .hooks import (
+    priority as hooks_priority,
+)
+from .hooks import (
+    weights as hooks_weights,
+)
 from .model import (
     REDIS_DB,
     REDIS_HOST,
@@ -76,15 +117,13 @@ def _table(
     overrides: dict[str, Any] = {name: override(omit=True) for name in omitted}
     for attribute in (a for a in attributes if a.name not in omitted):
         hook = fields.get(attribute.name)
-        if hook is None and isinstance(attribute.validator, checks.Rule):
+        if hook is None and isinstance(attribute.validator, checks_Rule):
             hook = checked(attribute.validator.check)
         if hook is not None or attribute.name in renamed:
             overrides[attribute.name] = override(
                 rename=renamed.get(attribute.name), struct_hook=hook
             )
-    _KEYS[cls] = {
-        a.name: renamed.get(a.name, a.name) for a in attributes if a.name not in omitted
-    }
+    _KEYS[cls] = {a.name: renamed.get(a.name, a.name) for a in attributes if a.name not in omitted}
     structure_fields = make_dict_structure_fn_from_attrs(attributes, cls, converter, **overrides)
 
     def structure(value: Any, _: Any) -> _T:
@@ -130,13 +169,13 @@ def _register(cls: type[_T], hook: Callable[[Any, Any], _T]) -> None:
     converter.register_structure_hook(cls, hook)
 
 
-_non_negative = checked(checks.integer_at_least(0))
-_positive = checked(checks.integer_at_least(1))
-_name = checked(checks.name)
-_optional_name = checked(checks.optional(checks.name))
+_non_negative = checked(integer_at_least(0))
+_positive = checked(integer_at_least(1))
+_name = checked(checks_name)
+_optional_name = checked(optional(checks_name))
 
-_register(str, hooks.string)
-_register(bool, hooks.flag)
+_register(str, string)
+_register(bool, hooks_flag)
 # A table's field hooks are looked up when its hook is made: the tables inside first.
 _register(
     RetryPolicy, _table(RetryPolicy, initial_delay_ms=_non_negative, max_delay_ms=_non_negative)
@@ -172,14 +211,14 @@ _register(
         CronEntry,
         order=("name", "schedule", "job_type", "timezone", "args"),
         name=_name,
-        schedule=checked(checks.schedule),
+        schedule=checked(checks_schedule),
         job_type=_name,
-        timezone=checked(checks.timezone),
-        args=hooks.args,
+        timezone=checked(checks_timezone),
+        args=hooks_args,
         queue=_name,
-        priority=hooks.priority,
-        max_retries=checked(checks.retries),
-        missed=hooks.missed,
+        priority=hooks_priority,
+        max_retries=checked(retries),
+        missed=hooks_missed,
     ),
 )
 _register(Cap, _table(Cap, max_running=_positive, job_type=_optional_name))
@@ -189,7 +228,7 @@ _register(
         Rate,
         required=("per_seconds",),
         starts=_positive,
-        per_seconds=hooks.seconds,
+        per_seconds=seconds,
         job_type=_optional_name,
     ),
 )
@@ -197,8 +236,8 @@ _register(
     QueueLimits,
     _table(
         QueueLimits,
-        weights=hooks.weights,
-        max_running=checked(checks.optional(checks.integer_at_least(1))),
+        weights=hooks_weights,
+        max_running=checked(optional(integer_at_least(1))),
         caps=_tables(Cap, "limits.<queue>.caps"),
         rates=_tables(Rate, "limits.<queue>.rates"),
     ),
@@ -211,12 +250,10 @@ _register(
 # `Config`'s fields.
 @attrs.frozen
 class _RedisTable:
-    url: str | None = attrs.field(
-        default=None, validator=checks.Rule(checks.optional(checks.redis_server))
-    )
+    url: str | None = attrs.field(default=None, validator=checks_Rule(optional(redis_server)))
     host: str = REDIS_HOST
-    port: int = attrs.field(default=REDIS_PORT, validator=checks.Rule(checks.integer_at_least(1)))
-    db: int = attrs.field(default=REDIS_DB, validator=checks.Rule(checks.integer_at_least(0)))
+    port: int = attrs.field(default=REDIS_PORT, validator=checks_Rule(integer_at_least(1)))
+    db: int = attrs.field(default=REDIS_DB, validator=checks_Rule(integer_at_least(0)))
     #: None: `Config`'s default.
     prefix: str | None = None
 
@@ -237,12 +274,12 @@ def _workers(value: Any, _: Any) -> WorkersConfig:
     return WorkersConfig(**{a.name: getattr(workers, a.name) for a in attrs.fields(WorkersConfig)})
 
 
-_register(_RedisTable, _table(_RedisTable, prefix=hooks.string))
+_register(_RedisTable, _table(_RedisTable, prefix=string))
 _register(
     _WorkersTable,
     _table(
         _WorkersTable,
-        queues=hooks.list_of(checks.name, "must be a non-empty list of queue names", empty=False),
+        queues=list_of(checks_name, "must be a non-empty list of queue names", empty=False),
     ),
 )
 _config_fields = _table(
@@ -251,10 +288,8 @@ _config_fields = _table(
     omitted=("redis_prefix",),
     redis_url=_redis_server,
     workers=_workers,
-    handlers=hooks.list_of(
-        checks.handler_spec, 'must be a list of "package.module:attr" strings', empty=True
-    ),
-    timeouts_ms=hooks.timeouts,
+    handlers=list_of(handler_spec, 'must be a list of "package.module:attr" strings', empty=True),
+    timeouts_ms=timeouts,
     cron=_tables(CronEntry, "cron"),
     limits=_limits,
 )

@@ -16,8 +16,17 @@ from starlette.responses import HTMLResponse, Response
 
 from ...core import CancelResult, FieldError, ValidationError
 from ..runtime import Runtime
-from . import views
 from .reachability import BackendReads
+from .views import Filters, matching_dead, parse_filters
+
+#: What a redirect after an action reports, by the `done` code in its query string.
+NOTICES = {
+    "retried": "Retried {n} dead letter(s): they are queued again.",
+    "purged": "Purged {n} dead letter(s).",
+    "cancelled": "Cancelled the job.",
+    "requested": "Asked the running job to stop: it is recorded cancelled when it returns.",
+    "ran": "Enqueued the cron entry's job now.",
+}
 
 
 class Actions:
@@ -55,7 +64,7 @@ class Actions:
         return self._redirect(request, "/dead", done="purged", n=purged)
 
     async def dead_bulk(self, request: Request, form: dict[str, str]) -> Response:
-        filters = views.parse_filters(form)
+        filters = parse_filters(form)
         if isinstance(filters, FieldError):
             raise ValidationError((filters,))
         what = form.get("action", "")
@@ -67,11 +76,11 @@ class Actions:
             request, "/dead", done="retried" if what == "retry" else "purged", n=done, **back
         )
 
-    def _bulk(self, what: str, filters: views.Filters) -> int:
-        if what == "purge" and filters == views.Filters():
+    def _bulk(self, what: str, filters: Filters) -> int:
+        if what == "purge" and filters == Filters():
             return self.runtime.purge_dead(None)  # one statement, however many there are
         done = 0
-        for job in views.matching_dead(self.runtime, filters):
+        for job in matching_dead(self.runtime, filters):
             try:
                 if what == "retry":
                     self.runtime.retry_dead(job.id)

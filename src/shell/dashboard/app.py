@@ -37,26 +37,34 @@ from ...core import FieldError, JobStatus, ValidationError
 from ...core.validation import parse_job_id
 from ..job_text import progress_text
 from ..runtime import Runtime
-from . import views
-from .actions import Actions
+from .actions import NOTICES, Actions
 from .auth import AuthHook, BasicAuth, LoginThrottle
 from .csrf import CSRF_COOKIE, CSRF_FIELD, CsrfGuard
 from .gate import Gate, Refused
 from .reachability import DEFAULT_TIMEOUT_S, BackendReads, BackendUnavailable
 from .rendering import SecurityHeaders, environment
+from .views import (
+    BULK_LIMIT,
+    CHART_HEIGHT,
+    CHART_WIDTH,
+    Filters,
+    ThroughputCounts,
+    args_text,
+    chart_bars,
+    count_dead,
+    dead_listing,
+    jobs_page,
+    parse_filters,
+    parse_page,
+    pretty,
+)
+from .views import Overview as views_Overview
+from .views import overview as views_overview
+from .views import workers as views_workers
 
 __all__ = ["CSRF_COOKIE", "CSRF_FIELD", "AuthHook", "BasicAuth", "LoginThrottle", "create_app"]
 
 HERE = Path(__file__).resolve().parent
-
-#: What a redirect after an action reports, by the `done` code in its query string.
-NOTICES = {
-    "retried": "Retried {n} dead letter(s): they are queued again.",
-    "purged": "Purged {n} dead letter(s).",
-    "cancelled": "Cancelled the job.",
-    "requested": "Asked the running job to stop: it is recorded cancelled when it returns.",
-    "ran": "Enqueued the cron entry's job now.",
-}
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -85,7 +93,7 @@ class Dashboard(Actions):
         self.gate = Gate(auth, self.throttle, self.csrf, read_only=read_only)
         self.live_every_ms = max(250, round(live_every_s * 1000))
         self.env = environment(HERE / "templates")
-        self.chart = views.ThroughputCounts(runtime)
+        self.chart = ThroughputCounts(runtime)
 
     # ---- plumbing ---------------------------------------------------------------
 
@@ -188,8 +196,8 @@ class Dashboard(Actions):
         query = f"?{urlencode(params)}" if params else ""
         return RedirectResponse(f"{self._base(request)}{path}{query}", 303)
 
-    def _filters(self, request: Request) -> views.Filters | HTMLResponse:
-        filters = views.parse_filters(request.query_params)
+    def _filters(self, request: Request) -> Filters | HTMLResponse:
+        filters = parse_filters(request.query_params)
         if isinstance(filters, FieldError):
             return self._error(request, 400, f"{filters.field}: {filters.reason}")
         return filters
@@ -207,37 +215,37 @@ class Dashboard(Actions):
         return JSONResponse({"status": "ok"})
 
     async def overview(self, request: Request) -> Response:
-        data = await self.backend.read(views.overview, self.runtime, self.chart)
+        data = await self.backend.read(views_overview, self.runtime, self.chart)
         return self._render(request, "overview.html", self._overview_context(data))
 
     async def overview_live(self, request: Request) -> Response:
         try:
-            data = await self.backend.read(views.overview, self.runtime, self.chart)
+            data = await self.backend.read(views_overview, self.runtime, self.chart)
         except BackendUnavailable as exc:
             # The overview's script shows this line and marks the figures stale.
             return PlainTextResponse(str(exc), 503)
         return self._render(request, "_overview_live.html", self._overview_context(data))
 
-    def _overview_context(self, data: views.Overview) -> dict[str, Any]:
-        bars, top = views.chart_bars(data.throughput)
+    def _overview_context(self, data: views_Overview) -> dict[str, Any]:
+        bars, top = chart_bars(data.throughput)
         return {
             "title": "Overview",
             "page": "overview",
             "data": data,
             "bars": bars,
             "top": top,
-            "chart_width": views.CHART_WIDTH,
-            "chart_height": views.CHART_HEIGHT,
+            "chart_width": CHART_WIDTH,
+            "chart_height": CHART_HEIGHT,
         }
 
     async def jobs(self, request: Request) -> Response:
         filters = self._filters(request)
-        number = views.parse_page(request.query_params.get("page"))
+        number = parse_page(request.query_params.get("page"))
         if isinstance(filters, HTMLResponse):
             return filters
         if isinstance(number, FieldError):
             return self._error(request, 400, f"{number.field}: {number.reason}")
-        page = await self.backend.read(views.jobs_page, self.runtime, filters, number)
+        page = await self.backend.read(jobs_page, self.runtime, filters, number)
         return self._render(
             request,
             "jobs.html",
@@ -268,21 +276,21 @@ class Dashboard(Actions):
                 "view": view,
                 "show_args": show_args,
                 "show_result": show_result,
-                "args": views.args_text(view) if show_args else "",
-                "result": views.pretty(view.job.result) if show_result and view.job else "",
+                "args": args_text(view) if show_args else "",
+                "result": pretty(view.job.result) if show_result and view.job else "",
                 "progress": progress_text(view),
             },
         )
 
     async def dead(self, request: Request) -> Response:
         filters = self._filters(request)
-        number = views.parse_page(request.query_params.get("page"))
+        number = parse_page(request.query_params.get("page"))
         if isinstance(filters, HTMLResponse):
             return filters
         if isinstance(number, FieldError):
             return self._error(request, 400, f"{number.field}: {number.reason}")
 
-        page, total = await self.backend.read(views.dead_listing, self.runtime, filters, number)
+        page, total = await self.backend.read(dead_listing, self.runtime, filters, number)
         return self._render(
             request,
             "dead.html",
@@ -302,7 +310,7 @@ class Dashboard(Actions):
         what = request.query_params.get("action", "")
         if what not in ("retry", "purge"):
             return self._error(request, 400, "action: must be retry or purge")
-        count = await self.backend.read(views.count_dead, self.runtime, filters)
+        count = await self.backend.read(count_dead, self.runtime, filters)
         return self._render(
             request,
             "dead_confirm.html",
@@ -311,8 +319,8 @@ class Dashboard(Actions):
                 "page": "dead",
                 "filters": filters,
                 "action": what,
-                "count": min(count, views.BULK_LIMIT),
-                "more": count > views.BULK_LIMIT,
+                "count": min(count, BULK_LIMIT),
+                "more": count > BULK_LIMIT,
             },
         )
 
@@ -329,7 +337,7 @@ class Dashboard(Actions):
         )
 
     async def workers(self, request: Request) -> Response:
-        rows, running = await self.backend.read(views.workers, self.runtime)
+        rows, running = await self.backend.read(views_workers, self.runtime)
         return self._render(
             request,
             "workers.html",

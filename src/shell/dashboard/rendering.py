@@ -12,7 +12,7 @@ import jinja2
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..lookup import summary_row
-from . import marks
+from .marks import finalize as marks_finalize
 
 #: Headers on every response: no framing, no sniffing, scripts only from this origin.
 SECURITY_HEADERS = {
@@ -73,7 +73,7 @@ def environment(templates: Path) -> jinja2.Environment:
         # Every value is escaped unless a template says otherwise (none does), and
         # characters that reorder or hide text are shown as marks.
         autoescape=True,
-        finalize=marks.finalize,
+        finalize=marks_finalize,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -32,10 +32,11 @@ from ....core import Job, JobStatus, PruneOrder
 from ...codec import decode, encode
 from ...ports import FinishedPerMinute, HistoryFilter
 from ..finish_signals import FinishWatch
-from . import tombstones
 from .database import Database
 from .engine import to_micros
 from .schema import SCHEMA, STORE_COUNTER, Schema
+from .tombstones import pruned_at as tombstones_pruned_at
+from .tombstones import remember
 from .wakeups import wakeups_for
 
 __all__ = ["SqlJobStore", "record_values", "write_record", "write_records"]
@@ -95,7 +96,7 @@ class SqlJobStore:
         (`PruneRememberingStore`); None otherwise."""
         table = self._db.schema.pruned
         return self._db.run(
-            lambda conn: tombstones.pruned_at(conn, table, str(job_id)), write=False
+            lambda conn: tombstones_pruned_at(conn, table, str(job_id)), write=False
         )
 
     def watch_finished(self, job_id: UUID) -> FinishWatch:
@@ -292,7 +293,7 @@ class SqlJobStore:
                 gone = [str(i) for i in conn.execute(stmt.returning(t.c.id)).scalars()]
                 pruned.extend(gone)
                 left -= len(gone)
-        tombstones.remember(conn, self._db.schema.pruned, order, pruned)
+        remember(conn, self._db.schema.pruned, order, pruned)
         return order.limit - left
 
     def _idle(self, t: FromClause) -> ColumnElement[bool]:
