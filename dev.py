@@ -16,6 +16,7 @@ only the project itself (no extras); the tests add the dev extras to the same ve
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 import venv
@@ -91,6 +92,19 @@ def ensure_env(extras: str = "dev") -> None:
 FAST = "not server and not subprocess"
 
 
+#: How pytest spreads the tests (pytest-xdist): one process per core, each taking the
+#: next test as it frees up, so the long fault and process tests overlap with the rest.
+#: `-n 0` (or any `-n`/`-p no:xdist` of your own) overrides it. Each process starts
+#: its own servers; a Redis named by REDIS_URL is one server whose test databases the
+#: processes would flush under each other, so with it set the tests run in one process.
+PARALLEL = ("-n", "auto", "--dist", "worksteal")
+
+
+def _parallel(args: list[str]) -> tuple[str, ...]:
+    own = any(a.startswith(("-n", "--numprocesses", "--dist")) or a == "no:xdist" for a in args)
+    return () if own or os.environ.get("REDIS_URL") else PARALLEL
+
+
 def test(args: list[str]) -> None:
     fast = "--fast" in args
     args = [a for a in args if a != "--fast"]
@@ -98,7 +112,7 @@ def test(args: list[str]) -> None:
     run(BIN / "ruff", "check", "src", "tests", "benchmarks")
     run(BIN / "lint-imports")
     run(BIN / "mypy", "--strict", "src")
-    run(BIN / "python", "-m", "pytest", *(["-m", FAST] if fast else []), *args)
+    run(BIN / "python", "-m", "pytest", *_parallel(args), *(["-m", FAST] if fast else []), *args)
 
 
 def demo(args: list[str]) -> None:

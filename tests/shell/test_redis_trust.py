@@ -115,6 +115,7 @@ def test_parked_jobs_written_by_the_previous_layout_are_still_found(
 
 
 def test_abandoned_is_one_read_only_script(client: CountingRedis, queue: RedisJobQueue) -> None:
+    assert queue.abandoned(T0) == []  # loads the script, should another test have flushed it
     queue.enqueue(make_job())
     claim = only_claim(queue.dequeue("jobs", T0))
     client.hset(queue.keys.job(str(claim.job.id)), "body", b"not json")
