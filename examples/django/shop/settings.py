@@ -71,5 +71,5 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"orders": {"handlers": ["console"], "level": "INFO"}},
+    "loggers": {"orders": {"handlers": ["console"], "level": "INFO", "propagate": False}},
 }
