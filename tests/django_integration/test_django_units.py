@@ -3,6 +3,7 @@ errors and worker ids a result shows, and the checks of a misconfigured backend.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -205,3 +206,18 @@ def test_workers_polling_a_queue_queues_does_not_name_fail_the_checks(tmp_path: 
     )
     ids = [m.id for m in backend.check()]
     assert ids == ["conveyor.E003", "conveyor.W001"]  # and the tables are not there yet
+
+
+def test_the_priority_table_in_the_docs_is_the_mapping() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "django.md").read_text()
+    rows = re.findall(r"^\| (-?\d+) to (-?\d+)(?: \(the default\))? \| `(\w+)` \|$", page, re.M)
+    rows += [
+        (n, n, order)
+        for n, order in re.findall(r"^\| (-?\d+) \(the default\) \| `(\w+)` \|$", page, re.M)
+    ]
+    covered = set()
+    for low, high, order in rows:
+        for priority in (int(low), int(high)):
+            assert django_priority_order(priority).value == order, (priority, order)
+        covered |= set(range(int(low), int(high) + 1))
+    assert covered == set(range(-100, 101))
