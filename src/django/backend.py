@@ -18,6 +18,7 @@ job through that alias's own connection, inside the caller's transaction
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections.abc import Iterable
@@ -25,9 +26,10 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from ..core import FieldError, ValidationError
+from ..core import ValidationError
 from ..shell.runtime import Runtime, build
 from .compat import BaseTaskBackend, InvalidTask, TaskResultDoesNotExist, task_enqueued
+from .discovery import known_task
 from .options import BackendOptions, conveyor_config, database_url, read_options
 from .outbox import DJANGO_CONNECTIONS
 from .results import build_result, django_priority_order, pack_call, task_for
@@ -47,8 +49,6 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         super().__init__(alias, params)
         #: `QUEUES` and `OPTIONS`, checked (`conveyor.django.options`).
         self.settings: BackendOptions = read_options(self.queues, self.options)
-        self._runtime: Runtime | None = None
-        self._lock = threading.Lock()
 
     # ---- configuration ----------------------------------------------------------
 
@@ -71,20 +71,16 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
     @property
     def runtime(self) -> Runtime:
         """The Conveyor runtime this process enqueues and reads with, built on first use
-        (it runs no workers: `manage.py conveyor worker` does)."""
-        with self._lock:
-            if self._runtime is None:
-                config = self.conveyor_config()
-                config["workers"] = {**config["workers"], "count": 0}
-                self._runtime = build(config)
-            return self._runtime
+        and shared by every instance of the backend with the same config (Django makes
+        one instance per thread). It runs no workers: `manage.py conveyor worker` does."""
+        config = self.conveyor_config()
+        config["workers"] = {**config["workers"], "count": 0}
+        return RUNTIMES.get(json.dumps(config, sort_keys=True, default=str), config)
 
     def close(self) -> None:
-        """Release the runtime's connections (a new one is built on next use)."""
-        with self._lock:
-            runtime, self._runtime = self._runtime, None
-        if runtime is not None:
-            runtime.close()
+        """Release the connections of every runtime this process built (each is built
+        again on next use)."""
+        RUNTIMES.close()
 
     def _refuse_problems(self) -> None:
         from django.core.exceptions import ImproperlyConfigured
@@ -167,8 +163,8 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         if view is None or view.job is None:
             raise TaskResultDoesNotExist(result_id)
         try:
-            task = task_for(view.job, _import_task)
-        except (ImportError, TypeError) as exc:
+            task = task_for(view.job, lambda path: known_task(path, self.settings.modules))
+        except LookupError as exc:
             raise TaskResultDoesNotExist(
                 f"{result_id}: its task {view.job.job_type!r} is not a task here ({exc})"
             ) from None
@@ -191,15 +187,25 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         return backend_checks(self)
 
 
-def _import_task(path: str) -> Any:
-    from django.utils.module_loading import import_string
+class SharedRuntimes:
+    """This process's runtimes, one per config."""
 
-    from .compat import Task
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._built: dict[str, Runtime] = {}
 
-    found = import_string(path)
-    if not isinstance(found, Task):
-        raise TypeError(f"{path!r} is not a Task")
-    return found
+    def get(self, key: str, config: dict[str, Any]) -> Runtime:
+        with self._lock:
+            found = self._built.get(key)
+            if found is None:
+                found = self._built[key] = build(config)
+            return found
+
+    def close(self) -> None:
+        with self._lock:
+            built, self._built = list(self._built.values()), {}
+        for runtime in built:
+            runtime.close()
 
 
-__all__ = ["ConveyorBackend", "FieldError"]
+RUNTIMES = SharedRuntimes()

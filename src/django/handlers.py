@@ -15,7 +15,6 @@ the start and the outcome, from the runtime's hooks.
 
 from __future__ import annotations
 
-import importlib
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -27,7 +26,8 @@ from ..core import ErrorInfo, Job, JobStatus
 from ..shell.context import JobContext
 from ..shell.registry import caught, error_from_exception
 from ..shell.tasks import Tasks
-from .compat import Task, TaskContext, task_backends, task_finished, task_started
+from .compat import TaskContext, task_backends, task_finished, task_started
+from .discovery import discover
 from .results import build_result, task_for
 
 #: Names the backend alias the worker runs (set by `manage.py conveyor --backend`).
@@ -60,30 +60,6 @@ def backend_alias() -> str:
     raise LookupError("no TASKS entry uses conveyor.django.ConveyorBackend")
 
 
-def discover(modules: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The project's tasks on Conveyor backends, by module path: those of each
-    installed app's `tasks` module, and of `modules`."""
-    from django.apps import apps
-    from django.utils.module_loading import module_has_submodule
-
-    from .backend import ConveyorBackend
-
-    names = [
-        f"{config.name}.tasks"
-        for config in apps.get_app_configs()
-        if module_has_submodule(config.module, "tasks")
-    ]
-    found: dict[str, Any] = {}
-    for name in dict.fromkeys([*names, *modules]):
-        module = importlib.import_module(name)
-        for value in vars(module).values():
-            if isinstance(value, Task) and isinstance(
-                task_backends[value.backend], ConveyorBackend
-            ):
-                found.setdefault(value.module_path, value)
-    return found
-
-
 class DjangoTasks(Tasks):
     """The handler mapping of the project's tasks (job type -> the function a worker
     calls). `build` binds it to the worker's runtime, which hooks the signals up."""
@@ -113,6 +89,7 @@ class DjangoTasks(Tasks):
         self._worker_id = str(getattr(runtime, "worker_id", ""))
         hooks = runtime.hooks
         hooks.on_started(self._started)
+        hooks.on_failed(lambda job, _exc: self._forget(job))
         hooks.on_succeeded(lambda job: self._finished(job, JobStatus.COMPLETED))
         hooks.on_dead_lettered(lambda job, _error: self._finished(job, JobStatus.FAILED))
         hooks.on_cancelled(lambda job: self._finished(job, JobStatus.CANCELLED))
@@ -137,9 +114,13 @@ class DjangoTasks(Tasks):
             self._starts[str(job.id)] = job
         task_started.send(sender=self._sender(), task_result=self._result(job, JobStatus.RUNNING))
 
-    def _finished(self, job: Job, state: JobStatus) -> None:
+    def _forget(self, job: Job) -> None:
+        """The attempt is over: its start is not kept for a context any more."""
         with self._starts_lock:
             self._starts.pop(str(job.id), None)
+
+    def _finished(self, job: Job, state: JobStatus) -> None:
+        self._forget(job)
         if job.job_type in self.project:
             task_finished.send(sender=self._sender(), task_result=self._result(job, state))
 

@@ -8,6 +8,7 @@ with Django (5.2 and the backport, or 6.x) and Conveyor installed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -25,7 +26,13 @@ import django  # noqa: E402
 
 django.setup()
 
-from conveyor.django.compat import FRAMEWORK, TaskResultDoesNotExist, task_backends  # noqa: E402
+import shop_probes  # noqa: E402
+from conveyor.django.compat import (  # noqa: E402
+    FRAMEWORK,
+    TaskResultDoesNotExist,
+    task_backends,
+    task_enqueued,
+)
 from django.core.management import call_command  # noqa: E402
 from django.db import transaction  # noqa: E402
 from django.utils import timezone  # noqa: E402
@@ -70,6 +77,20 @@ def described(result_id: str) -> dict[str, object]:
     }
 
 
+enqueued: list[str] = []
+task_enqueued.connect(
+    lambda sender, task_result, **kwargs: enqueued.append(task_result.id), weak=False
+)
+
+
+def refusal(make) -> str:
+    try:
+        make()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "accepted"
+
+
 call_command("migrate", verbosity=0)
 seen["checks_before_migrate"] = [m.id for m in backend.check()]
 call_command("conveyor", "migrate")
@@ -105,6 +126,14 @@ flaky = tasks.flaky.enqueue("flaky")
 run_after = timezone.now() + timedelta(seconds=2)
 later = tasks.record.using(run_after=run_after).enqueue("later")
 seen["queued"] = described(summed.id)
+probes = [shop_probes.previous_connection_closed.enqueue() for _ in range(3)]
+seen["refused"] = [
+    refusal(lambda: tasks.record.using(retries=-1)),
+    refusal(lambda: tasks.record.using(queue_name="nowhere")),
+    refusal(lambda: tasks.record.using(priority=101)),
+]
+awaited = asyncio.run(tasks.total.aenqueue([4, 5], label="aenqueue"))
+seen["aenqueued"] = str(asyncio.run(backend.aget_result(awaited.id)).status)
 
 # Conveyor's options: on the task (`@task(retries=...)`, `.using(...)`) or from OPTIONS.
 first = tasks.record.using(unique_key="nightly", partition="tenant-7", timeout=5).enqueue("u")
@@ -117,6 +146,13 @@ seen["options"] = {
     "max_retries": [stored[flaky.id].max_retries, stored[summed.id].max_retries],
 }
 seen["scheduled"] = status(later.id)
+
+made = [lost, kept, *ranked, failing, summed, flaky, later, first, again, *probes, awaited]
+seen["enqueue_signals"] = [
+    len(enqueued),
+    len(made),
+    sorted(enqueued) == sorted(r.id for r in made),
+]
 
 log_path = Path(os.environ.get("SCENARIO_WORKER_LOG", HERE / "worker.log"))
 worker = subprocess.Popen(
@@ -138,6 +174,13 @@ try:
     ]:
         wait_for(result.id, {"SUCCESSFUL", "FAILED"})
         seen[name] = described(result.id)
+    wait_for(awaited.id, {"SUCCESSFUL", "FAILED"})
+    seen["aenqueued_after"] = described(awaited.id)
+    seen["probes"] = [
+        backend.get_result(p.id).return_value
+        for p in probes
+        if wait_for(p.id, {"SUCCESSFUL", "FAILED"}) == "SUCCESSFUL"
+    ]
     for result in ranked:
         wait_for(result.id, {"SUCCESSFUL", "FAILED"})
     seen["run_after_due"] = run_after.isoformat()

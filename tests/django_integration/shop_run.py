@@ -20,6 +20,9 @@ def run_scenario(python: str, database_url: str, folder: Path) -> dict[str, Any]
         **os.environ,
         "SHOP_DATABASE_URL": database_url,
         "SCENARIO_WORKER_LOG": str(folder / "worker.log"),
+        # The probe tasks (`shop_probes`), through OPTIONS["MODULES"].
+        "SHOP_TASK_MODULES": "shop_probes",
+        "PYTHONPATH": str(Path(__file__).resolve().parent),
     }
     env.pop("DJANGO_SETTINGS_MODULE", None)
     done = subprocess.run(

@@ -116,7 +116,7 @@ def test_sigterm_lets_the_running_task_finish_then_the_worker_exits(shop: Any) -
     assert "SIGTERM, stopping gracefully" in shop["worker_log"]
 
 
-def test_only_the_projects_tasks_are_the_workers_handlers(shop: Any) -> None:
+def test_the_worker_runs_the_apps_tasks_and_those_of_options_modules_only(shop: Any) -> None:
     first = shop["worker_log"].splitlines()[0]
     handlers = first.split("handlers=")[1].split(",")
     assert handlers == [
@@ -126,6 +126,7 @@ def test_only_the_projects_tasks_are_the_workers_handlers(shop: Any) -> None:
         "orders.tasks.send_receipt",
         "orders.tasks.slow",
         "orders.tasks.total",
+        "shop_probes.previous_connection_closed",  # OPTIONS["MODULES"]
     ]
 
 
@@ -136,3 +137,29 @@ def test_conveyor_options_come_from_the_task_or_the_backends_options(shop: Any) 
         "timeout_ms": [5000, 60000],  # `.using(timeout=5)`; OPTIONS["TIMEOUT"] = 60
         "max_retries": [1, 0],  # `@task(retries=1)`; OPTIONS default
     }
+
+
+def test_task_enqueued_is_sent_for_each_enqueue(shop: Any) -> None:
+    sent, made, same_ids = shop["enqueue_signals"]
+    assert sent == made and same_ids
+
+
+def test_aenqueue_and_aget_result(shop: Any) -> None:
+    assert shop["aenqueued"] == "READY"
+    assert shop["aenqueued_after"]["status"] == "SUCCESSFUL"
+    assert shop["aenqueued_after"]["return_value"] == 9
+
+
+def test_bad_task_options_are_refused_when_the_task_is_made(shop: Any) -> None:
+    retries, queue, priority = shop["refused"]
+    assert retries.startswith("InvalidTask") and "retries must be" in retries
+    assert queue.startswith("InvalidTask") and "nowhere" in queue
+    assert priority.startswith("InvalidTask") and "priority" in priority
+
+
+def test_each_tasks_database_connection_is_closed_after_it_as_after_a_request(
+    shop: Any,
+) -> None:
+    # The probe keeps each run's connection and asks whether the previous one is closed:
+    # without close_old_connections around each task it would still be open.
+    assert sorted(shop["probes"], key=str) == [None, True, True]  # None: the first run

@@ -59,6 +59,9 @@ TASKS = {
             # caller's transaction there.
             "DATABASE": "default",
             "TIMEOUT": 60,
+            # Modules holding tasks besides each app's `tasks` (a comma-separated list
+            # in SHOP_TASK_MODULES; the tests add one of their own).
+            "MODULES": [m for m in os.environ.get("SHOP_TASK_MODULES", "").split(",") if m],
             "CONFIG": {
                 "workers": {"count": 2, "poll_interval_ms": 200},
                 "retry": {"initial_delay_ms": 100, "jitter": False},
