@@ -33,13 +33,15 @@ from conveyor.django.compat import (  # noqa: E402
     task_backends,
     task_enqueued,
 )
+from conveyor.shell.adapters.sql.schema import SCHEMA  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.db import transaction  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
 from django.utils import timezone  # noqa: E402
 from orders import tasks  # noqa: E402
 from orders.models import Order, Run  # noqa: E402
 
 backend = task_backends["default"]
+JOB_TABLE = SCHEMA.job_queue.fullname
 seen: dict[str, object] = {"framework": FRAMEWORK, "django": django.get_version()}
 
 
@@ -116,6 +118,20 @@ with transaction.atomic():
     order = Order.objects.create(item="book")
     kept = tasks.send_receipt.enqueue(order.pk)
     seen["visible_to_others_before_commit"] = backend.runtime.get(kept.id) is not None
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {JOB_TABLE} WHERE id = %s", [kept.id])
+        seen["visible_to_own_connection_before_commit"] = cursor.fetchone()[0] == 1
+
+# A backend whose tables live elsewhere (OPTIONS["URL"]) is not transactional.
+separate = task_backends["separate"]
+call_command("conveyor", "--backend", "separate", "migrate")
+try:
+    with transaction.atomic():
+        elsewhere = tasks.record.using(backend="separate").enqueue("elsewhere")
+        raise RuntimeError("rolled back, but the job was written elsewhere")
+except RuntimeError:
+    pass
+seen["separate_after_rollback"] = str(separate.get_result(elsewhere.id).status)
 seen["visible_after_commit"] = status(kept.id)
 
 # Priorities, enqueued before any worker runs, in no particular order.
@@ -147,7 +163,20 @@ seen["options"] = {
 }
 seen["scheduled"] = status(later.id)
 
-made = [lost, kept, *ranked, failing, summed, flaky, later, first, again, *probes, awaited]
+made = [
+    lost,
+    kept,
+    elsewhere,
+    *ranked,
+    failing,
+    summed,
+    flaky,
+    later,
+    first,
+    again,
+    *probes,
+    awaited,
+]
 seen["enqueue_signals"] = [
     len(enqueued),
     len(made),

@@ -22,6 +22,8 @@ def run_scenario(python: str, database_url: str, folder: Path) -> dict[str, Any]
         "SCENARIO_WORKER_LOG": str(folder / "worker.log"),
         # The probe tasks (`shop_probes`), through OPTIONS["MODULES"].
         "SHOP_TASK_MODULES": "shop_probes",
+        # A second backend with its tables in a database of their own.
+        "SHOP_SEPARATE_URL": f"sqlite:///{folder / 'separate.db'}",
         "PYTHONPATH": str(Path(__file__).resolve().parent),
     }
     env.pop("DJANGO_SETTINGS_MODULE", None)

@@ -38,8 +38,15 @@ def test_a_rolled_back_transaction_leaves_no_job_and_no_row(shop: Any) -> None:
 def test_the_job_is_written_by_the_callers_connection_unseen_by_others_until_commit(
     shop: Any,
 ) -> None:
+    assert shop["visible_to_own_connection_before_commit"] is True
     assert shop["visible_to_others_before_commit"] is False
     assert shop["visible_after_commit"] == "READY"
+
+
+def test_a_backend_with_its_own_database_keeps_the_job_of_a_rolled_back_transaction(
+    shop: Any,
+) -> None:
+    assert shop["separate_after_rollback"] == "READY"
 
 
 def test_a_committed_task_runs_once_and_returns_its_value(shop: Any) -> None:

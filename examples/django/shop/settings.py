@@ -70,6 +70,16 @@ TASKS = {
     }
 }
 
+# A second backend whose tables live in a database of their own (set
+# SHOP_SEPARATE_URL): its enqueues are written there at once, not in the caller's
+# transaction on DATABASES["default"]. `manage.py conveyor --backend separate ...`.
+if os.environ.get("SHOP_SEPARATE_URL"):
+    TASKS["separate"] = {
+        "BACKEND": "conveyor.django.ConveyorBackend",
+        "QUEUES": ["default", "emails"],
+        "OPTIONS": {"URL": os.environ["SHOP_SEPARATE_URL"]},
+    }
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -34,25 +34,36 @@ class Command(BaseCommand):  # type: ignore[misc]
         sys.exit(self.run_conveyor(argv[2:]))
 
     def add_arguments(self, parser: Any) -> None:
+        # Only `call_command` parses these: `manage.py conveyor` hands its argv over whole.
+        parser.add_argument("--backend", default=None, help="the TASKS alias")
         parser.add_argument("conveyor_args", nargs=argparse.REMAINDER)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        code = self.run_conveyor(list(options.get("conveyor_args") or args))
+        backend = options.get("backend")
+        argv = list(options.get("conveyor_args") or args)
+        code = self.run_conveyor(["--backend", backend, *argv] if backend else argv)
         if code:
             raise CommandError(f"conveyor exited with status {code}", returncode=code)
 
     def run_conveyor(self, argv: list[str]) -> int:
         from ....shell.cli import main
 
+        before = os.environ.get(BACKEND_ENV)
         if argv[:1] == ["--backend"] and len(argv) >= 2:
             os.environ[BACKEND_ENV] = argv[1]
             argv = argv[2:]
         try:
-            alias = backend_alias()
-            backend = task_backends[alias]
-        except Exception as exc:
-            raise CommandError(str(exc)) from exc
-        # Worker copies under `--processes` read the same alias from the environment.
-        os.environ[BACKEND_ENV] = alias
-        with written_config(backend.conveyor_config()) as path:
-            return int(main(["--config", str(path), *argv]))
+            try:
+                alias = backend_alias()
+                backend = task_backends[alias]
+            except Exception as exc:
+                raise CommandError(str(exc)) from exc
+            # Worker copies under `--processes` read the same alias from the environment.
+            os.environ[BACKEND_ENV] = alias
+            with written_config(backend.conveyor_config()) as path:
+                return int(main(["--config", str(path), *argv]))
+        finally:
+            if before is None:
+                os.environ.pop(BACKEND_ENV, None)
+            else:
+                os.environ[BACKEND_ENV] = before
