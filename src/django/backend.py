@@ -163,7 +163,9 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         if view is None or view.job is None:
             raise TaskResultDoesNotExist(result_id)
         try:
-            task = task_for(view.job, lambda path: known_task(path, self.settings.modules))
+            task = task_for(
+                view.job, lambda path: known_task(path, ConveyorBackend, self.settings.modules)
+            )
         except LookupError as exc:
             raise TaskResultDoesNotExist(
                 f"{result_id}: its task {view.job.job_type!r} is not a task here ({exc})"

@@ -16,24 +16,24 @@ from typing import Any
 from .compat import Task, task_backends
 
 _lock = threading.Lock()
-_found: dict[tuple[str, ...], dict[str, Any]] = {}
+_found: dict[tuple[type, tuple[str, ...]], dict[str, Any]] = {}
 
 
-def discover(modules: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The project's tasks on Conveyor backends, by module path: those of each
-    installed app's `tasks` module, and of `modules`. Looked up once per process."""
+def discover(backend_class: type, modules: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The project's tasks on backends of `backend_class` (Conveyor's), by module path:
+    those of each installed app's `tasks` module, and of `modules`. Looked up once
+    per process."""
+    key = (backend_class, modules)
     with _lock:
-        found = _found.get(modules)
+        found = _found.get(key)
         if found is None:
-            found = _found[modules] = _discover(modules)
+            found = _found[key] = _discover(backend_class, modules)
         return found
 
 
-def _discover(modules: tuple[str, ...]) -> dict[str, Any]:
+def _discover(backend_class: type, modules: tuple[str, ...]) -> dict[str, Any]:
     from django.apps import apps
     from django.utils.module_loading import module_has_submodule
-
-    from .backend import ConveyorBackend
 
     names = [
         f"{config.name}.tasks"
@@ -44,17 +44,15 @@ def _discover(modules: tuple[str, ...]) -> dict[str, Any]:
     for name in dict.fromkeys([*names, *modules]):
         module = importlib.import_module(name)
         for value in vars(module).values():
-            if isinstance(value, Task) and isinstance(
-                task_backends[value.backend], ConveyorBackend
-            ):
+            if isinstance(value, Task) and isinstance(task_backends[value.backend], backend_class):
                 found.setdefault(value.module_path, value)
     return found
 
 
-def known_task(path: str, modules: tuple[str, ...] = ()) -> Any:
+def known_task(path: str, backend_class: type, modules: tuple[str, ...] = ()) -> Any:
     """The task a job type names: one the project defines, or one in a module this
     process has imported already; `LookupError` otherwise."""
-    found = discover(modules).get(path)
+    found = discover(backend_class, modules).get(path)
     if found is not None:
         return found
     module_name, _, name = path.rpartition(".")

@@ -230,4 +230,6 @@ def project_tasks() -> DjangoTasks:
     _setup_django()
     alias = backend_alias()
     backend = task_backends[alias]
-    return DjangoTasks(alias, discover(backend.settings.modules))
+    from .backend import ConveyorBackend
+
+    return DjangoTasks(alias, discover(ConveyorBackend, backend.settings.modules))
