@@ -27,9 +27,13 @@ def _interpreter() -> str | None:
     found += [p for p in (shutil.which(f"python3.{minor}") for minor in (14, 13, 12)) if p]
     found += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python")))
     for python in found:
-        done = subprocess.run(
-            [python, "-c", "import sys; assert sys.version_info >= (3, 12)"], capture_output=True
-        )
+        try:
+            done = subprocess.run(
+                [python, "-c", "import sys; assert sys.version_info >= (3, 12)"],
+                capture_output=True,
+            )
+        except OSError:  # a name that is not an interpreter
+            continue
         if done.returncode == 0:
             return python
     return None
