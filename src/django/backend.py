@@ -27,6 +27,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from ..core import ValidationError
+from ..shell.migrate import SchemaNotCurrent
 from ..shell.runtime import Runtime, build
 from .compat import BaseTaskBackend, InvalidTask, TaskResultDoesNotExist, task_enqueued
 from .discovery import known_task
@@ -73,9 +74,16 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         """The Conveyor runtime this process enqueues and reads with, built on first use
         and shared by every instance of the backend with the same config (Django makes
         one instance per thread). It runs no workers: `manage.py conveyor worker` does."""
+        from django.core.exceptions import ImproperlyConfigured
+
         config = self.conveyor_config()
         config["workers"] = {**config["workers"], "count": 0}
-        return RUNTIMES.get(json.dumps(config, sort_keys=True, default=str), config)
+        try:
+            return RUNTIMES.get(json.dumps(config, sort_keys=True, default=str), config)
+        except SchemaNotCurrent as exc:
+            # The same problem, with the command a Django project runs.
+            wording = str(exc).replace('"conveyor migrate"', '"python manage.py conveyor migrate"')
+            raise ImproperlyConfigured(f"TASKS[{self.alias!r}]: {wording}") from exc
 
     def close(self) -> None:
         """Release the connections of every runtime this process built (each is built

@@ -95,6 +95,7 @@ def refusal(make) -> str:
 
 call_command("migrate", verbosity=0)
 seen["checks_before_migrate"] = [m.id for m in backend.check()]
+seen["enqueue_before_migrate"] = refusal(lambda: tasks.record.enqueue("too early"))
 call_command("conveyor", "migrate")
 seen["checks_after_migrate"] = [m.id for m in backend.check()]
 

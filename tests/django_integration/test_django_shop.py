@@ -30,6 +30,12 @@ def test_a_missing_migration_is_a_check_warning_until_conveyor_migrate_runs(shop
     assert shop["checks_after_migrate"] == []
 
 
+def test_an_enqueue_before_conveyor_migrate_says_to_run_it(shop: Any) -> None:
+    refused = shop["enqueue_before_migrate"]
+    assert refused.startswith("ImproperlyConfigured: TASKS['default']: the database schema")
+    assert '"python manage.py conveyor migrate"' in refused
+
+
 def test_a_rolled_back_transaction_leaves_no_job_and_no_row(shop: Any) -> None:
     assert shop["rolled_back"] == "absent"
     assert shop["orders_after_rollback"] == 0
