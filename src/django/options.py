@@ -34,7 +34,7 @@ from ..core import FieldError, check_name
 
 KNOWN = frozenset({"DATABASE", "URL", "RETRIES", "TIMEOUT", "CONFIG", "MODULES"})
 #: Config keys the backend sets itself: the tasks it runs and the queues it polls.
-OWNED_CONFIG = frozenset({"provider", "handlers", "entry_points"})
+OWNED_CONFIG = frozenset({"provider", "url", "handlers", "entry_points"})
 #: The handler mapping every Django worker registers (`conveyor.django.handlers`).
 HANDLERS_SPEC = "conveyor.django.handlers:project_tasks"
 
