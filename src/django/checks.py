@@ -2,7 +2,8 @@
 
 * `conveyor.E001` (error): a bad `QUEUES` or `OPTIONS` entry (which key, and why);
 * `conveyor.E002` (error): the database for Conveyor's tables cannot be used (an
-  in-memory SQLite, an engine other than SQLite and PostgreSQL);
+  alias `DATABASES` lacks, an in-memory SQLite, an engine other than SQLite and
+  PostgreSQL);
 * `conveyor.E003` (error): `CONFIG` makes workers poll a queue `QUEUES` does not name;
 * `conveyor.W001` (warning): Conveyor's tables are missing or from another version:
   run `manage.py conveyor migrate`;
@@ -36,8 +37,9 @@ def backend_checks(backend: Any) -> list[Any]:
         return found
     try:
         url = backend.database_url()
-    except (ValueError, KeyError) as exc:
-        return [checks.Error(f"{where}: {exc}", hint=HINT, id="conveyor.E002")]
+    except Exception as exc:  # an unknown alias, an engine Conveyor cannot use, ...
+        why = f"{where}: the database for Conveyor's tables: {type(exc).__name__}: {exc}"
+        return [checks.Error(why, hint=HINT, id="conveyor.E002")]
     workers = backend.settings.config.get("workers") or {}
     polled = workers.get("queues") if isinstance(workers, dict) else None
     for name in polled or ():
@@ -68,7 +70,10 @@ def _schema_problem(url: str) -> tuple[str, str] | None:
     options: dict[str, Any] = {"hide_parameters": True}
     if url.startswith("postgresql"):
         options["connect_args"] = {"connect_timeout": 5}
-    engine = create_engine(url, **options)
+    try:
+        engine = create_engine(url, **options)
+    except Exception as exc:
+        return "W002", f"could not reach Conveyor's tables: {type(exc).__name__}: {exc}"
     try:
         problem = schema_problem(engine)
     except Exception as exc:

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, make_url
 
 from ..core import FieldError, check_name
 
@@ -82,6 +82,8 @@ def read_options(queues: Any, options: Any) -> BackendOptions:
         problems.append(FieldError("OPTIONS", "give DATABASE or URL, not both"))
     if url is not None and not isinstance(url, str):
         problems.append(FieldError("OPTIONS['URL']", "must be a database URL string"))
+    elif isinstance(url, str) and _url_problem(url) is not None:
+        problems.append(FieldError("OPTIONS['URL']", str(_url_problem(url))))
     if database is not None and not isinstance(database, str):
         problems.append(FieldError("OPTIONS['DATABASE']", "must be a database alias"))
     retries = options.get("RETRIES", 0)
@@ -121,6 +123,17 @@ def read_options(queues: Any, options: Any) -> BackendOptions:
         modules=tuple(modules),
         problems=tuple(problems),
     )
+
+
+def _url_problem(url: str) -> str | None:
+    """Why Conveyor's tables cannot live at `url`, or None."""
+    try:
+        backend = make_url(url).get_backend_name()
+    except Exception as exc:
+        return f"is not a database URL: {exc}"
+    if backend not in ("sqlite", "postgresql", "postgres"):
+        return f"names {backend!r}; Conveyor's tables live in SQLite or PostgreSQL"
+    return None
 
 
 def database_url(settings: Mapping[str, Any], *, driver: str = "psycopg") -> str:

@@ -221,3 +221,16 @@ def test_the_priority_table_in_the_docs_is_the_mapping() -> None:
             assert django_priority_order(priority).value == order, (priority, order)
         covered |= set(range(int(low), int(high) + 1))
     assert covered == set(range(-100, 101))
+
+
+def test_a_url_conveyor_cannot_use_fails_the_checks() -> None:
+    backend = ConveyorBackend("default", {"OPTIONS": {"URL": "mysql://shop@db/shop"}})
+    messages = list(backend.check())
+    assert [m.id for m in messages] == ["conveyor.E001"]
+    assert "OPTIONS['URL']: names 'mysql'" in messages[0].msg
+
+
+def test_an_unreachable_database_is_a_check_warning(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-folder" / "jobs.db"  # SQLite cannot create it there
+    backend = ConveyorBackend("default", {"OPTIONS": {"URL": f"sqlite:///{missing}"}})
+    assert [m.id for m in backend.check()] == ["conveyor.W002"]
