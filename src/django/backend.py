@@ -1,0 +1,221 @@
+"""`ConveyorBackend`: Django's tasks framework on Conveyor's SQL backend.
+
+    TASKS = {
+        "default": {
+            "BACKEND": "conveyor.django.ConveyorBackend",
+            "QUEUES": ["default"],
+            "OPTIONS": {"DATABASE": "default"},
+        }
+    }
+
+It defers (`run_after`), runs `async def` tasks, reads results from any process and
+orders by priority. A task's call becomes a Conveyor job whose type is the task's
+module path; its result is rebuilt from that job (`conveyor.django.results`).
+With the tables in a Django database (`DATABASE`, the default), `enqueue` writes the
+job through that alias's own connection, inside the caller's transaction
+(`conveyor.django.outbox`); with `URL`, it writes to that database at once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from ..core import ValidationError
+from ..shell.migrate import SchemaNotCurrent
+from ..shell.runtime import Runtime, build
+from .compat import BaseTaskBackend, InvalidTask, TaskResultDoesNotExist, task_enqueued
+from .discovery import known_task
+from .options import BackendOptions, conveyor_config, database_url, read_options
+from .outbox import DJANGO_CONNECTIONS
+from .results import build_result, django_priority_order, pack_call, task_for
+from .task import ConveyorTask, task_options
+
+
+class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
+    """A Django task backend that stores and runs tasks with Conveyor."""
+
+    task_class = ConveyorTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        #: `QUEUES` and `OPTIONS`, checked (`conveyor.django.options`).
+        self.settings: BackendOptions = read_options(self.queues, self.options)
+
+    # ---- configuration ----------------------------------------------------------
+
+    def database_url(self) -> str:
+        """The URL of the database that holds Conveyor's tables."""
+        if self.settings.url is not None:
+            return self.settings.url
+        from django.db import connections
+
+        alias = self.settings.database or "default"
+        wrapper = connections[alias]
+        # Conveyor's own connections use psycopg 3 whatever Django's use.
+        return database_url(wrapper.settings_dict)
+
+    def conveyor_config(self) -> dict[str, Any]:
+        """The Conveyor config this backend runs on (`manage.py conveyor` writes it)."""
+        self._refuse_problems()
+        return conveyor_config(self.settings, self.database_url())
+
+    @property
+    def runtime(self) -> Runtime:
+        """The Conveyor runtime this process enqueues and reads with, built on first use
+        and shared by every instance of the backend with the same config (Django makes
+        one instance per thread). It runs no workers: `manage.py conveyor worker` does."""
+        from django.core.exceptions import ImproperlyConfigured
+
+        config = self.conveyor_config()
+        config["workers"] = {**config["workers"], "count": 0}
+        try:
+            return RUNTIMES.get(json.dumps(config, sort_keys=True, default=str), config)
+        except SchemaNotCurrent as exc:
+            # The same problem, with the command a Django project runs.
+            wording = str(exc).replace('"conveyor migrate"', '"python manage.py conveyor migrate"')
+            raise ImproperlyConfigured(f"TASKS[{self.alias!r}]: {wording}") from exc
+
+    def close(self) -> None:
+        """Release the connections of every runtime this process built (each is built
+        again on next use)."""
+        RUNTIMES.close()
+
+    def _refuse_problems(self) -> None:
+        from django.core.exceptions import ImproperlyConfigured
+
+        if self.settings.problems:
+            raise ImproperlyConfigured(
+                f"TASKS[{self.alias!r}]: " + "; ".join(f"{p}" for p in self.settings.problems)
+            )
+
+    # ---- tasks ------------------------------------------------------------------
+
+    def validate_task(self, task: Any) -> None:
+        """Django's checks, and Conveyor's options on the task (retries, timeout,
+        unique key, partition)."""
+        super().validate_task(task)
+        options = task_options(task)
+        retries, timeout = options["retries"], options["timeout"]
+        if retries is not None and (
+            isinstance(retries, bool) or not isinstance(retries, int) or retries < 0
+        ):
+            raise InvalidTask(f"retries must be a whole number >= 0, got {retries!r}.")
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            raise InvalidTask(f"timeout must be a number of seconds > 0, got {timeout!r}.")
+        for name in ("unique_key", "partition"):
+            if options[name] is not None and not isinstance(options[name], str):
+                raise InvalidTask(f"{name} must be a string, got {options[name]!r}.")
+
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        """Store one call of `task` as a Conveyor job and return its READY result.
+        With the tables in a Django database, the job commits or rolls back with the
+        caller's transaction on that database."""
+        self.validate_task(task)
+        options = task_options(task)
+        retries = self.settings.retries if options["retries"] is None else options["retries"]
+        timeout = self.settings.timeout if options["timeout"] is None else options["timeout"]
+        call = pack_call(
+            args, kwargs, priority=task.priority, backend=self.alias, run_after=task.run_after
+        )
+        enqueue_options: dict[str, Any] = {
+            "queue": task.queue_name,
+            "priority": django_priority_order(task.priority),
+            "max_retries": retries,
+            "run_at": task.run_after,
+            "timeout": timeout,
+            "unique_key": options["unique_key"],
+            "partition": options["partition"],
+        }
+        runtime = self.runtime
+        try:
+            if self.settings.transactional:
+                with DJANGO_CONNECTIONS.connection(self.settings.database or "default") as conn:
+                    job = runtime.enqueue_in_tx(conn, task.module_path, call, **enqueue_options)
+            else:
+                job = runtime.enqueue(task.module_path, call, **enqueue_options)
+        except ValidationError as exc:
+            raise InvalidTask(str(exc)) from exc
+        result = build_result(job, job.status, task, backend=self.alias)
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    async def aenqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        """`enqueue` for async code: run in the thread that holds Django's connection
+        for this context, as Django's ORM does, so it joins the same transaction."""
+        return await sync_to_async(self.enqueue, thread_sensitive=True)(task, args, kwargs)
+
+    # ---- results ----------------------------------------------------------------
+
+    def get_result(self, result_id: str) -> Any:
+        """The result of the job `result_id`, as it stands now, read from Conveyor's
+        tables (so any process sees it); `TaskResultDoesNotExist` for an unknown id."""
+        try:
+            view = self.runtime.get(result_id)
+        except ValidationError:
+            view = None
+        if view is None or view.job is None:
+            raise TaskResultDoesNotExist(result_id)
+        try:
+            task = task_for(
+                view.job, lambda path: known_task(path, ConveyorBackend, self.settings.modules)
+            )
+        except LookupError as exc:
+            raise TaskResultDoesNotExist(
+                f"{result_id}: its task {view.job.job_type!r} is not a task here ({exc})"
+            ) from None
+        if task.backend != self.alias:
+            raise TaskResultDoesNotExist(f"{result_id}: a result of backend {task.backend!r}")
+        return build_result(view.job, view.state, task, backend=self.alias)
+
+    async def aget_result(self, result_id: str) -> Any:
+        """`get_result` for async code."""
+        return await sync_to_async(self.get_result, thread_sensitive=True)(result_id)
+
+    # ---- checks -----------------------------------------------------------------
+
+    def check(self, **kwargs: Any) -> Iterable[Any]:
+        """System checks: bad `OPTIONS` or `QUEUES` (errors), a Conveyor `CONFIG` that
+        polls a queue `QUEUES` does not name, and Conveyor's tables missing or from
+        another version (warnings: `manage.py conveyor migrate` fixes them)."""
+        from .checks import backend_checks
+
+        return backend_checks(self)
+
+
+class SharedRuntimes:
+    """This process's runtimes, one per config."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._built: dict[str, Runtime] = {}
+
+    def get(self, key: str, config: dict[str, Any]) -> Runtime:
+        with self._lock:
+            found = self._built.get(key)
+            if found is None:
+                found = self._built[key] = build(config)
+            return found
+
+    def close(self) -> None:
+        with self._lock:
+            built, self._built = list(self._built.values()), {}
+        for runtime in built:
+            runtime.close()
+
+
+RUNTIMES = SharedRuntimes()

@@ -1,0 +1,85 @@
+"""System checks of a `ConveyorBackend` (`manage.py check`).
+
+* `conveyor.E001` (error): a bad `QUEUES` or `OPTIONS` entry (which key, and why);
+* `conveyor.E002` (error): the database for Conveyor's tables cannot be used (an
+  alias `DATABASES` lacks, an in-memory SQLite, an engine other than SQLite and
+  PostgreSQL);
+* `conveyor.E003` (error): `CONFIG` makes workers poll a queue `QUEUES` does not name;
+* `conveyor.W001` (warning): Conveyor's tables are missing or from another version:
+  run `manage.py conveyor migrate`;
+* `conveyor.W002` (warning): the database could not be reached to look at them.
+
+The tables are a warning, not an error, so that `manage.py migrate` and
+`manage.py conveyor migrate` still run on a fresh database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import create_engine
+
+from ..shell.adapters.sql.migration import schema_problem
+
+HINT = "see docs/django.md"
+
+
+def backend_checks(backend: Any) -> list[Any]:
+    """The check messages of one backend."""
+    from django.core import checks
+
+    where = f"TASKS[{backend.alias!r}]"
+    found = [
+        checks.Error(f"{where}: {p}", hint=HINT, id="conveyor.E001")
+        for p in backend.settings.problems
+    ]
+    if found:
+        return found
+    try:
+        url = backend.database_url()
+    except Exception as exc:  # an unknown alias, an engine Conveyor cannot use, ...
+        why = f"{where}: the database for Conveyor's tables: {type(exc).__name__}: {exc}"
+        return [checks.Error(why, hint=HINT, id="conveyor.E002")]
+    workers = backend.settings.config.get("workers") or {}
+    polled = workers.get("queues") if isinstance(workers, dict) else None
+    for name in polled or ():
+        if name not in backend.settings.queues:
+            found.append(
+                checks.Error(
+                    f"{where}: OPTIONS['CONFIG'] has workers poll queue {name!r}, which "
+                    f"QUEUES does not name ({', '.join(backend.settings.queues)})",
+                    hint="add it to QUEUES, or poll only the queues QUEUES names",
+                    id="conveyor.E003",
+                )
+            )
+    problem = _schema_problem(url)
+    if problem is not None:
+        level, text = problem
+        found.append(
+            checks.Warning(
+                f"{where}: {text}",
+                hint="run: python manage.py conveyor migrate",
+                id=f"conveyor.{level}",
+            )
+        )
+    return found
+
+
+def _schema_problem(url: str) -> tuple[str, str] | None:
+    """("W001", what is wrong with the tables) or ("W002", why they could not be read)."""
+    options: dict[str, Any] = {"hide_parameters": True}
+    if url.startswith("postgresql"):
+        options["connect_args"] = {"connect_timeout": 5}
+    try:
+        engine = create_engine(url, **options)
+    except Exception as exc:
+        return "W002", f"could not reach Conveyor's tables: {type(exc).__name__}: {exc}"
+    try:
+        problem = schema_problem(engine)
+    except Exception as exc:
+        return "W002", f"could not read Conveyor's tables: {type(exc).__name__}: {exc}"
+    finally:
+        engine.dispose()
+    if problem is None:
+        return None
+    return "W001", problem.replace('"conveyor migrate"', '"manage.py conveyor migrate"')

@@ -1,0 +1,63 @@
+"""Which tasks the Django project defines: the `Task` objects of each installed app's
+`tasks` module and of the backend's `MODULES`, on a Conveyor backend, by module path.
+
+Only these run in a worker, and only these (or a task whose module this process has
+already imported) are rebuilt by `get_result`: a job type read from the database
+never makes this process import a module.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+from typing import Any
+
+from .compat import Task, task_backends
+
+_lock = threading.Lock()
+_found: dict[tuple[type, tuple[str, ...]], dict[str, Any]] = {}
+
+
+def discover(backend_class: type, modules: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The project's tasks on backends of `backend_class` (Conveyor's), by module path:
+    those of each installed app's `tasks` module, and of `modules`. Looked up once
+    per process."""
+    key = (backend_class, modules)
+    with _lock:
+        found = _found.get(key)
+        if found is None:
+            found = _found[key] = _discover(backend_class, modules)
+        return found
+
+
+def _discover(backend_class: type, modules: tuple[str, ...]) -> dict[str, Any]:
+    from django.apps import apps
+    from django.utils.module_loading import module_has_submodule
+
+    names = [
+        f"{config.name}.tasks"
+        for config in apps.get_app_configs()
+        if module_has_submodule(config.module, "tasks")
+    ]
+    found: dict[str, Any] = {}
+    for name in dict.fromkeys([*names, *modules]):
+        module = importlib.import_module(name)
+        for value in vars(module).values():
+            if isinstance(value, Task) and isinstance(task_backends[value.backend], backend_class):
+                found.setdefault(value.module_path, value)
+    return found
+
+
+def known_task(path: str, backend_class: type, modules: tuple[str, ...] = ()) -> Any:
+    """The task a job type names: one the project defines, or one in a module this
+    process has imported already; `LookupError` otherwise."""
+    found = discover(backend_class, modules).get(path)
+    if found is not None:
+        return found
+    module_name, _, name = path.rpartition(".")
+    module = sys.modules.get(module_name)
+    value = getattr(module, name, None) if module is not None else None
+    if isinstance(value, Task) and value.module_path == path:
+        return value
+    raise LookupError(f"{path!r} is not a task this project defines")

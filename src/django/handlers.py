@@ -1,0 +1,235 @@
+"""The project's tasks as Conveyor handlers, for `manage.py conveyor worker`.
+
+A worker runs only the tasks the Django project defines: the `Task` objects of
+each installed app's `tasks` module and of the backend's `MODULES` that use a
+Conveyor backend (any alias: `task.using(backend=...)` moves a call, not the
+function), each registered under its module path (the job type the backend enqueues
+it as). A job naming anything else finds no handler, however importable the name.
+
+Around each task the worker does what Django's request cycle does: it closes stale
+database connections before and after (`close_old_connections`). The task receives
+a `TaskContext` when it `takes_context`; an `async def` task runs on the worker's
+event loop. `task_started` and `task_finished` are sent after Conveyor has written
+the start and the outcome, from the runtime's hooks.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from returns.result import Failure
+
+from ..core import ErrorInfo, Job, JobStatus
+from ..shell.context import JobContext
+from ..shell.registry import caught, error_from_exception
+from ..shell.tasks import Tasks
+from .compat import TaskContext, task_backends, task_finished, task_started
+from .discovery import discover
+from .results import build_result, task_for
+
+#: Names the backend alias the worker runs (set by `manage.py conveyor --backend`).
+BACKEND_ENV = "CONVEYOR_DJANGO_BACKEND"
+
+
+def _setup_django() -> None:
+    """A worker copy started by the supervisor (`--processes`) is a fresh interpreter:
+    set Django up from `DJANGO_SETTINGS_MODULE`, which `manage.py` left in the
+    environment."""
+    from django.apps import apps
+
+    if not apps.ready:
+        import django
+
+        django.setup()
+
+
+def backend_alias() -> str:
+    """The `TASKS` alias this worker runs: `CONVEYOR_DJANGO_BACKEND`, else the first
+    alias whose backend is Conveyor's."""
+    from .backend import ConveyorBackend
+
+    named = os.environ.get(BACKEND_ENV)
+    if named:
+        return named
+    for alias in task_backends.settings:
+        if isinstance(task_backends[alias], ConveyorBackend):
+            return str(alias)
+    raise LookupError("no TASKS entry uses conveyor.django.ConveyorBackend")
+
+
+class DjangoTasks(Tasks):
+    """The handler mapping of the project's tasks (job type -> the function a worker
+    calls). `build` binds it to the worker's runtime, which hooks the signals up."""
+
+    def __init__(self, alias: str, tasks: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.alias = alias
+        self.project = dict(tasks)
+        self._starts: dict[str, Job] = {}
+        self._starts_lock = threading.Lock()
+        self._worker_id = ""
+        self._handlers = {path: self._handler(path) for path in self.project}
+
+    def __getitem__(self, job_type: str) -> Callable[..., Any]:
+        return self._handlers[job_type]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._handlers))
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+    def bind(self, runtime: Any) -> None:
+        super().bind(runtime)
+        if runtime is None:
+            return
+        self._worker_id = str(getattr(runtime, "worker_id", ""))
+        hooks = runtime.hooks
+        hooks.on_started(self._started)
+        hooks.on_failed(lambda job, _exc: self._forget(job))
+        hooks.on_succeeded(lambda job: self._finished(job, JobStatus.COMPLETED))
+        hooks.on_dead_lettered(lambda job, _error: self._finished(job, JobStatus.FAILED))
+        hooks.on_cancelled(lambda job: self._finished(job, JobStatus.CANCELLED))
+
+    # ---- the signals ------------------------------------------------------------
+
+    def resolve(self, job_type: str) -> Any:
+        return self.project[job_type]
+
+    def _result(self, job: Job, state: JobStatus) -> Any:
+        task = task_for(job, self.resolve)
+        worker = self._worker_id if state is JobStatus.RUNNING else None
+        return build_result(job, state, task, backend=task.backend, running_worker=worker)
+
+    def _sender(self) -> type:
+        return type(task_backends[self.alias])
+
+    def _started(self, job: Job) -> None:
+        if job.job_type not in self.project:
+            return
+        with self._starts_lock:
+            self._starts[str(job.id)] = job
+        task_started.send(sender=self._sender(), task_result=self._result(job, JobStatus.RUNNING))
+
+    def _forget(self, job: Job) -> None:
+        """The attempt is over: its start is not kept for a context any more."""
+        with self._starts_lock:
+            self._starts.pop(str(job.id), None)
+
+    def _finished(self, job: Job, state: JobStatus) -> None:
+        self._forget(job)
+        if job.job_type in self.project:
+            task_finished.send(sender=self._sender(), task_result=self._result(job, state))
+
+    # ---- running a task ---------------------------------------------------------
+
+    def _context(self, ctx: JobContext, path: str) -> Any:
+        """The `TaskContext` of the running attempt: its result as the start wrote it
+        (so `context.attempt` counts this attempt), the worker ids it has so far."""
+        with self._starts_lock:
+            job = self._starts.get(str(ctx.job_id))
+        if job is None:  # started without the hook (run by hand): what the context says
+            task = self.project[path]
+            return TaskContext(task_result=_bare_result(task, ctx, self.alias, self._worker_id))
+        return TaskContext(task_result=self._result(job, JobStatus.RUNNING))
+
+    def _handler(self, path: str) -> Callable[..., Any]:
+        task = self.project[path]
+
+        def call_args(args: Mapping[str, Any], ctx: JobContext) -> tuple[list[Any], dict[str, Any]]:
+            positional = list(args.get("args") or ())
+            keywords = dict(args.get("kwargs") or {})
+            if task.takes_context:
+                positional.insert(0, self._context(ctx, path))
+            return positional, keywords
+
+        if task_is_async(task):
+
+            async def run_async(args: Mapping[str, Any], ctx: JobContext) -> Any:
+                from asgiref.sync import sync_to_async
+
+                positional, keywords = call_args(_thawed(args), ctx)
+                close = sync_to_async(_close_old_connections, thread_sensitive=True)
+                await close()
+                try:
+                    return await task.func(*positional, **keywords)
+                except Exception as exc:
+                    return _failure(exc)
+                finally:
+                    await close()
+
+            return run_async
+
+        def run(args: Mapping[str, Any], ctx: JobContext) -> Any:
+            positional, keywords = call_args(_thawed(args), ctx)
+            _close_old_connections()
+            try:
+                return task.func(*positional, **keywords)
+            except Exception as exc:
+                return _failure(exc)
+            finally:
+                _close_old_connections()
+
+        return run
+
+
+def task_is_async(task: Any) -> bool:
+    import inspect
+
+    return inspect.iscoroutinefunction(task.func)
+
+
+def _thawed(args: Mapping[str, Any]) -> dict[str, Any]:
+    from ..core import thaw
+
+    found = thaw(args)
+    return found if isinstance(found, dict) else {}
+
+
+def _close_old_connections() -> None:
+    from django.db import close_old_connections
+
+    close_old_connections()
+
+
+def _failure(exc: Exception) -> Failure[ErrorInfo]:
+    """The attempt's failure, typed by the exception class's full path (what Django's
+    `TaskError.exception_class_path` names), with its traceback."""
+    caught(exc)
+    info = error_from_exception(exc)
+    kind = type(exc)
+    path = f"{kind.__module__}.{kind.__qualname__}"
+    return Failure(ErrorInfo(path, info.message, info.retryable, info.traceback))
+
+
+def _bare_result(task: Any, ctx: JobContext, alias: str, worker_id: str) -> Any:
+    from .compat import TaskResult, TaskResultStatus
+
+    return TaskResult(
+        task=task,
+        id=str(ctx.job_id),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=None,
+        started_at=None,
+        finished_at=None,
+        last_attempted_at=None,
+        args=[],
+        kwargs={},
+        backend=alias,
+        errors=[],
+        worker_ids=[worker_id] * max(ctx.attempt, 1),
+    )
+
+
+def project_tasks() -> DjangoTasks:
+    """The handler mapping a Django worker's config names (`handlers`): the project's
+    tasks on the backend this worker runs."""
+    _setup_django()
+    alias = backend_alias()
+    backend = task_backends[alias]
+    from .backend import ConveyorBackend
+
+    return DjangoTasks(alias, discover(ConveyorBackend, backend.settings.modules))

@@ -1,0 +1,188 @@
+"""The backend's `OPTIONS`, read once into frozen data, and the Conveyor config made
+from them and Django's settings.
+
+    TASKS = {
+        "default": {
+            "BACKEND": "conveyor.django.ConveyorBackend",
+            "QUEUES": ["default", "emails"],
+            "OPTIONS": {"DATABASE": "default", "RETRIES": 2, "TIMEOUT": 60},
+        }
+    }
+
+* `DATABASE` (default `"default"`): the Django database alias whose database holds
+  Conveyor's tables; an enqueue is written through that alias's own connection,
+  inside the caller's transaction.
+* `URL` (none): a separate database for Conveyor's tables instead (a SQLAlchemy URL);
+  enqueues there are not part of the caller's transaction.
+* `RETRIES` (default 0): retries of a failed task before it is FAILED.
+* `TIMEOUT` (none): seconds one attempt may run before it is a `Timeout` failure.
+* `CONFIG` (`{}`): further Conveyor config keys (docs/configuration.md), such as
+  `{"workers": {"count": 4}}`.
+* `MODULES` (`[]`): modules holding tasks besides each installed app's `tasks`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+from sqlalchemy.engine import URL, make_url
+
+from ..core import FieldError, check_name
+
+KNOWN = frozenset({"DATABASE", "URL", "RETRIES", "TIMEOUT", "CONFIG", "MODULES"})
+#: Config keys the backend sets itself: the tasks it runs and the queues it polls.
+OWNED_CONFIG = frozenset({"provider", "url", "handlers", "entry_points"})
+#: The handler mapping every Django worker registers (`conveyor.django.handlers`).
+HANDLERS_SPEC = "conveyor.django.handlers:project_tasks"
+
+
+@attrs.frozen(slots=True)
+class BackendOptions:
+    """One backend's settings, checked. `problems` lists what is wrong (the key and
+    why); a backend with problems refuses to enqueue and `check()` reports them."""
+
+    queues: tuple[str, ...]
+    database: str | None = "default"
+    url: str | None = None
+    retries: int = 0
+    timeout: float | None = None
+    config: Mapping[str, Any] = attrs.field(factory=dict)
+    modules: tuple[str, ...] = ()
+    problems: tuple[FieldError, ...] = ()
+
+    @property
+    def transactional(self) -> bool:
+        """Whether an enqueue joins the caller's transaction (tables in a Django database)."""
+        return self.url is None
+
+
+def read_options(queues: Any, options: Any) -> BackendOptions:
+    """`QUEUES` and `OPTIONS` of a `TASKS` entry, checked; never raises."""
+    problems: list[FieldError] = []
+    names = tuple(sorted(queues)) if isinstance(queues, set | list | tuple | frozenset) else ()
+    if not names:
+        problems.append(FieldError("QUEUES", "must name at least one queue"))
+    for name in names:
+        problem = check_name("QUEUES", name) if isinstance(name, str) else None
+        if not isinstance(name, str):
+            problem = FieldError("QUEUES", f"must hold queue names, got {name!r}")
+        if problem is not None:
+            problems.append(problem)
+    if not isinstance(options, Mapping):
+        problems.append(FieldError("OPTIONS", f"must be a mapping, got {type(options).__name__}"))
+        return BackendOptions(names, problems=tuple(problems))
+    for key in sorted(set(options) - KNOWN, key=str):
+        problems.append(FieldError(f"OPTIONS[{key!r}]", f"is not an option; use {sorted(KNOWN)}"))
+    url = options.get("URL")
+    database = options.get("DATABASE", None if url is not None else "default")
+    if url is not None and "DATABASE" in options:
+        problems.append(FieldError("OPTIONS", "give DATABASE or URL, not both"))
+    if url is not None and not isinstance(url, str):
+        problems.append(FieldError("OPTIONS['URL']", "must be a database URL string"))
+    elif isinstance(url, str) and _url_problem(url) is not None:
+        problems.append(FieldError("OPTIONS['URL']", str(_url_problem(url))))
+    if database is not None and not isinstance(database, str):
+        problems.append(FieldError("OPTIONS['DATABASE']", "must be a database alias"))
+    retries = options.get("RETRIES", 0)
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        problems.append(
+            FieldError("OPTIONS['RETRIES']", f"must be an integer >= 0, got {retries!r}")
+        )
+        retries = 0
+    timeout = options.get("TIMEOUT")
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        problems.append(FieldError("OPTIONS['TIMEOUT']", f"must be seconds > 0, got {timeout!r}"))
+        timeout = None
+    config = options.get("CONFIG", {})
+    if not isinstance(config, Mapping):
+        problems.append(
+            FieldError("OPTIONS['CONFIG']", "must be a mapping of Conveyor config keys")
+        )
+        config = {}
+    for key in sorted(OWNED_CONFIG & set(config)):
+        problems.append(FieldError(f"OPTIONS['CONFIG'][{key!r}]", "is set by the backend itself"))
+    modules = options.get("MODULES", ())
+    if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
+        problems.append(FieldError("OPTIONS['MODULES']", "must be a list of module names"))
+        modules = ()
+    return BackendOptions(
+        names,
+        database=database if isinstance(database, str) else None,
+        url=url if isinstance(url, str) else None,
+        retries=retries,
+        timeout=timeout,
+        config=dict(config),
+        modules=tuple(modules),
+        problems=tuple(problems),
+    )
+
+
+def _url_problem(url: str) -> str | None:
+    """Why Conveyor's tables cannot live at `url`, or None."""
+    try:
+        backend = make_url(url).get_backend_name()
+    except Exception as exc:
+        return f"is not a database URL: {exc}"
+    if backend not in ("sqlite", "postgresql", "postgres"):
+        return f"names {backend!r}; Conveyor's tables live in SQLite or PostgreSQL"
+    return None
+
+
+def database_url(settings: Mapping[str, Any], *, driver: str = "psycopg") -> str:
+    """The SQLAlchemy URL of one entry of Django's `DATABASES` (SQLite or PostgreSQL);
+    `driver` is the PostgreSQL driver module ("psycopg" or "psycopg2")."""
+    engine = str(settings.get("ENGINE", ""))
+    name = settings.get("NAME")
+    if engine.endswith("sqlite3"):
+        text = str(name or "")
+        if text in ("", ":memory:") or "mode=memory" in text:
+            raise ValueError(
+                "Conveyor's tables need a SQLite file: an in-memory database is one per "
+                "connection, so no worker would see the jobs"
+            )
+        return f"sqlite:///{text}"
+    if engine.endswith("postgresql"):
+        host = str(settings.get("HOST") or "") or None
+        query = {}
+        if host is not None and host.startswith("/"):
+            query, host = {"host": host}, None
+        port = settings.get("PORT")
+        url = URL.create(
+            f"postgresql+{driver}",
+            username=settings.get("USER") or None,
+            password=settings.get("PASSWORD") or None,
+            host=host,
+            port=int(port) if port else None,
+            database=str(name) if name else None,
+            query=query,
+        )
+        return url.render_as_string(hide_password=False)
+    raise ValueError(
+        f"Django database engine {engine!r} is not supported for Conveyor's tables; "
+        "use SQLite or PostgreSQL, or give OPTIONS['URL']"
+    )
+
+
+def conveyor_config(options: BackendOptions, url: str) -> dict[str, Any]:
+    """The Conveyor config of a backend: its database, its queues, the project's tasks
+    as handlers, and the `CONFIG` keys on top."""
+    config: dict[str, Any] = {
+        "auto_migrate": False,  # `manage.py conveyor migrate` makes the tables, on purpose
+        **options.config,
+        "provider": "db",
+        "url": url,
+        "handlers": [HANDLERS_SPEC],
+        "entry_points": False,
+    }
+    workers = dict(config.get("workers") or {})
+    workers.setdefault("queues", list(options.queues))
+    config["workers"] = workers
+    return config
