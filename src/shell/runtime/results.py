@@ -17,7 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from ...core import JobStatus, Policies, ValidationError, thaw
-from ..job_view import JobView
+from ..job_view import JobView, view_of_record
 from ..lookup import find_job
 from ..ports import (
     FinishWaiter,
@@ -98,6 +98,13 @@ class ResultMethods:
     policies: Policies
 
     def _read_outcome(self, job_id: UUID) -> tuple[bool, Any, JobStatus | None]:
+        # The store first: a waiter is woken by the write of the job's record, and a
+        # finished record answers in one read (the queue's lookup of a running job
+        # reads its cancel request and progress too).
+        record = self.store.get(job_id)
+        if record is not None and record.status.is_terminal:
+            done, value = outcome(job_id, view_of_record(record))
+            return done, value, record.status
         lease = timedelta(milliseconds=self.policies.lease.lease_ms)
         view = find_job(self.queue, self.store, job_id, lease)
         if view is None:
