@@ -84,6 +84,8 @@ def run_until_stopped(
     the stop. With `recycling`, a reason to make way for a fresh process is a
     graceful stop of its own, ending in `RECYCLED_EXIT`. A `watchdog` looks at the
     worker loops every tick, the stop included (`conveyor.shell.health`)."""
+    if watchdog is not None:
+        watchdog.tick()  # live before the first claim: a supervisor's mark is made now
     runtime.start(job_budget=recycling)
     recycled = None
     while not stops.graceful.wait(TICK_S):
