@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,8 @@ log = logging.getLogger("conveyor.worker")
 
 #: The two paths, and whether each asks for liveness (else readiness).
 PATHS = {"/healthz": True, "/readyz": False}
+#: How often the watchdog's thread looks at the loops.
+TICK_S = 0.2
 
 
 class ProcessHealth:
@@ -56,9 +59,25 @@ class ProcessHealth:
         ]
         return assess(self.policy, loops, time.monotonic(), server_down=self._server.down)
 
+    def start(self) -> None:
+        """Look every `TICK_S` from a daemon thread of its own, until the process
+        exits: neither a main thread held up (a slow start, a long stop) nor a
+        stalled loop keeps it from looking, and a stopped process stops it too."""
+        self.tick()  # before the first claim: a supervisor's mark is made now
+
+        def watch() -> None:
+            while True:
+                time.sleep(TICK_S)
+                try:
+                    self.tick()
+                except Exception:
+                    log.warning("the watchdog could not look at the workers", exc_info=True)
+
+        threading.Thread(target=watch, name="conveyor-watchdog", daemon=True).start()
+
     def tick(self) -> Health:
-        """Look once (the worker's main thread does, every tick): keep the liveness
-        mark fresh while live, report a stall to it and to the log once."""
+        """Look once: keep the liveness mark fresh while live, report a stall to it
+        and to the log once."""
         health = self.now()
         if health.live:
             if self._mark is not None:

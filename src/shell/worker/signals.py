@@ -83,14 +83,13 @@ def run_until_stopped(
     `drain_timeout_s`, handed back when it ran out), 130 when a second signal forced
     the stop. With `recycling`, a reason to make way for a fresh process is a
     graceful stop of its own, ending in `RECYCLED_EXIT`. A `watchdog` looks at the
-    worker loops every tick, the stop included (`conveyor.shell.health`)."""
+    worker loops from a thread of its own, from before the first claim to the exit
+    (`conveyor.shell.health`)."""
     if watchdog is not None:
-        watchdog.tick()  # live before the first claim: a supervisor's mark is made now
+        watchdog.start()
     runtime.start(job_budget=recycling)
     recycled = None
     while not stops.graceful.wait(TICK_S):
-        if watchdog is not None:
-            watchdog.tick()
         if recycling is not None and (recycled := recycling.reason()) is not None:
             stops.say(f"recycling: {recycled}; stopping gracefully, a fresh process follows")
             break
@@ -105,8 +104,6 @@ def run_until_stopped(
     drain_ends = None if drain_timeout_s is None else time.monotonic() + drain_timeout_s
     stopping.start()
     while stopping.is_alive():
-        if watchdog is not None:
-            watchdog.tick()
         if stops.forced.wait(TICK_S):
             stops.say(f"stopped at once: {runtime.stop_now().describe()}")
             # No close: handlers still running may hold connections; the exit ends them.
