@@ -9,7 +9,7 @@ from typing import Any
 
 from ...core import DEFAULT_STALL_LEASES, FieldError, RecyclePolicy, StallPolicy
 from ...core.validation import check_name
-from ..config import load_config
+from ..config import Config, load_config
 from ..notices import notice
 from .guards import check_cli_config
 from .runtime import check, command_runtime, import_extra
@@ -72,8 +72,8 @@ def add_worker_command(sub: Any) -> None:
         default=None,
         metavar="N",
         help="a worker whose loop makes no progress for N leases is unhealthy: /healthz "
-        "answers 503 and, with --processes, the supervisor replaces it (default "
-        f"{DEFAULT_STALL_LEASES}; 0 turns the watchdog off)",
+        "answers 503 and, with --processes, the supervisor replaces it (overrides "
+        f"workers.stall_leases, default {DEFAULT_STALL_LEASES}; 0 turns the watchdog off)",
     )
     w.add_argument(
         "--startup-timeout",
@@ -158,7 +158,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.processes is not None and (args.processes > 1 or recycles):
         config = load_config(args.config)
         check_cli_config(config)  # once here, not in each copy
-        stall = _stall_policy(args, config.lease_ms)
+        stall = _stall_policy(args, config)
         # A copy not yet marked live may be waiting for the server, as long as allowed.
         waits = (
             config.startup_timeout_ms / 1000
@@ -184,7 +184,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from ..liveness import LivenessMark
 
     watchdog = ProcessHealth(
-        runtime, _stall_policy(args, runtime.config.lease_ms), LivenessMark.from_env()
+        runtime, _stall_policy(args, runtime.config), LivenessMark.from_env()
     )
     try:
         if args.tracing:
@@ -224,7 +224,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             server.close()
 
 
-def _stall_policy(args: argparse.Namespace, lease_ms: int) -> StallPolicy:
-    """The watchdog's policy: `--stall-leases` (or its default) leases of the config's."""
-    leases = DEFAULT_STALL_LEASES if args.stall_leases is None else args.stall_leases
-    return StallPolicy(lease_ms=lease_ms, stall_leases=leases)
+def _stall_policy(args: argparse.Namespace, config: Config) -> StallPolicy:
+    """The watchdog's policy: `--stall-leases`, else `workers.stall_leases`, leases
+    of the config's `lease_ms`."""
+    leases = config.workers.stall_leases if args.stall_leases is None else args.stall_leases
+    return StallPolicy(lease_ms=config.lease_ms, stall_leases=leases)
