@@ -229,3 +229,24 @@ def test_a_worker_process_whose_connection_freezes_is_replaced_and_nothing_is_lo
     assert runs == Counter({str(long): 2, **{str(i): 1 for i in ids[1:]}}), runs
     view = site.runtime.get(long)
     assert view is not None and view.state is JobStatus.COMPLETED
+
+
+@pytest.mark.parametrize("backend", ["redis"])
+def test_a_copy_stopped_by_sigstop_does_not_hold_up_the_supervisors_stop(
+    backend: str, tmp_path: Path
+) -> None:
+    site = Site(tmp_path)
+    try:
+        supervisor = site.start(2)
+        job = site.runtime.enqueue("work", {"s": 0.05}).id
+        stopped = site.running_pid(job)
+        os.kill(stopped, signal.SIGSTOP)
+        supervisor.send_signal(signal.SIGTERM)  # the stopped copy cannot act on its own
+        sent = time.monotonic()
+        code = supervisor.wait(timeout=LIMIT_S + 10)
+        took = time.monotonic() - sent
+    finally:
+        site.close()
+    assert code == 3, site.stderr[-3000:]  # UNFINISHED_EXIT: its jobs left to their leases
+    assert took < LIMIT_S + 5, took
+    assert f"(pid {stopped}) no sign of life" in site.stderr, site.stderr[-3000:]

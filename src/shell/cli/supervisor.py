@@ -42,7 +42,7 @@ from pathlib import Path
 from ...core import StallPolicy
 from ..liveness import LIVENESS_FILE_ENV, read_mark
 from ..notices import notice
-from ..worker.signals import FORCED_EXIT, RECYCLED_EXIT
+from ..worker.signals import FORCED_EXIT, RECYCLED_EXIT, UNFINISHED_EXIT
 
 log = logging.getLogger("conveyor.supervisor")
 
@@ -189,14 +189,27 @@ class Supervisor:
                 if now >= at and not self.stopping.is_set():
                     del due[index]
                     self._start(index)
-        # A copy that was recycling when the stop came stopped as cleanly as the rest,
-        # and one killed as stalled was replaced in all but the restart.
+        # A copy killed as stalled just before the stop was replaced in all but the
+        # restart: it stopped as cleanly as the rest.
+        replaced = set(self._stalled)
+        self._stalled.clear()
+        # Still watched while they stop: a copy stopped by SIGSTOP would never act on
+        # the signal, and one that stalls while draining would never end its drain.
+        while running := [i for i, c in self._children.items() if c.poll() is None]:
+            now = time.monotonic()
+            for index in running:
+                self._watch(index, self._children[index], now)
+            time.sleep(0.2)
         codes = [
-            0 if index in self._stalled else _as_stopped(code)
-            for index, code in [(i, child.wait()) for i, child in self._children.items()]
+            0 if index in replaced else _as_stopped(child.wait())
+            for index, child in self._children.items()
         ]
         if self.forced.is_set():
             return FORCED_EXIT
+        # A copy that was recycling when the stop came stopped as cleanly as the rest;
+        # one killed stalled while stopping left its jobs to their leases.
+        if self._stalled:
+            return UNFINISHED_EXIT
         return next((code for code in codes if code not in (0, RECYCLED_EXIT)), 0)
 
     def _watch(self, index: int, child: subprocess.Popen[bytes], now: float) -> None:
