@@ -231,11 +231,12 @@ class Supervisor:
         else:
             return
         log.warning(
-            "worker process %d (pid %d) %s; killing it and starting another (its claims "
-            "return with their leases)",
+            "worker process %d (pid %d) %s; killing it%s (its claims return with their "
+            "leases)",
             index,
             child.pid,
             why,
+            "" if self.stopping.is_set() else " and starting another",
         )
         self._stalled.add(index)
         # Its own group: a process pool of its handlers goes with it.
