@@ -89,10 +89,12 @@ from .tenancy import tenant_verdict
 from .timeouts import TIMEOUT, attempt_deadline, parse_timeout, timeout_error, timeout_for
 from .transitions import TABLE, Event, hand_back, next_status, start, transition
 from .validation import Limits, check_name, create_job, freeze_args
+from .watchdog import DEFAULT_STALL_LEASES, Health, LoopMarks, StallPolicy, assess, stall_reason
 
 __all__ = [
     "DECODE_ERROR",
     "DEFAULT_MAX_RESULT_BYTES",
+    "DEFAULT_STALL_LEASES",
     "INVALID_RESULT",
     "LEASE_EXPIRED",
     "MAX_ATTEMPTS_KEPT",
@@ -123,11 +125,13 @@ __all__ = [
     "FieldError",
     "FrozenMap",
     "HandBack",
+    "Health",
     "InvalidTransition",
     "Job",
     "JobStatus",
     "LeasePolicy",
     "Limits",
+    "LoopMarks",
     "Metadata",
     "Missed",
     "MissingTenant",
@@ -147,10 +151,12 @@ __all__ = [
     "Retry",
     "RetryPolicy",
     "Revive",
+    "StallPolicy",
     "Succeeded",
     "TenantNotFound",
     "ValidationError",
     "WriteRetryPolicy",
+    "assess",
     "attempt_deadline",
     "backoff_ms",
     "cancel_claimed",
@@ -191,6 +197,7 @@ __all__ = [
     "revive",
     "should_give_up_unhandled",
     "slot_id",
+    "stall_reason",
     "start",
     "tenant_verdict",
     "thaw",

@@ -6,28 +6,39 @@
     metrics = instrument(runtime)  # counters on runtime.hooks, depth read on scrape
     serve(metrics, port=9100)  # or expose prometheus_client's default registry yourself
 
-`conveyor worker --metrics-port 9100` does both. The counters and the histogram
-count what this process saw (its enqueues, the attempts its workers finished);
-the depth gauges read the queue's shared figures on each scrape, so every
-process reports the same depth. This module needs the `metrics` extra
+`conveyor worker --metrics-port 9100` does both, and serves the watchdog's
+`/healthz` and `/readyz` on the same port (`conveyor.shell.health`). The counters
+and the histogram count what this process saw (its enqueues, the attempts its
+workers finished); the depth gauges read the queue's shared figures on each
+scrape, so every process reports the same depth. This module needs the `metrics` extra
 (`prometheus_client`); `import conveyor` never loads it.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING
-from wsgiref.simple_server import WSGIServer
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    make_wsgi_app,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from ..core import PRIORITY_ORDER, ErrorInfo, Job, JobStatus
+from ..core import PRIORITY_ORDER, ErrorInfo, Health, Job, JobStatus
+from .health import health_app
 from .ports import PriorityCounts, QueueCounts
 
 if TYPE_CHECKING:
@@ -216,7 +227,31 @@ class MetricsServer:
         self._thread.join(5)
 
 
-def serve(metrics: JobMetrics, port: int, addr: str = "0.0.0.0") -> MetricsServer:
-    """Serve `metrics.registry` at `http://addr:port/metrics` from a daemon thread."""
-    server, thread = start_http_server(port, addr=addr, registry=metrics.registry)
-    return MetricsServer(server, thread)
+class _Quiet(WSGIRequestHandler):
+    """No line on stderr per request: probes and scrapes come every few seconds."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def serve(
+    metrics: JobMetrics,
+    port: int,
+    addr: str = "0.0.0.0",
+    health: Callable[[], Health] | None = None,
+) -> MetricsServer:
+    """Serve `metrics.registry` at `http://addr:port/metrics` from a daemon thread;
+    with `health` (`conveyor.shell.health.ProcessHealth.now`), `/healthz` and
+    `/readyz` beside it."""
+    if health is None:
+        server, thread = start_http_server(port, addr=addr, registry=metrics.registry)
+        return MetricsServer(server, thread)
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+    app = health_app(health, make_wsgi_app(metrics.registry))
+    httpd = make_server(addr, port, app, Server, handler_class=_Quiet)
+    thread = threading.Thread(target=httpd.serve_forever, name="conveyor-metrics", daemon=True)
+    thread.start()
+    return MetricsServer(httpd, thread)

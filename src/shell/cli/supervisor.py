@@ -9,6 +9,13 @@ one stopped to be recycled (`--max-jobs-per-child`, `--max-memory-per-child`). I
 and runs no job: a copy that dies leaves its claims to the lease keeper like any
 crashed worker, so nothing here can lose a job.
 
+It also watches that each copy is alive in deed (`--stall-leases`): every copy keeps
+a liveness mark fresh while its worker loops progress (`conveyor.shell.liveness`),
+and the supervisor SIGKILLs and replaces a copy whose mark says it stalled (a server
+connection hung, a reconnect that never succeeds) or has not been touched for the
+stall limit (a copy stopped by SIGSTOP, or hung where it cannot even say so). Its
+claims return with their leases, as a crashed copy's do.
+
 Each copy runs in a process group of its own, so a Ctrl-C at the terminal reaches
 the supervisor only, and each copy hears every signal exactly once, from the
 supervisor: the first Ctrl-C stops them gracefully, the second at once (each hands
@@ -22,15 +29,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
+from ...core import StallPolicy
+from ..liveness import LIVENESS_FILE_ENV, read_mark
 from ..notices import notice
-from ..worker.signals import FORCED_EXIT, RECYCLED_EXIT
+from ..worker.signals import FORCED_EXIT, RECYCLED_EXIT, UNFINISHED_EXIT
 
 log = logging.getLogger("conveyor.supervisor")
 
@@ -70,9 +82,24 @@ def child_argv(argv: Sequence[str], index: int) -> list[str]:
 class Supervisor:
     """Runs `count` copies of `conveyor <argv>` until told to stop."""
 
-    def __init__(self, argv: Sequence[str], count: int) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        count: int,
+        stall: StallPolicy | None = None,
+        startup_s: float = 60.0,
+    ) -> None:
+        """With `stall` (enabled), a copy that stalls is replaced; one that never marks
+        itself live is given `startup_s` more than the stall limit to start."""
         self.argv = list(argv)
         self.count = count
+        self.stall = stall if stall is not None and stall.enabled else None
+        self.startup_s = startup_s
+        self._marks = Path(tempfile.mkdtemp(prefix="conveyor-liveness-")) if self.stall else None
+        #: Copies killed as stalled, not yet replaced.
+        self._stalled: set[int] = set()
+        #: Copies replaced after they stalled.
+        self.replaced = 0
         self.stopping = threading.Event()
         #: Set by a second signal: the copies were told to stop at once.
         self.forced = threading.Event()
@@ -84,6 +111,10 @@ class Supervisor:
 
     def _start(self, index: int) -> None:
         env = {**os.environ, PROCESS_INDEX_ENV: str(index)}
+        if self._marks is not None:
+            mark = self._marks / str(index)
+            mark.unlink(missing_ok=True)  # the copy makes it once it is live
+            env[LIVENESS_FILE_ENV] = str(mark)
         command = [sys.executable, "-m", "conveyor.shell.cli", *child_argv(self.argv, index)]
         # A group of its own: signals come from the supervisor, once each.
         self._children[index] = subprocess.Popen(command, env=env, process_group=0)
@@ -103,6 +134,13 @@ class Supervisor:
     def run(self) -> int:
         """Start the copies and watch them; after `stop`, wait for all of them. Returns
         0 when every copy stopped cleanly, else the first non-zero exit code."""
+        try:
+            return self._run()
+        finally:
+            if self._marks is not None:
+                shutil.rmtree(self._marks, ignore_errors=True)
+
+    def _run(self) -> int:
         for index in range(self.count):
             self._start(index)
         due: dict[int, float] = {}
@@ -110,9 +148,17 @@ class Supervisor:
             now = time.monotonic()
             for index, child in list(self._children.items()):
                 code = child.poll()
-                if code is None or index in due:
+                if code is None:
+                    self._watch(index, child, now)
+                    continue
+                if index in due:
                     continue
                 lived = now - self._started[index]
+                if index in self._stalled:
+                    self._stalled.discard(index)
+                    self.replaced += 1
+                    self._start(index)
+                    continue
                 if code == RECYCLED_EXIT:
                     log.info(
                         "worker process %d (pid %d) recycled after %.0f s; starting another",
@@ -143,11 +189,59 @@ class Supervisor:
                 if now >= at and not self.stopping.is_set():
                     del due[index]
                     self._start(index)
-        # A copy that was recycling when the stop came stopped as cleanly as the rest.
-        codes = [_as_stopped(child.wait()) for child in self._children.values()]
+        # A copy killed as stalled just before the stop was replaced in all but the
+        # restart: it stopped as cleanly as the rest.
+        replaced = set(self._stalled)
+        self._stalled.clear()
+        # Still watched while they stop: a copy stopped by SIGSTOP would never act on
+        # the signal, and one that stalls while draining would never end its drain.
+        while running := [i for i, c in self._children.items() if c.poll() is None]:
+            now = time.monotonic()
+            for index in running:
+                self._watch(index, self._children[index], now)
+            time.sleep(0.2)
+        codes = [
+            0 if index in replaced else _as_stopped(child.wait())
+            for index, child in self._children.items()
+        ]
         if self.forced.is_set():
             return FORCED_EXIT
+        # A copy that was recycling when the stop came stopped as cleanly as the rest;
+        # one killed stalled while stopping left its jobs to their leases.
+        if self._stalled:
+            return UNFINISHED_EXIT
         return next((code for code in codes if code not in (0, RECYCLED_EXIT)), 0)
+
+    def _watch(self, index: int, child: subprocess.Popen[bytes], now: float) -> None:
+        """SIGKILL copy `index` when its liveness mark says it stalled, or is older
+        than the stall limit (not yet made: the limit plus the start-up allowance)."""
+        if self.stall is None or self._marks is None or index in self._stalled:
+            return
+        limit = self.stall.limit_s
+        reading = read_mark(self._marks / str(index))
+        if reading is None:
+            lived = now - self._started[index]
+            if lived <= limit + self.startup_s:
+                return
+            why = f"not marked live in {lived:.0f} s since its start"
+        elif reading.reason:
+            why = reading.reason
+        elif reading.age_s > limit:
+            why = f"no sign of life for {reading.age_s:.0f} s (stopped, or hung)"
+        else:
+            return
+        log.warning(
+            "worker process %d (pid %d) %s; killing it%s (its claims return with their "
+            "leases)",
+            index,
+            child.pid,
+            why,
+            "" if self.stopping.is_set() else " and starting another",
+        )
+        self._stalled.add(index)
+        # Its own group: a process pool of its handlers goes with it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
 
 
 def _as_stopped(code: int) -> int:
@@ -157,12 +251,14 @@ def _as_stopped(code: int) -> int:
     return 0 if code == -signal.SIGTERM else code
 
 
-def supervise(argv: Sequence[str], count: int) -> int:
+def supervise(
+    argv: Sequence[str], count: int, stall: StallPolicy | None = None, startup_s: float = 60.0
+) -> int:
     """Run `count` worker processes for the `conveyor` command line `argv` until
     SIGTERM or SIGINT, which each copy receives in turn (a second one stops them at
     once). Returns the exit code: the first non-zero one of a copy (130 when a copy
-    was stopped by force), else 0."""
-    supervisor = Supervisor(argv, count)
+    was stopped by force), else 0. A copy that stalls (`stall`) is replaced."""
+    supervisor = Supervisor(argv, count, stall, startup_s)
 
     def on_signal(signum: int, _frame: object) -> None:
         name = signal.Signals(signum).name

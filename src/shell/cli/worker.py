@@ -7,13 +7,17 @@ import math
 import os
 from typing import Any
 
-from ...core import FieldError, RecyclePolicy
+from ...core import DEFAULT_STALL_LEASES, FieldError, RecyclePolicy, StallPolicy
 from ...core.validation import check_name
-from ..config import load_config
+from ..config import Config, load_config
 from ..notices import notice
 from .guards import check_cli_config
 from .runtime import check, command_runtime, import_extra
 from .supervisor import PROCESS_INDEX_ENV, supervise
+
+#: Beyond the wait for the server, what a supervised copy may take to start (imports,
+#: handlers, the first claim) before its supervisor counts it stalled.
+STARTUP_MARGIN_S = 30.0
 
 
 def add_worker_command(sub: Any) -> None:
@@ -63,6 +67,15 @@ def add_worker_command(sub: Any) -> None:
         "gracefully and a fresh one takes its place",
     )
     w.add_argument(
+        "--stall-leases",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a worker whose loop makes no progress for N leases is unhealthy: /healthz "
+        "answers 503 and, with --processes, the supervisor replaces it (overrides "
+        f"workers.stall_leases, default {DEFAULT_STALL_LEASES}; 0 turns the watchdog off)",
+    )
+    w.add_argument(
         "--startup-timeout",
         type=float,
         default=None,
@@ -110,6 +123,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if args.metrics_port is None or 0 <= args.metrics_port <= 65535
         else FieldError("--metrics-port", f"must be a port, 0 to 65535, got {args.metrics_port}"),
         None
+        if args.stall_leases is None or args.stall_leases >= 0
+        else FieldError("--stall-leases", f"must be a whole number >= 0, got {args.stall_leases}"),
+        None
         if args.startup_timeout is None
         or (math.isfinite(args.startup_timeout) and args.startup_timeout >= 0)
         else FieldError(
@@ -140,8 +156,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
     )
     recycles = args.max_jobs_per_child is not None or args.max_memory_per_child is not None
     if args.processes is not None and (args.processes > 1 or recycles):
-        check_cli_config(load_config(args.config))  # once here, not in each copy
-        return supervise(args.raw_argv, args.processes)
+        config = load_config(args.config)
+        check_cli_config(config)  # once here, not in each copy
+        stall = _stall_policy(args, config)
+        # A copy not yet marked live may be waiting for the server, as long as allowed.
+        waits = (
+            config.startup_timeout_ms / 1000
+            if args.startup_timeout is None
+            else args.startup_timeout
+        )
+        return supervise(args.raw_argv, args.processes, stall, waits + STARTUP_MARGIN_S)
     runtime = command_runtime(args, args.startup_timeout)
     if args.queues:
         import attrs
@@ -156,13 +180,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
             runtime.config, workers=attrs.evolve(runtime.config.workers, count=args.concurrency)
         )
     server = None
+    from ..health import ProcessHealth
+    from ..liveness import LivenessMark
+
+    watchdog = ProcessHealth(
+        runtime, _stall_policy(args, runtime.config), LivenessMark.from_env()
+    )
     try:
         if args.tracing:
             import_extra("..tracing", "opentelemetry", "tracing").instrument(runtime)
         if args.metrics_port is not None:
             metrics = import_extra("..metrics", "prometheus_client", "metrics")
             exporter = metrics.instrument(runtime)
-            server = metrics.serve(exporter, args.metrics_port, args.metrics_addr)
+            port, addr = args.metrics_port, args.metrics_addr
+            server = metrics.serve(exporter, port, addr, health=watchdog.now)
     except BaseException:
         runtime.close()
         raise
@@ -177,7 +208,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     )
     if server is not None:
         host, port = server.address
-        notice(f"conveyor worker: metrics at http://{host}:{port}/metrics")
+        notice(f"conveyor worker: metrics at http://{host}:{port}/metrics (/healthz, /readyz)")
     recycling = None
     policy = RecyclePolicy(args.max_jobs_per_child, args.max_memory_per_child)
     if policy.bounded:
@@ -185,7 +216,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
         recycling = Recycling(policy)
     try:
-        return run_until_stopped(runtime, stops, args.grace, args.drain_timeout, recycling)
+        return run_until_stopped(
+            runtime, stops, args.grace, args.drain_timeout, recycling, watchdog
+        )
     finally:
         if server is not None:
             server.close()
+
+
+def _stall_policy(args: argparse.Namespace, config: Config) -> StallPolicy:
+    """The watchdog's policy: `--stall-leases`, else `workers.stall_leases`, leases
+    of the config's `lease_ms`."""
+    leases = config.workers.stall_leases if args.stall_leases is None else args.stall_leases
+    return StallPolicy(lease_ms=config.lease_ms, stall_leases=leases)

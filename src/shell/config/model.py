@@ -13,6 +13,7 @@ import attrs
 
 from ...core import (
     DEFAULT_MAX_RESULT_BYTES,
+    DEFAULT_STALL_LEASES,
     LeasePolicy,
     RequeuePolicy,
     RetentionPolicy,
@@ -70,6 +71,9 @@ class WorkersConfig:
     prefetch: int | str = attrs.field(default="auto", validator=Rule(prefetch))
     #: How many `async def` handlers each worker runs at once on the event loop.
     async_concurrency: int = attrs.field(default=10, validator=_POSITIVE)
+    #: Leases a worker loop may go without progress before the watchdog counts it
+    #: stalled (`conveyor.core.watchdog`); 0 turns the watchdog off.
+    stall_leases: int = attrs.field(default=DEFAULT_STALL_LEASES, validator=_NON_NEGATIVE)
 
 
 @attrs.frozen(slots=True)

@@ -75,6 +75,12 @@ class Claimer:
         return got
 
     def _take(self, now: datetime, want: int) -> Sequence[Claim | BadClaim]:
+        got = self._claim(now, want)
+        # The server answered, with jobs or with none due: the loop progresses.
+        self._idle.watch.progressed()
+        return got
+
+    def _claim(self, now: datetime, want: int) -> Sequence[Claim | BadClaim]:
         if self._limits is not None and self._limited is not None:
             got = self._limited.dequeue_limited(self._queue_name, now, want, self._limits)
             self._idle.claimed_limited(len(got.claims), got.held_back, got.wait_until)

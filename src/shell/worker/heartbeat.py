@@ -35,6 +35,7 @@ from ...core import Job, Progress, progress
 from .. import outage
 from ..ports import Claim, Clock, JobQueue, ProgressJobQueue
 from ..progress_notes import note_of
+from .watch import LoopWatch
 
 log = logging.getLogger("conveyor.worker")
 
@@ -42,8 +43,13 @@ log = logging.getLogger("conveyor.worker")
 class Heartbeat:
     """The claims one worker holds, and the thread that keeps their leases."""
 
-    def __init__(self, queue: JobQueue, clock: Clock, interval_s: float) -> None:
+    def __init__(
+        self, queue: JobQueue, clock: Clock, interval_s: float, watch: LoopWatch | None = None
+    ) -> None:
+        """`watch`, when given, is marked by each outcome write and by each renewal of a
+        running job's claim: the worker loop progressing (`conveyor.shell.worker.watch`)."""
         self._queue, self._clock, self._interval = queue, clock, interval_s
+        self._watch = watch
         self._lock = threading.Lock()
         #: Held by a renewal pass and by `writing()`: one excludes the other.
         self._renewing = threading.RLock()
@@ -147,6 +153,8 @@ class Heartbeat:
         and report a lease lost that was merely finished."""
         with self._renewing:
             yield
+        if self._watch is not None:
+            self._watch.progressed()
 
     def is_lost(self, claim: Claim) -> bool:
         """True once a renewal found `claim` no longer held by this worker."""
@@ -181,6 +189,9 @@ class Heartbeat:
             if held is not None and held[0].token == claim.token:
                 if ok:
                     self._held[claim.job.id] = (claim, time.monotonic())
+                    # A running job's lease kept: the loop is busy in its handler, and well.
+                    if claim.started and self._watch is not None:
+                        self._watch.progressed()
                 else:
                     self._lost.add(claim.job.id)
         return ok

@@ -24,6 +24,7 @@ from datetime import datetime
 
 from ..outage import ConnectionState
 from ..ports import BadClaim, Claim, ClaimOnWakeJobQueue, Clock, JobQueue, WakingJobQueue
+from .watch import LoopWatch
 
 log = logging.getLogger("conveyor.worker")
 
@@ -46,9 +47,12 @@ class Idle:
         poll_interval_ms: int,
         stop: threading.Event,
         claim_on_wake: bool = True,
+        watch: LoopWatch | None = None,
     ) -> None:
         """`claim_on_wake=False` keeps a queue's wake-ups from claiming (a limited
-        queue's claims all go through its limits)."""
+        queue's claims all go through its limits). `watch` hears each wait planned and
+        each wait on the server that answered (`conveyor.shell.worker.watch`)."""
+        self.watch = watch if watch is not None else LoopWatch()
         self._queue, self._queue_name, self._clock = queue, queue_name, clock
         self._poll_s = poll_interval_ms / 1000
         self._stop = stop
@@ -108,6 +112,7 @@ class Idle:
     def wait(self, timeout: float, want: int, server: ConnectionState) -> None:
         """Wait up to `timeout` for work. A queue that claims on its wake-up hands over
         up to `want` claims, kept for the next round (`handed_over`)."""
+        self.watch.waiting(timeout)
         if self.held_back:
             self._stop.wait(timeout)
             return
@@ -118,11 +123,11 @@ class Idle:
                     now = self._clock.now()
                     name = self._queue_name
                     self._handed = self._claiming.wait_and_dequeue(name, now, want, timeout)
+                    self.watch.progressed()
                     return
-                if (
-                    self._waking.wait_for_work(self._queue_name, timeout)
-                    or time.monotonic() - began > timeout / 2
-                ):
+                woken = self._waking.wait_for_work(self._queue_name, timeout)
+                self.watch.progressed()
+                if woken or time.monotonic() - began > timeout / 2:
                     return  # woken, or waited out the interval on the signal
             except Exception as exc:
                 if not server.failed(exc):

@@ -47,6 +47,7 @@ from .idle import Idle
 from .lease_keeper import ClockSkewError, LeaseKeeper, check_clock
 from .reporting import Reporter, WorkerStats, add_stats
 from .timeouts import AttemptGate, DeadlineRunner
+from .watch import LoopWatch
 
 __all__ = ["Worker", "WorkerPool", "WorkerStats"]
 
@@ -102,15 +103,12 @@ class Worker:
         `LimitedJobQueue.dequeue_limited`, and a backend without it is refused here.
         `job_budget` bounds the jobs this worker (and those sharing it) claims in all.
         The heartbeat and reclaim intervals default to the lease policy's."""
-        self.tracer = tracer
+        self.tracer, self.pruner = tracer, pruner
         self.hooks = hooks if hooks is not None else Hooks()
-        self.pruner = pruner
-        self.queue, self.store, self.registry = queue, store, registry
-        self.queue_name = queue_name
+        self.queue, self.store, self.registry, self.queue_name = queue, store, registry, queue_name
         self.policies = policies
         self.clock = clock or SystemClock()
-        self.jitter = jitter
-        self.poll_interval_ms = poll_interval_ms
+        self.jitter, self.poll_interval_ms = jitter, poll_interval_ms
         lease = policies.lease
         reclaim_ms = reclaim_interval_ms or lease.reclaim_every_ms
         self.reclaim_interval = timedelta(milliseconds=reclaim_ms)
@@ -129,9 +127,10 @@ class Worker:
         )
         self.limits = limits
         self._stop = threading.Event()
-        self._warned_empty = False
-        self._clock_checked = False
-        self._heartbeat = Heartbeat(queue, self.clock, self.heartbeat_s)
+        self._warned_empty = self._clock_checked = False
+        #: When this loop last progressed, for the watchdog (`conveyor.shell.worker.watch`).
+        self.watch = LoopWatch()
+        self._heartbeat = Heartbeat(queue, self.clock, self.heartbeat_s, self.watch)
         #: Async handlers running on the event loop, their claims held until written.
         self._async = AsyncJobs(async_concurrency)
         #: Attempts with a timeout run here, in threads of their own.
@@ -142,7 +141,8 @@ class Worker:
         )
         # A limited queue's claims (and a budget's) all go through the claimer.
         wake_claims = limits is None and job_budget is None
-        self._idle = Idle(queue, queue_name, self.clock, poll_interval_ms, self._stop, wake_claims)
+        idle_options = (self._stop, wake_claims, self.watch)
+        self._idle = Idle(queue, queue_name, self.clock, poll_interval_ms, *idle_options)
         claim_options = (self.prefetch_policy, limits, self._idle, job_budget)
         self._claimer = Claimer(queue, queue_name, *claim_options)
         self._runner = AttemptRunner(

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from ..notices import notice
 
 if TYPE_CHECKING:
+    from ..health import ProcessHealth
     from ..runtime import Runtime
     from .recycling import Recycling
 
@@ -75,12 +76,17 @@ def run_until_stopped(
     grace_s: float | None,
     drain_timeout_s: float | None = None,
     recycling: Recycling | None = None,
+    watchdog: ProcessHealth | None = None,
 ) -> int:
     """Run `runtime`'s pools until a signal, then stop: 0 when every job finished
     within the grace period, 3 when some were left to their leases (or, with
     `drain_timeout_s`, handed back when it ran out), 130 when a second signal forced
     the stop. With `recycling`, a reason to make way for a fresh process is a
-    graceful stop of its own, ending in `RECYCLED_EXIT`."""
+    graceful stop of its own, ending in `RECYCLED_EXIT`. A `watchdog` looks at the
+    worker loops from a thread of its own, from before the first claim to the exit
+    (`conveyor.shell.health`)."""
+    if watchdog is not None:
+        watchdog.start()
     runtime.start(job_budget=recycling)
     recycled = None
     while not stops.graceful.wait(TICK_S):
