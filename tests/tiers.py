@@ -28,7 +28,7 @@ from types import CodeType
 from typing import Any
 
 TESTS = Path(__file__).resolve().parent
-SERVER_BACKENDS = frozenset({"postgresql", "redis"})
+SERVER_BACKENDS = frozenset({"postgresql", "redis", "redis-cluster"})
 BACKEND_NAMES = frozenset({"memory", "sqlite", *SERVER_BACKENDS})
 #: Calls that start or reach a test server (`conveyor.testing`'s server helpers, the
 #: Redis Cluster's among them, and `PgCluster`, the fault tests' own PostgreSQL).

@@ -131,6 +131,9 @@ class RedisCluster:
             _command(client, "CLUSTER REPLICATE", master_id)
         self._wait(lambda: all(_ok(c) for c in clients), "cluster_state:ok on every node")
         self._wait(lambda: all(_linked(c) for c in clients[self.masters :]), "replicas to sync")
+        # Until gossip has spread, a node may still list a master without its replica.
+        want = self.masters, self.replicas_each
+        self._wait(lambda: all(_shards(c) == want for c in clients), "every node to see all")
 
     @staticmethod
     def _wait(check: Callable[[], bool], what: str) -> None:
@@ -220,6 +223,12 @@ def _knows(client: redis.Redis, node_id: str) -> bool:
     # Raw text or redis-py's parsed mapping: the id appears in either's text.
     body = nodes.decode() if isinstance(nodes, bytes) else str(nodes)
     return node_id in body
+
+
+def _shards(client: redis.Redis) -> tuple[int, int]:
+    """How many shards `client`'s node lists, and the fewest replicas any one has."""
+    shards = _command(client, "CLUSTER SLOTS")  # [start, end, master, *replicas]
+    return len(shards), min((len(shard) - 3 for shard in shards), default=0)
 
 
 def _linked(client: redis.Redis) -> bool:

@@ -1,10 +1,21 @@
 """The Redis Cluster the tests start (`conveyor.testing.redis_cluster`): three
-masters with a replica each, every slot served, and the Redis backend on it."""
+masters with a replica each, every slot served, and the Redis backend on it: the
+adapter contract and the state machine run here on the cluster (the other
+backend-parametrized tests do not: the cluster runs the same scripts as one Redis)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
+import pytest
 import redis
-from conveyor.testing.redis_cluster import SLOTS, redis_cluster
+from backends import REDIS_TEST_DB, Backend, make_backend
+from conveyor.shell.adapters.redis_queue import RedisJobQueue, RedisJobStore, connect_cluster
+from conveyor.shell.ports import JobQueue
+from conveyor.testing.contract import CASES, run_case
+from conveyor.testing.redis_cluster import SLOTS, redis_cluster, redis_cluster_urls
+from conveyor.testing.state_machine import queue_machine
+from test_adapter_surface import KNOWN_DIFFERENCES
 
 
 def test_the_test_cluster_has_three_masters_each_with_a_replica() -> None:
@@ -20,3 +31,49 @@ def test_the_test_cluster_has_three_masters_each_with_a_replica() -> None:
         assert ports == {server.port for server in cluster.servers}
     finally:
         client.close()
+
+
+@pytest.fixture
+def on_cluster() -> Iterator[Backend]:
+    made = make_backend("redis-cluster")
+    yield made
+    made.cleanup()
+
+
+#: The Redis backend's own differences hold on a cluster too.
+CLUSTER_DIFFERENCES = {
+    **KNOWN_DIFFERENCES,
+    **{
+        (case, "redis-cluster"): why
+        for (case, name), why in KNOWN_DIFFERENCES.items()
+        if name == "redis"
+    },
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_contract_on_the_cluster(case: str, on_cluster: Backend) -> None:
+    run_case(case, on_cluster, CLUSTER_DIFFERENCES)
+
+
+def test_the_cluster_subject_runs_on_a_cluster_client(on_cluster: Backend) -> None:
+    assert isinstance(on_cluster.queue._client, redis.RedisCluster)
+    assert on_cluster.queue.finishes_with(on_cluster.store)
+    # Not with a store on another server, even under the same prefix.
+    from conveyor.testing.redis_server import redis_url
+
+    elsewhere = RedisJobStore(redis_url(REDIS_TEST_DB))
+    try:
+        assert not on_cluster.queue.finishes_with(elsewhere)
+    finally:
+        elsewhere.close()
+
+
+def fresh_cluster_queue() -> tuple[JobQueue, Callable[[], None], RedisJobStore]:
+    """An empty queue on the test cluster (every master flushed first)."""
+    client = connect_cluster(list(redis_cluster_urls()))
+    client.flushall()
+    return RedisJobQueue(client), client.close, RedisJobStore(client)
+
+
+TestRedisClusterQueueMachine = queue_machine(fresh_cluster_queue).TestCase
