@@ -5,14 +5,24 @@ backend-parametrized tests do not: the cluster runs the same scripts as one Redi
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
+import conveyor
 import pytest
 import redis
 from backends import REDIS_TEST_DB, Backend, make_backend
-from conveyor.shell.adapters.redis_queue import RedisJobQueue, RedisJobStore, connect_cluster
+from conveyor.shell.adapters.redis_queue import (
+    RedisJobQueue,
+    RedisJobStore,
+    ReplicaWait,
+    connect_cluster,
+)
 from conveyor.shell.ports import JobQueue
 from conveyor.testing.contract import CASES, run_case
+from conveyor.testing.contract.support import T0, make_job
 from conveyor.testing.redis_cluster import SLOTS, redis_cluster, redis_cluster_urls
 from conveyor.testing.state_machine import queue_machine
 from test_adapter_surface import KNOWN_DIFFERENCES
@@ -77,3 +87,55 @@ def fresh_cluster_queue() -> tuple[JobQueue, Callable[[], None], RedisJobStore]:
 
 
 TestRedisClusterQueueMachine = queue_machine(fresh_cluster_queue).TestCase
+
+
+def _cluster_config(**redis_keys: Any) -> dict[str, Any]:
+    first, *more = redis_cluster_urls()
+    return {
+        "provider": "redis",
+        "url": first,
+        "redis": {"cluster": True, "urls": more, **redis_keys},
+        "startup_timeout_ms": 5000,
+    }
+
+
+def test_a_runtime_built_for_the_cluster_runs_jobs_and_reports_them() -> None:
+    client = connect_cluster(list(redis_cluster_urls()))
+    client.flushall()
+    client.close()
+    runtime = conveyor.build(_cluster_config(replica_wait=1), handlers={"add": _add})
+    try:
+        assert isinstance(runtime.queue, RedisJobQueue)
+        assert isinstance(runtime.queue._client, redis.RedisCluster)
+        jobs = [runtime.enqueue("add", {"a": n, "b": 1}) for n in range(3)]
+        assert runtime.status().queues[0].ready == 3
+        waiter = threading.Thread(target=runtime.drain, kwargs={"timeout_s": 30}, daemon=True)
+        waiter.start()
+        # Woken by the finish, published on the cluster's bus.
+        assert [runtime.result(job.id, timeout=30) for job in jobs] == [1, 2, 3]
+        waiter.join(30)
+        assert runtime.prune(older_than_ms=0, dry_run=True) == 3
+        assert runtime.queue.replicas.timeouts == 0
+    finally:
+        runtime.close()
+
+
+def _add(args: dict[str, int]) -> int:
+    return args["a"] + args["b"]
+
+
+def test_a_replica_wait_that_times_out_is_told_and_counted(
+    on_cluster: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each master has one replica: a wait for two runs out, and says so.
+    client = on_cluster.queue._client
+    queue = RedisJobQueue(client, replica_wait=ReplicaWait(replicas=2, timeout_ms=50))
+    with caplog.at_level(logging.WARNING, logger="conveyor.redis"):
+        queue.enqueue(make_job())
+    assert queue.replicas.timeouts == 1
+    assert "acknowledged by 1 of 2 replicas" in caplog.text
+    # The write itself landed: the wait never undoes it.
+    assert queue.counts(T0)["default"].ready == 1
+    enough = RedisJobQueue(client, replica_wait=ReplicaWait(replicas=1, timeout_ms=5000))
+    enough.enqueue(make_job())
+    assert enough.replicas.timeouts == 0
