@@ -176,6 +176,28 @@ class RedisCluster:
                 raise RuntimeError("the Redis cluster did not return to cluster_state:ok")
             time.sleep(0.1)
 
+    def wait_replicated(self, key: str, timeout_s: float = FORM_TIMEOUT_S) -> None:
+        """Wait until the master of `key`'s slot has a replica linked to it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                client = self._client(self.master_of(key))
+                try:
+                    info = client.info("replication")
+                finally:
+                    client.close()
+                if int(info.get("connected_slaves", 0)) > 0 and all(
+                    info[k].get("state") == "online"
+                    for k in info
+                    if k.startswith("slave") and isinstance(info[k], dict)
+                ):
+                    return
+            except (redis.RedisError, RuntimeError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the master of {key!r} has no replica linked")
+            time.sleep(0.1)
+
     def flush(self) -> None:
         """FLUSHALL on every running master (a clean slate between tests)."""
         for server in self.servers:
