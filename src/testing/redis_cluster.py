@@ -161,6 +161,32 @@ class RedisCluster:
                 client.close()
         raise RuntimeError(f"no running node knows the master of {key!r}")
 
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """A running replica of `master`."""
+        client = self._client(master)
+        try:
+            info = client.info("replication")
+        finally:
+            client.close()
+        ports = {
+            int(value["port"])
+            for key, value in info.items()
+            if key.startswith("slave") and isinstance(value, dict)
+        }
+        for server in self.servers:
+            if server.port in ports and server.running:
+                return server
+        raise RuntimeError(f"the master on port {master.port} has no running replica")
+
+    def take_over(self, replica: RedisServer) -> None:
+        """`CLUSTER FAILOVER TAKEOVER` on `replica`: it becomes master at once, without
+        its master's consent (which a dead master cannot give)."""
+        client = self._client(replica)
+        try:
+            _command(client, "CLUSTER FAILOVER", "TAKEOVER")
+        finally:
+            client.close()
+
     def wait_healthy(self, timeout_s: float = FORM_TIMEOUT_S) -> None:
         """Wait until every running node reports `cluster_state:ok`."""
         deadline = time.monotonic() + timeout_s

@@ -16,12 +16,20 @@ runs out (told as a warning; docs/redis.md).
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+from uuid import uuid4
 
 import pytest
+import redis
+from conveyor.core import create_job
+from conveyor.shell.adapters.redis_queue import RedisJobQueue, ReplicaWait, connect_cluster
 from conveyor.testing.redis_cluster import RedisCluster
 from fault_harness import Site, make_site, wait_until
 from fault_worker import cluster_url
@@ -127,3 +135,56 @@ def test_without_replica_wait_the_loss_stays_within_the_replication_window(
         assert result.stuck == 0
     finally:
         site.close()
+
+
+@pytest.mark.parametrize("replicas", [0, 1])
+def test_what_a_failover_loses_is_what_no_replica_had_and_the_wait_tells_it(
+    cluster: RedisCluster, replicas: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The window made wide on purpose: the replica is stopped (SIGSTOP) and cut off
+    while jobs are enqueued, the master is killed before it catches up, and the
+    replica takes over. Every one of those enqueues was acknowledged, and every one is lost; with a
+    replica wait each was also told as a timed-out wait, without one nothing tells."""
+    # A short wait: a stopped replica never answers it.
+    wait = ReplicaWait(replicas=replicas, timeout_ms=100)
+    queue = RedisJobQueue(connect_cluster(cluster.urls), replica_wait=wait)
+    kept = [site_job() for _ in range(5)]
+    for job in kept:
+        queue.enqueue(job)
+    master = cluster.master_of("{conveyor}:queues")
+    replica = cluster.replica_of(master)
+    cluster.wait_replicated("{conveyor}:queues")
+    assert replica.pid is not None
+    os.kill(replica.pid, signal.SIGSTOP)
+    try:
+        # Drop the master's link to it too: what the master takes from now on is only
+        # in its own memory (a stopped process would still find it in its socket).
+        on_master = redis.Redis(port=master.port)
+        on_master.client_kill_filter(_type="replica")
+        on_master.close()
+        unreplicated = [site_job() for _ in range(20)]
+        with caplog.at_level(logging.WARNING, logger="conveyor.redis"):
+            for job in unreplicated:
+                queue.enqueue(job)  # acknowledged: it returned
+        master.kill()
+    finally:
+        os.kill(replica.pid, signal.SIGCONT)
+    cluster.take_over(replica)
+    wait_until(
+        lambda: cluster.master_of("{conveyor}:queues").port == replica.port,
+        timeout_s=30,
+        what="the replica to take over",
+    )
+    cluster.wait_healthy(timeout_s=30)
+    found = {job.id: queue.find(job.id) is not None for job in kept + unreplicated}
+    lost = [job for job in unreplicated if not found[job.id]]
+    print(f"[replica_wait={replicas}] lost {len(lost)} of {len(unreplicated)} unreplicated")
+    assert all(found[job.id] for job in kept), "a replicated enqueue was lost"
+    assert len(lost) == len(unreplicated)
+    told = caplog.text.count("acknowledged by 0 of 1 replicas")
+    assert (told, queue.replicas.timeouts) == ((20, 20) if replicas else (0, 0))
+    queue.close()
+
+
+def site_job() -> Any:
+    return create_job(id=uuid4(), job_type="work", now=datetime.now(UTC)).unwrap()
