@@ -139,3 +139,12 @@ def test_a_replica_wait_that_times_out_is_told_and_counted(
     enough = RedisJobQueue(client, replica_wait=ReplicaWait(replicas=1, timeout_ms=5000))
     enough.enqueue(make_job())
     assert enough.replicas.timeouts == 0
+
+
+def test_an_outage_on_the_cluster_is_told_as_the_cluster_s(on_cluster: Backend) -> None:
+    from conveyor.shell.outage import for_queue
+
+    state = for_queue(on_cluster.queue)
+    assert state.backend == "Redis Cluster"
+    seeds = {f"127.0.0.1:{port}" for port in (s.port for s in redis_cluster().servers)}
+    assert set(state.where.removeprefix("redis://").split(",")) <= seeds
