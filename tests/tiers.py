@@ -28,10 +28,10 @@ from types import CodeType
 from typing import Any
 
 TESTS = Path(__file__).resolve().parent
-SERVER_BACKENDS = frozenset({"postgresql", "redis"})
+SERVER_BACKENDS = frozenset({"postgresql", "redis", "redis-cluster"})
 BACKEND_NAMES = frozenset({"memory", "sqlite", *SERVER_BACKENDS})
-#: Calls that start or reach a test server (`conveyor.testing`'s server helpers, and
-#: `PgCluster`, the fault tests' own PostgreSQL).
+#: Calls that start or reach a test server (`conveyor.testing`'s server helpers, the
+#: Redis Cluster's among them, and `PgCluster`, the fault tests' own PostgreSQL).
 SERVER_CALLS = frozenset(
     {
         "postgres_url",
@@ -40,6 +40,9 @@ SERVER_CALLS = frozenset(
         "redis_server",
         "RedisServer",
         "restart_redis",
+        "redis_cluster",
+        "redis_cluster_urls",
+        "RedisCluster",
         "PgCluster",
     }
 )

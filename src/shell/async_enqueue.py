@@ -2,7 +2,9 @@
 
 * memory: in the loop's thread (a dict update under a lock, no I/O), then a yield.
 * PostgreSQL: SQLAlchemy's asyncio extension with asyncpg (`adapters.sql.async_queue`).
-* Redis: `redis.asyncio` (`adapters.redis.async_queue`).
+* Redis: `redis.asyncio` (`adapters.redis.async_queue`), a cluster client on a
+  Redis Cluster; with a replica wait, `enqueue` in a thread (its WAIT needs the
+  connection that wrote, which the sync adapter keeps).
 * SQLite, and any backend whose asyncio driver is not installed (the `asyncio`
   extra brings asyncpg and greenlet): `enqueue` itself, in a worker thread
   (`asyncio.to_thread`). For SQLite this is a choice, not a fallback: the
@@ -75,6 +77,8 @@ def native_driver(config: BackendSettings) -> str | None:
     if config.provider == "memory":
         return InlineWriter.driver
     if config.provider == "redis":
+        if config.redis_replica_wait:
+            return None  # the sync enqueue waits for the replicas (see adapters.redis.replicas)
         try:
             import redis.asyncio  # noqa: F401
         except ImportError:
@@ -136,7 +140,10 @@ class AsyncWriters:
             from .adapters.redis.async_queue import AsyncRedisQueue
 
             return AsyncRedisQueue(
-                cfg.redis_url, cfg.redis_prefix, retry_budget_s=retry_budget_s(cfg)
+                cfg.redis_url,
+                cfg.redis_prefix,
+                retry_budget_s=retry_budget_s(cfg),
+                cluster_urls=[cfg.redis_url, *cfg.redis_urls] if cfg.redis_cluster else (),
             )
         from .adapters.sql.async_queue import AsyncSqlQueue
 

@@ -208,6 +208,10 @@ def for_queue(queue: object) -> ConnectionState:
         kw = pool.connection_kwargs
         where = kw.get("path") or f"{kw.get('host')}:{kw.get('port')}/{kw.get('db', 0)}"
         return for_server("Redis", f"redis://{where}")
+    manager = getattr(client, "nodes_manager", None)  # a Redis Cluster client
+    if manager is not None:
+        seeds = ",".join(sorted(node.name for node in manager.startup_nodes.values()))
+        return for_server("Redis Cluster", f"redis://{seeds}")
     return for_server(type(queue).__name__, "this process")
 
 

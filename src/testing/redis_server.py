@@ -152,6 +152,11 @@ class RedisServer:
         return (stderr.decode(errors="replace") + tail).strip() or "no output"
 
     @property
+    def pid(self) -> int | None:
+        """The process id while it runs (fault tests stop and continue it)."""
+        return self._process.pid if self.running and self._process is not None else None
+
+    @property
     def running(self) -> bool:
         """True while the process is alive."""
         return self._process is not None and self._process.poll() is None

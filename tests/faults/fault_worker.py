@@ -69,9 +69,39 @@ log = logging.getLogger("fault_worker")
 # ---- backends -------------------------------------------------------------------
 
 
+#: The fault tests' spelling of a Redis Cluster: `redis+cluster://h:p,h:p/?replica_wait=N`
+#: (the seed nodes, and the replicas each enqueue and outcome write waits for).
+CLUSTER_SCHEME = "redis+cluster://"
+
+
+def cluster_url(seeds: list[str], replica_wait: int = 0) -> str:
+    """The `CLUSTER_SCHEME` URL of a cluster seeded by `seeds` (redis://host:port)."""
+    nodes = ",".join(seed.removeprefix("redis://").rstrip("/") for seed in seeds)
+    return f"{CLUSTER_SCHEME}{nodes}/?replica_wait={replica_wait}"
+
+
 def open_backend(url: str) -> tuple[Any, Any]:
-    """A (queue, store) pair for `url`: Redis for redis:// URLs, else the SQL backend
-    (tables created if missing)."""
+    """A (queue, store) pair for `url`: Redis for redis:// URLs, a Redis Cluster for
+    `CLUSTER_SCHEME` ones, else the SQL backend (tables created if missing)."""
+    if url.startswith(CLUSTER_SCHEME):
+        from urllib.parse import parse_qs
+
+        from conveyor.shell.adapters.redis_queue import (
+            RedisJobQueue,
+            RedisJobStore,
+            ReplicaWait,
+            connect_cluster,
+        )
+
+        nodes, _, query = url.removeprefix(CLUSTER_SCHEME).partition("/?")
+        replicas = int(parse_qs(query).get("replica_wait", ["0"])[0])
+        # Long enough to ride out a failover, short enough to tell a stuck one.
+        wait = ReplicaWait(replicas=replicas, timeout_ms=2000)
+        client = connect_cluster([f"redis://{node}" for node in nodes.split(",")])
+        return (
+            RedisJobQueue(client, replica_wait=wait),
+            RedisJobStore(client, replica_wait=wait),
+        )
     if url.startswith(("redis://", "rediss://", "unix://")):
         import redis
         from conveyor.shell.adapters.redis_queue import RedisJobQueue, RedisJobStore

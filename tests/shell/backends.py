@@ -145,4 +145,48 @@ def make_backend(name: str) -> Backend:
             async_writer=redis_async_writer,
             promote_per_claim=100,  # CLAIM_PROMOTE_CAP in the scripts' common.lua
         )
+    if name == "redis-cluster":
+        return _redis_cluster_subject()
     raise ValueError(name)
+
+
+def _redis_cluster_subject() -> Backend:
+    """The Redis backend on a real Redis Cluster (three masters, three replicas), its
+    data flushed from every master first. Not in `BACKENDS`: the contract and the
+    state machine run on it (`test_redis_cluster.py`), not every backend's test."""
+    from conveyor.shell.adapters.redis.async_queue import AsyncRedisQueue
+    from conveyor.shell.adapters.redis_queue import (
+        RedisJobQueue,
+        RedisJobStore,
+        RedisKeys,
+        connect_cluster,
+    )
+    from conveyor.testing.redis_cluster import redis_cluster_urls
+
+    urls = list(redis_cluster_urls())
+    client = connect_cluster(urls)
+    client.flushall()
+    clients = [client]
+
+    def peer() -> tuple[Any, Any]:
+        other = connect_cluster(urls)
+        clients.append(other)
+        return RedisJobQueue(other), RedisJobStore(other)
+
+    def corrupt(job: Job, payload: str) -> None:
+        client.hset(RedisKeys.for_prefix("conveyor").job(str(job.id)), "body", payload)
+
+    def cleanup() -> None:
+        for c in clients:
+            c.close()
+
+    return Subject(
+        "redis-cluster",
+        RedisJobQueue(client),
+        RedisJobStore(client),
+        cleanup=cleanup,
+        peer=peer,
+        corrupt=corrupt,
+        async_writer=lambda: AsyncRedisQueue(urls[0], cluster_urls=urls),
+        promote_per_claim=100,
+    )

@@ -192,3 +192,43 @@ def test_workers_retry_wins_over_the_top_level_retry_table() -> None:
 def test_redis_host_port_and_db_make_the_url() -> None:
     cfg = parse_config({"redis": {"host": "cache", "port": 7000, "db": 2, "prefix": "app"}})
     assert (cfg.redis_url, cfg.redis_prefix) == ("redis://cache:7000/2", "app")
+
+
+def test_redis_cluster_keys_give_the_seeds_and_the_replica_wait() -> None:
+    cfg = parse_config(
+        {
+            "provider": "redis",
+            "url": "redis://10.0.0.1:7000",
+            "redis": {
+                "cluster": True,
+                "urls": ["redis://10.0.0.2:7000"],
+                "replica_wait": 1,
+                "replica_wait_timeout_ms": 250,
+            },
+        }
+    )
+    assert (cfg.redis_cluster, cfg.redis_url, cfg.redis_urls) == (
+        True,
+        "redis://10.0.0.1:7000",
+        ("redis://10.0.0.2:7000",),
+    )
+    assert (cfg.redis_replica_wait, cfg.redis_replica_wait_timeout_ms) == (1, 250)
+    plain = parse_config({"provider": "redis"})
+    assert (plain.redis_cluster, plain.redis_urls, plain.redis_replica_wait) == (False, (), 0)
+
+
+def test_redis_cluster_keys_are_refused_where_a_cluster_cannot_take_them() -> None:
+    assert _fields({"provider": "redis", "redis": {"urls": ["redis://a:1"]}}) == ("redis.urls",)
+    assert _fields({"provider": "redis", "url": "redis://a:1/3", "redis": {"cluster": True}}) == (
+        "url",
+    )
+    assert _fields(
+        {"provider": "redis", "redis": {"cluster": True, "url": "unix:///tmp/redis.sock"}}
+    ) == ("redis.url",)
+    bad = {"cluster": "yes", "replica_wait": -1, "replica_wait_timeout_ms": 0, "urls": ["x"]}
+    assert set(_fields({"provider": "redis", "redis": bad})) >= {
+        "redis.cluster",
+        "redis.replica_wait",
+        "redis.replica_wait_timeout_ms",
+        "redis.urls[0]",
+    }

@@ -8,8 +8,10 @@ from .redis import (
     RedisJobQueue,
     RedisJobStore,
     RedisKeys,
+    ReplicaWait,
     check_server,
     connect,
+    connect_cluster,
 )
 
 __all__ = [
@@ -18,6 +20,8 @@ __all__ = [
     "RedisJobQueue",
     "RedisJobStore",
     "RedisKeys",
+    "ReplicaWait",
     "check_server",
     "connect",
+    "connect_cluster",
 ]

@@ -163,6 +163,4 @@ def load_config(
         return parse_config(apply_env(raw, env))
     # A file's relative SQLite paths are read from its folder (see config_paths).
     merged = apply_env(anchored(raw, path.parent), env)
-    return parse_config(
-        with_default_database(merged, path.parent, DEFAULT_URL, DEFAULT_PROVIDER)
-    )
+    return parse_config(with_default_database(merged, path.parent, DEFAULT_URL, DEFAULT_PROVIDER))

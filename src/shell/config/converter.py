@@ -256,6 +256,13 @@ class _RedisTable:
     db: int = attrs.field(default=REDIS_DB, validator=checks_Rule(integer_at_least(0)))
     #: None: `Config`'s default.
     prefix: str | None = None
+    cluster: bool = False
+    #: A cluster's seed nodes besides `url`; `url_problems` checks them against `cluster`.
+    urls: tuple[str, ...] = ()
+    replica_wait: int = attrs.field(default=0, validator=checks_Rule(integer_at_least(0)))
+    replica_wait_timeout_ms: int = attrs.field(
+        default=1000, validator=checks_Rule(integer_at_least(1))
+    )
 
 
 @attrs.frozen
@@ -269,12 +276,32 @@ def _redis_server(value: Any, _: Any) -> str:
     return redis.url or f"redis://{redis.host}:{redis.port}/{redis.db}"
 
 
+def _redis_options(redis: Mapping[str, Any], config: Config) -> dict[str, Any]:
+    """`Config`'s cluster and replica-wait fields from `[redis]` (already checked as
+    `_RedisTable`'s keys)."""
+    return {
+        "redis_cluster": redis.get("cluster", config.redis_cluster),
+        "redis_urls": tuple(redis.get("urls", config.redis_urls)),
+        "redis_replica_wait": redis.get("replica_wait", config.redis_replica_wait),
+        "redis_replica_wait_timeout_ms": redis.get(
+            "replica_wait_timeout_ms", config.redis_replica_wait_timeout_ms
+        ),
+    }
+
+
 def _workers(value: Any, _: Any) -> WorkersConfig:
     workers: _WorkersTable = converter.structure(value, _WorkersTable)
     return WorkersConfig(**{a.name: getattr(workers, a.name) for a in attrs.fields(WorkersConfig)})
 
 
-_register(_RedisTable, _table(_RedisTable, prefix=string))
+_register(
+    _RedisTable,
+    _table(
+        _RedisTable,
+        prefix=string,
+        urls=list_of(redis_server, "must be a list of Redis URLs (redis://host:port)", empty=False),
+    ),
+)
 _register(
     _WorkersTable,
     _table(
@@ -285,7 +312,13 @@ _register(
 _config_fields = _table(
     Config,
     renamed={"redis_url": "redis"},
-    omitted=("redis_prefix",),
+    omitted=(
+        "redis_prefix",
+        "redis_cluster",
+        "redis_urls",
+        "redis_replica_wait",
+        "redis_replica_wait_timeout_ms",
+    ),
     redis_url=_redis_server,
     workers=_workers,
     handlers=list_of(handler_spec, 'must be a list of "package.module:attr" strings', empty=True),
@@ -302,6 +335,7 @@ def _config(value: Any, cls: Any) -> Config:
         config,
         redis_url=redis_url(value, config.redis_url),
         redis_prefix=table(value, "redis").get("prefix", config.redis_prefix),
+        **_redis_options(table(value, "redis"), config),
         retry=config.retry if retry is None else converter.structure(retry, RetryPolicy),
     )
 

@@ -117,6 +117,14 @@ class Config:
         repr=_masked,
     )
     redis_prefix: str = "conveyor"
+    #: Redis Cluster (`[redis] cluster`): `redis_url` is any node's, `redis_urls`
+    #: more seed nodes; see docs/redis.md, "Redis Cluster".
+    redis_cluster: bool = False
+    redis_urls: tuple[str, ...] = ()
+    #: Replicas each enqueue and outcome write waits for (`[redis] replica_wait`,
+    #: WAIT), and for how long at most; 0: no wait.
+    redis_replica_wait: int = attrs.field(default=0, validator=_NON_NEGATIVE)
+    redis_replica_wait_timeout_ms: int = attrs.field(default=1000, validator=_POSITIVE)
     #: How long a claim lives unrenewed (`conveyor.core.LeasePolicy`).
     lease_ms: int = attrs.field(default=_LEASE.lease_ms.default, validator=_POSITIVE)
     workers: WorkersConfig = WorkersConfig()

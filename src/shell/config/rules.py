@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from ...core import FieldError
 from ..redact import mask_url
@@ -53,6 +54,7 @@ def tied_problems(raw: Mapping[str, Any]) -> Iterator[FieldError]:
         # A bare path is the usual slip: say what it should have been.
         yield FieldError("url", f"{url!r} is not a database URL; a SQLite file is sqlite:///{url}")
     yield from url_problems(raw)
+    yield from cluster_problems(raw)
     tenancy = raw.get("tenancy")
     if isinstance(tenancy, Mapping) and tenancy.get("url") is None and provider != "db":
         yield FieldError(
@@ -94,6 +96,32 @@ def url_problems(raw: Mapping[str, Any]) -> Iterator[FieldError]:
             f"{mask_url(url)!r} is a Redis URL, but provider is 'db' (a SQL database): "
             'set provider = "redis", or give a database URL such as sqlite:///jobs.db',
         )
+
+
+def cluster_problems(raw: Mapping[str, Any]) -> Iterator[FieldError]:
+    """Seed nodes without cluster mode, or a cluster named by what it cannot take (a
+    Unix socket, a database number: a cluster has database 0 only)."""
+    redis = table(raw, "redis")
+    if redis.get("cluster") is not True:
+        if "urls" in redis:
+            yield FieldError(
+                "redis.urls",
+                "lists a Redis Cluster's seed nodes: set redis.cluster = true, or give one "
+                "server as redis.url",
+            )
+        return
+    for key, value in (("url", raw.get("url")), ("redis.url", redis.get("url"))):
+        if not isinstance(value, str):
+            continue
+        parts = urlsplit(value)
+        if parts.scheme == "unix":
+            yield FieldError(
+                key, "a Redis Cluster is reached over redis:// or rediss://, not unix://"
+            )
+        elif parts.path.strip("/") not in ("", "0"):
+            yield FieldError(key, f"a Redis Cluster has database 0 only, got {parts.path!r}")
+    if "db" in redis and redis["db"] != 0:
+        yield FieldError("redis.db", "a Redis Cluster has database 0 only")
 
 
 def redis_url(raw: Mapping[str, Any], from_table: str) -> str:

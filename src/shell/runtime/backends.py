@@ -72,7 +72,13 @@ def _sql_backend(settings: BackendSettings) -> tuple[JobQueue, JobStore, Presenc
 
 def _redis_backend(settings: BackendSettings) -> tuple[JobQueue, JobStore, Presence]:
     try:
-        from ..adapters.redis import RedisJobQueue, RedisJobStore, connect
+        from ..adapters.redis import (
+            RedisJobQueue,
+            RedisJobStore,
+            ReplicaWait,
+            connect,
+            connect_cluster,
+        )
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] != "redis":
             raise
@@ -82,12 +88,17 @@ def _redis_backend(settings: BackendSettings) -> tuple[JobQueue, JobStore, Prese
         ) from None
     from ..presence import RedisPresence
 
-    client = connect(settings.redis_url)
+    client = (
+        connect_cluster([settings.redis_url, *settings.redis_urls])
+        if settings.redis_cluster
+        else connect(settings.redis_url)
+    )
     budget = retry_budget_s(settings)
     prefix = settings.redis_prefix
+    wait = ReplicaWait(settings.redis_replica_wait, settings.redis_replica_wait_timeout_ms)
     return (
-        RedisJobQueue(client, prefix=prefix, retry_budget_s=budget),
-        RedisJobStore(client, prefix=prefix, retry_budget_s=budget),
+        RedisJobQueue(client, prefix=prefix, retry_budget_s=budget, replica_wait=wait),
+        RedisJobStore(client, prefix=prefix, retry_budget_s=budget, replica_wait=wait),
         RedisPresence(client, prefix=prefix),
     )
 

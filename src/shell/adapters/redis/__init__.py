@@ -1,9 +1,10 @@
 """Redis backend: a `JobQueue` (`RedisJobQueue`) and a `JobStore` (`RedisJobStore`) on
 redis-py, one module per job of the port (see `queue` for how it works):
 
-* `client`: connecting, the key names, the retry budget; `scripts`: loading the Lua
-  scripts of `lua/`; `arguments`: what the scripts are given (times and job facts);
-  `replies`: what they answer, as the ports' values;
+* `client`: connecting, the key names, the retry budget; `cluster`: Redis Cluster
+  (seed nodes, the deployment's master); `replicas`: the replica wait of writes;
+  `scripts`: loading the Lua scripts of `lua/`; `arguments`: what the scripts are
+  given (times and job facts); `replies`: what they answer, as the ports' values;
 * the queue's roles over one shared `base`: `enqueue`, `unique`, `claims`, `holder`
   (the claim holder's writes and the lease keeper's), `cancel`, `reads`;
 * `limits` (limited claims), `store` (the `JobStore`), `async_queue` (enqueues for
@@ -11,7 +12,9 @@ redis-py, one module per job of the port (see `queue` for how it works):
 """
 
 from .client import DEFAULT_RETRY_BUDGET_S, RedisKeys, check_server, connect
+from .cluster import connect_cluster
 from .queue import RedisJobQueue
+from .replicas import ReplicaWait
 from .store import RedisJobStore
 
 __all__ = [
@@ -19,6 +22,8 @@ __all__ = [
     "RedisJobQueue",
     "RedisJobStore",
     "RedisKeys",
+    "ReplicaWait",
     "check_server",
     "connect",
+    "connect_cluster",
 ]

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -29,17 +31,36 @@ T = TypeVar("T")
 
 class AsyncRedisQueue:
     """Enqueues through a `redis.asyncio` client of its own; one per event loop (its
-    connections belong to the loop that opened them). `aclose` releases them."""
+    connections belong to the loop that opened them). `aclose` releases them.
+
+    With `cluster_urls` (seed nodes, `url` among them or not) the client is a
+    `redis.asyncio` `RedisCluster`; every key of the deployment is in one slot, so
+    each script and pipeline goes to that slot's master."""
 
     driver = "redis.asyncio"
 
     def __init__(
-        self, url: str, prefix: str = "conveyor", *, retry_budget_s: float = DEFAULT_RETRY_BUDGET_S
+        self,
+        url: str,
+        prefix: str = "conveyor",
+        *,
+        retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
+        cluster_urls: Sequence[str] = (),
     ) -> None:
         # redis-py's own retries are off, as in `connect`: the budget here is the one.
-        self._client = aioredis.Redis.from_url(
-            url, decode_responses=False, retry=Retry(NoBackoff(), 0)
-        )
+        self._client: aioredis.Redis | RedisCluster
+        if cluster_urls:
+            seeds = [urlsplit(u) for u in cluster_urls if u != url]
+            self._client = RedisCluster.from_url(
+                url,
+                startup_nodes=[ClusterNode(p.hostname or "", p.port or 6379) for p in seeds],
+                decode_responses=False,
+                retry=Retry(NoBackoff(), 0),
+            )
+        else:
+            self._client = aioredis.Redis.from_url(
+                url, decode_responses=False, retry=Retry(NoBackoff(), 0)
+            )
         self.keys = RedisKeys.for_prefix(prefix)
         self.retry_budget_s = retry_budget_s
         self._anchor = [self.keys.queues()]
@@ -64,7 +85,8 @@ class AsyncRedisQueue:
         async def send() -> None:
             async with self._client.pipeline(transaction=False) as pipe:
                 for argv in argvs:
-                    await self._enqueue(keys=self._anchor, args=argv, client=pipe)
+                    # redis-py types `client` as a client, yet takes (and means) pipelines.
+                    await self._enqueue(keys=self._anchor, args=argv, client=cast(Any, pipe))
                 await pipe.execute()
 
         await self._retrying(send)

@@ -12,10 +12,10 @@ import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import redis
-
 from .client import DEFAULT_RETRY_BUDGET_S, RedisKeys, check_server, client_for, log, retrying
+from .cluster import Client
 from .limits import RedisLimitedClaim
+from .replicas import NO_WAIT, ReplicaWait, ReplicaWaiter
 from .scripts import CLAIM, QUEUE, QUEUE_AND_STORE, Script, register
 
 _T = TypeVar("_T")
@@ -23,14 +23,16 @@ _T = TypeVar("_T")
 
 class RedisQueueBase:
     """The client (`decode_responses=False`; a URL makes one this queue closes), the
-    keys under `prefix`, the registered scripts and the retry budget."""
+    keys under `prefix`, the registered scripts, the retry budget and the replica
+    wait of enqueues and outcome writes."""
 
     def __init__(
         self,
-        client_or_url: redis.Redis | str,
+        client_or_url: Client | str,
         prefix: str = "conveyor",
         *,
         retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
+        replica_wait: ReplicaWait = NO_WAIT,
     ) -> None:
         self._client, self._owned = client_for(client_or_url, retry_budget_s)
         self.keys = RedisKeys.for_prefix(prefix)
@@ -39,6 +41,7 @@ class RedisQueueBase:
         # no re-send, and no receipt is written.
         self._receipt_ms = math.ceil(retry_budget_s * 1000) + 1000 if retry_budget_s else 0
         self._anchor = [self.keys.queues()]
+        self.replicas = ReplicaWaiter(self._client, self._anchor[0], replica_wait)
         script = functools.partial(register, self._client, QUEUE)
         self._enqueue = script("enqueue")
         self._enqueue_new = script("enqueue_new")
@@ -67,7 +70,7 @@ class RedisQueueBase:
             claim("limited_take"),
             script("limited_facts"),
         )
-        for warning in check_server(self._client):
+        for warning in check_server(self._client, self._anchor[0]):
             log.warning("redis server %s", warning)
 
     def _run(self, script: Script, *args: object) -> Any:
@@ -75,6 +78,23 @@ class RedisQueueBase:
         (every script is safe to send twice)."""
         argv = [self.keys.base, *args]
         return retrying(self.retry_budget_s, lambda: script(keys=self._anchor, args=argv))
+
+    def _write(self, what: str, script: Script, *args: object) -> Any:
+        """`_run` for an enqueue or an outcome write: with a replica wait, the script
+        and a WAIT behind it go to the master on one connection (see `replicas`)."""
+        if not self.replicas.wait.on:
+            return self._run(script, *args)
+        argv = [self.keys.base, *args]
+        return self._retrying(lambda: self._waited(what, [argv], script)[0])
+
+    def _waited(self, what: str, argvs: list[list[object]], script: Script) -> list[Any]:
+        """One send of `script` per argv in `argvs`, with the replica wait behind them."""
+
+        def queue(pipe: Any) -> None:
+            for argv in argvs:
+                script(keys=self._anchor, args=argv, client=pipe)
+
+        return self.replicas.send(queue, what)
 
     def _retrying(self, call: Callable[[], _T]) -> _T:
         """`call()` (a plain command or a pipeline) retried within the budget."""

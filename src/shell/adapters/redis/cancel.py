@@ -20,7 +20,7 @@ class Cancelling(RedisQueueBase):
     def cancel(self, record: Job) -> bool:
         """Take a ready or parked job out of the queue and record `record` (cancelled),
         in one script, only while no claim holds it."""
-        return bool(self._run(self._cancel, *record_args(record), uuid.uuid4().hex))
+        return bool(self._write("cancel", self._cancel, *record_args(record), uuid.uuid4().hex))
 
     def request_cancel(self, job_id: UUID, now: datetime) -> bool:
         """Mark an in-flight job's hash cancel-requested (one script); False when no
@@ -40,7 +40,8 @@ class Cancelling(RedisQueueBase):
         if isinstance(claim, Claim):
             same_job(claim, record)
         return bool(
-            self._run(
+            self._write(
+                "finish",
                 self._finish_cancelled,
                 job_id(claim),
                 claim.token,

@@ -19,6 +19,7 @@ from ....core.limits import QueueLimits
 from ...ports import BadClaim, Claim, LimitedClaims, prefetch_token
 from .arguments import EPOCH, US, ms, ms_ceil, now_args, us
 from .base import RedisQueueBase
+from .cluster import socket_timeout
 from .replies import batch_claims, single_claim
 from .scripts import Script
 
@@ -114,7 +115,7 @@ class Claiming(RedisQueueBase):
         """`timeout_s`, shortened to half the client's socket timeout if it has one (a
         wait the socket gives up on would lose the claim's reply), and 0 below a
         millisecond (BLPOP reads 0 as "for ever")."""
-        socket_s = self._client.connection_pool.connection_kwargs.get("socket_timeout")
+        socket_s = socket_timeout(self._client, self._anchor[0])
         if socket_s:
             timeout_s = min(timeout_s, float(socket_s) / 2)
         return round(timeout_s, 3) if timeout_s >= 0.001 else 0.0

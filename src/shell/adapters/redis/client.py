@@ -21,6 +21,7 @@ from redis.retry import Retry
 
 from ....core import Priority, WriteRetryPolicy
 from ...retrying import Retrier
+from .cluster import Client, node_client
 
 log = logging.getLogger("conveyor.redis")
 
@@ -101,9 +102,7 @@ def connect(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, decode_responses=False, retry=Retry(NoBackoff(), 0))
 
 
-def client_for(
-    client_or_url: redis.Redis | str, retry_budget_s: float = 0.0
-) -> tuple[redis.Redis, bool]:
+def client_for(client_or_url: Client | str, retry_budget_s: float = 0.0) -> tuple[Client, bool]:
     """The client to use and whether this adapter owns (and closes) it; the retry
     budget is checked here, once for the queue and the store alike."""
     if retry_budget_s < 0:
@@ -122,7 +121,19 @@ def _retryable(exc: Exception) -> bool:
     return not isinstance(exc, (AuthenticationError, AuthorizationError))
 
 
+#: What a failover of a cluster's master answers for a while: the slot is down or
+#: moved (redis-py learns the new master on the next try), or busy migrating.
+_FAILING_OVER = (
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.MovedError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.SlotNotCoveredError,
+)
+
+
 def _transient(exc: Exception) -> bool:
+    if isinstance(exc, _FAILING_OVER):
+        return True
     return isinstance(exc, (redis.ConnectionError, redis.TimeoutError)) and _retryable(exc)
 
 
@@ -150,13 +161,15 @@ def retrying(budget_s: float, call: Callable[[], _T]) -> _T:
     return retrier(budget_s).call(call)
 
 
-def check_server(client: redis.Redis) -> list[str]:
-    """Warnings about server settings that lose jobs; empty when all is well.
+def check_server(client: Client, key: str = "") -> list[str]:
+    """Warnings about server settings that lose jobs; empty when all is well. On a
+    cluster, the server checked is the master of `key`'s slot.
 
     An evicting `maxmemory-policy` silently deletes job keys under memory
     pressure; without AOF a restart loses every change since the last snapshot.
     """
     try:
+        client = node_client(client, key)
         memory = client.info("memory")
         persistence = client.info("persistence")
     except redis.RedisError as exc:

@@ -17,7 +17,7 @@ class Enqueueing(RedisQueueBase):
 
     def enqueue(self, job: Job) -> None:
         """Upsert by id, unlocked: ready list, or the scheduled set when parked."""
-        self._run(self._enqueue, *placement(job), uuid.uuid4().hex)
+        self._write("enqueue", self._enqueue, *placement(job), uuid.uuid4().hex)
 
     def enqueue_many(self, jobs: Sequence[Job]) -> None:
         """Upsert several jobs in one pipelined round trip (each its own atomic script)."""
@@ -28,6 +28,9 @@ class Enqueueing(RedisQueueBase):
         argvs = [[self.keys.base, *placement(job), f"{nonce}:{n}"] for n, job in enumerate(jobs)]
 
         def send() -> None:
+            if self.replicas.wait.on:
+                self._waited("enqueue", argvs, self._enqueue)
+                return
             with self._client.pipeline(transaction=False) as pipe:
                 for argv in argvs:
                     self._enqueue(keys=self._anchor, args=argv, client=pipe)
@@ -39,7 +42,8 @@ class Enqueueing(RedisQueueBase):
         """Put `fresh` in the queue and record it, in one script, only while the store
         still records `dead.id` as a dead letter."""
         return bool(
-            self._run(
+            self._write(
+                "revive",
                 self._revive,
                 str(dead.id),
                 *placement(fresh),

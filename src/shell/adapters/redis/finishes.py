@@ -16,10 +16,9 @@ import time
 from typing import Any
 from uuid import UUID
 
-import redis
-
 from ..finish_signals import FinishSignals, FinishWatch
 from .client import log, text
+from .cluster import Client
 
 #: How long the subscriber blocks before it looks whether anyone still waits.
 _CHECK_S = 1.0
@@ -30,7 +29,7 @@ _RECONNECT_S = (0.05, 5.0)
 class FinishListener:
     """The subscriber of one store (see the module docs)."""
 
-    def __init__(self, client: redis.Redis, channel: str) -> None:
+    def __init__(self, client: Client, channel: str) -> None:
         self._client, self._channel = client, channel
         self.signals = FinishSignals()
         self._lock = threading.Lock()

@@ -17,6 +17,7 @@ from ...ports import BadClaim, Claim
 from .arguments import cutoff_ms, finish_args, job_id, ms, placement, record_args, same_job
 from .base import RedisQueueBase
 from .client import text
+from .cluster import same_data
 from .replies import claim_of, locked_at_of
 from .store import RedisJobStore
 
@@ -26,7 +27,7 @@ class Holding(RedisQueueBase):
 
     def ack(self, claim: Claim | BadClaim) -> bool:
         """Delete the job if `claim.token` still holds it."""
-        return bool(self._run(self._ack, job_id(claim), claim.token))
+        return bool(self._write("ack", self._ack, job_id(claim), claim.token))
 
     def extend(self, claim: Claim | BadClaim, now: datetime) -> bool:
         """Renew the lease to `now` if the claim is still held."""
@@ -34,15 +35,16 @@ class Holding(RedisQueueBase):
 
     def replace(self, claim: Claim, job: Job) -> bool:
         """Write the successor (ready or parked, unlocked) if the claim is still held."""
-        return bool(self._run(self._replace, claim.token, *placement(job), uuid.uuid4().hex))
+        return bool(
+            self._write("replace", self._replace, claim.token, *placement(job), uuid.uuid4().hex)
+        )
 
     def finishes_with(self, store: object) -> bool:
-        """True when `store` lives under this queue's key base on the same server."""
+        """True when `store` lives under this queue's key base on the same server (or
+        the same cluster)."""
         if not isinstance(store, RedisJobStore) or store.keys.base != self.keys.base:
             return False
-        mine = self._client.connection_pool.connection_kwargs
-        theirs = store._client.connection_pool.connection_kwargs
-        return all(mine.get(k) == theirs.get(k) for k in ("host", "port", "db", "path"))
+        return same_data(self._client, store._client)
 
     def finish(
         self, claim: Claim | BadClaim, record: Job, abandoned_before: datetime | None = None
@@ -53,7 +55,8 @@ class Holding(RedisQueueBase):
         # payload's; a Claim's record must be its own job's.
         fence_id = same_job(claim, record) if isinstance(claim, Claim) else claim.job_id
         return bool(
-            self._run(
+            self._write(
+                "finish",
                 self._finish,
                 fence_id,
                 claim.token,
@@ -71,7 +74,7 @@ class Holding(RedisQueueBase):
         for claim, record in items:
             args += finish_args(claim, record)
             args.append(claim.queue)
-        return [bool(x) for x in self._run(self._finish_many, *args)]
+        return [bool(x) for x in self._write("finish", self._finish_many, *args)]
 
     def abandoned(self, cutoff: datetime, limit: int = 100) -> Sequence[Claim | BadClaim]:
         """In-flight claims locked (or last extended) before `cutoff`, oldest first, each
@@ -91,4 +94,6 @@ class Holding(RedisQueueBase):
         """Return an abandoned claim to ready as `job`, re-checking (inside the script)
         that `claim.token` still holds it and it is still locked before `cutoff`."""
         nonce = uuid.uuid4().hex
-        return bool(self._run(self._reclaim, claim.token, ms(cutoff), *placement(job), nonce))
+        return bool(
+            self._write("reclaim", self._reclaim, claim.token, ms(cutoff), *placement(job), nonce)
+        )

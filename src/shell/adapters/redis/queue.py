@@ -40,7 +40,8 @@ class RedisJobQueue(
 ):
     """A `JobQueue` on Redis: ready lists, a scheduled zset and an in-flight zset.
 
-    `client_or_url` is a `redis.Redis` (with `decode_responses=False`; it stays
+    `client_or_url` is a `redis.Redis` or a `redis.RedisCluster` (see `cluster`;
+    with `decode_responses=False`; it stays
     the caller's to close) or a URL for `connect`. `prefix` names the deployment;
     two queues with different prefixes share a server without seeing each other.
     `retry_budget_s` is how long one operation keeps retrying a dropped connection

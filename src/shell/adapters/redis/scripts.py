@@ -16,10 +16,9 @@ import importlib.resources
 from collections.abc import Callable
 from typing import Any, cast
 
-import redis
-
 from ....core import PRIORITY_ORDER
 from ....core.throughput import FINISH_COUNT_RETENTION_S
+from .cluster import Client
 from .limits import RANK_SCALE
 
 Script = Callable[..., Any]
@@ -58,7 +57,7 @@ def source(*names: str) -> str:
     return "\n".join([core_values(), *parts])
 
 
-def register(client: redis.Redis, preludes: tuple[str, ...], name: str) -> Script:
+def register(client: Client, preludes: tuple[str, ...], name: str) -> Script:
     """The script `name` with `preludes` before it, registered on `client` (sent by
     EVALSHA, loaded on the first NOSCRIPT)."""
     # redis-py leaves Script.__call__ unannotated; one cast here keeps the rest typed.

@@ -16,7 +16,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
 
-import redis
 from returns.result import Failure, Success
 
 from ....core import Job, JobStatus, PruneOrder
@@ -26,7 +25,9 @@ from ...ports import HISTORY_FILTER_SCAN, FinishedPerMinute, HistoryFilter
 from ..finish_signals import FinishWatch
 from .arguments import finished_us_of_body, record_args, us
 from .client import DEFAULT_RETRY_BUDGET_S, RedisKeys, client_for, log, retrying, text
+from .cluster import Client
 from .finishes import FinishListener
+from .replicas import NO_WAIT, ReplicaWait, ReplicaWaiter
 from .scripts import STORE, Script, register
 
 _PURGE_BATCH = 500
@@ -39,21 +40,24 @@ _STATUS_NAMES = tuple(status.value for status in JobStatus)
 class RedisJobStore:
     """A `JobStore` on Redis: record hashes plus newest-first indexes.
 
-    `client_or_url` and `retry_budget_s` as for `RedisJobQueue`; a store and a queue
-    under one `prefix` on one server finish a job in one script (`finishes_with`).
+    `client_or_url`, `retry_budget_s` and `replica_wait` as for `RedisJobQueue`; a
+    store and a queue under one `prefix` on one server (or cluster) finish a job in
+    one script (`finishes_with`).
     """
 
     def __init__(
         self,
-        client_or_url: redis.Redis | str,
+        client_or_url: Client | str,
         prefix: str = "conveyor",
         *,
         retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
+        replica_wait: ReplicaWait = NO_WAIT,
     ) -> None:
         self._client, self._owned = client_for(client_or_url, retry_budget_s)
         self.keys = RedisKeys.for_prefix(prefix)
         self.retry_budget_s = retry_budget_s
         self._anchor = [self.keys.history()]
+        self.replicas = ReplicaWaiter(self._client, self._anchor[0], replica_wait)
         script = functools.partial(register, self._client, STORE)
         self._record = script("store_record")
         self._list = script("store_list")
@@ -69,7 +73,15 @@ class RedisJobStore:
 
     def record(self, job: Job) -> None:
         """Upsert the job's latest record; it becomes the newest."""
-        self._run(self._record, *record_args(job))
+        if not self.replicas.wait.on:
+            self._run(self._record, *record_args(job))
+            return
+        argv = [self.keys.base, *record_args(job)]
+
+        def queue(pipe: Any) -> None:
+            self._record(keys=self._anchor, args=argv, client=pipe)
+
+        retrying(self.retry_budget_s, lambda: self.replicas.send(queue, "record"))
 
     def get(self, job_id: UUID) -> Job | None:
         """The recorded job, or None (also when its record does not decode)."""

@@ -22,7 +22,9 @@ class UniqueEnqueueing(RedisQueueBase):
         """Write `job` unless its id is queued or recorded (in the store under this
         prefix), or its unique key is held: one script, so one writer of any number.
         The job already there, or None when written."""
-        return found(self._run(self._enqueue_new, *self._new_args(job, uuid.uuid4().hex)))
+        return found(
+            self._write("enqueue", self._enqueue_new, *self._new_args(job, uuid.uuid4().hex))
+        )
 
     def enqueue_new_many(self, jobs: Sequence[Job]) -> list[Job | None]:
         """`enqueue_new` for each job in one pipelined round trip (each its own script,
@@ -35,6 +37,8 @@ class UniqueEnqueueing(RedisQueueBase):
         ]
 
         def send() -> list[Any]:
+            if self.replicas.wait.on:
+                return self._waited("enqueue", argvs, self._enqueue_new)
             with self._client.pipeline(transaction=False) as pipe:
                 for argv in argvs:
                     self._enqueue_new(keys=self._anchor, args=argv, client=pipe)

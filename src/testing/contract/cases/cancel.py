@@ -207,6 +207,7 @@ def bulk_cancel_takes_only_the_queue_and_type_named(s: Subject) -> None:
     s.queue.enqueue_many([*mails, other_type, other_queue])
     running = s.queue.dequeue("default", T0)
     assert isinstance(running, Claim) and running.job.id == mails[0].id
+
     def counts(**options: Any) -> CancelCounts:
         return cancel_many(
             s.queue, s.store, _executor(s), T0, queue_name="default", job_type="mail", **options
