@@ -4,7 +4,7 @@ Each measured worker is a fresh `spawn`ed Python process (so its RSS is its own,
 not inherited from the orchestrator). It builds its system's worker (connects,
 registers the no-op handler), says it is ready, waits for the go signal, then
 runs the system's own worker loop. The handler of every system calls the same
-`_hook(i, t)`: one lock, two stores into shared memory and, for latency, one
+`counting._hook(i, t)`: one lock, two stores into shared memory and, for latency, one
 subtraction. The orchestrator polls the shared counters; nothing is asked of the
 system under test to learn that a job ran.
 
@@ -25,33 +25,11 @@ from typing import Any
 
 import attrs
 
+from .counting import _state
+
 CTX = mp.get_context("spawn")
 
 # ---- inside a worker process ---------------------------------------------------------
-
-_state: dict[str, Any] = {}
-
-
-def _hook(i: int, t: float) -> None:
-    """What every system's no-op handler does: count, stamp, and note the latency."""
-    now = time.time()
-    s = _state
-    with s["lock"]:
-        slot = s["slot"]
-        n = s["count"][slot] + 1
-        s["count"][slot] = n
-        s["last"][slot] = now
-        if n == 1:
-            s["first"][slot] = now
-        if 0 <= i < s["n"]:
-            s["seen"][i] += 1
-            if s["want_latency"]:
-                s["lat"][i] = now - t
-
-
-def hook_args(args: Any) -> None:
-    """The hook for handlers that receive one mapping of args (Conveyor)."""
-    _hook(args["i"], args["t"])
 
 
 def _count_round_trips() -> None:

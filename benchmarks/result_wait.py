@@ -16,7 +16,9 @@ one machine, one clock). Two figures per job:
 * pickup: the job's start minus the moment its enqueue was called (what a worker
   waits to see a new job: the backend's pickup latency under this load);
 * wake: the moment the waiter got the result minus the handler's end (the finish's
-  write, its signal to this process, and the waiter's read of the record).
+  write and its signal to this process, which hands the waiter the record: carried
+  by the signal on PostgreSQL and Redis, read once per commit for every waiter on
+  SQLite; a waiter reads the record itself only when it was not handed it).
 
 The check is that every waiter returns the value its job returned (none lost, none
 wrong) and that wake stays within pickup: a waiter hears a finish as fast as a worker

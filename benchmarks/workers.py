@@ -2,7 +2,7 @@
 
 `make_runner(spec)` connects, registers the no-op handler under the name
 `noop`, and returns a function that runs the system's own worker loop until the
-process is told to stop. The handler only calls `harness._hook`; the task and
+process is told to stop. The handler only calls `counting._hook`; the task and
 actor functions live at module level here so that the enqueuing side, which
 imports this module too, registers them under the same names.
 """
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import harness
+from .counting import _hook
 
 QUEUE = "bench"
 
@@ -25,22 +25,22 @@ QUEUE = "bench"
 
 
 def conveyor_noop(args: Any) -> None:
-    harness._hook(args["i"], args["t"])
+    _hook(args["i"], args["t"])
 
 
 def noop(i: int, t: float) -> None:
     """Huey task and Dramatiq actor body."""
-    harness._hook(i, t)
+    _hook(i, t)
 
 
 async def noop_async(i: int, t: float) -> None:
     """Procrastinate task body (async: its best configuration for a no-op)."""
-    harness._hook(i, t)
+    _hook(i, t)
 
 
 async def pgqueuer_noop(job: Any) -> None:
     doc = json.loads(job.payload)
-    harness._hook(doc["i"], doc["t"])
+    _hook(doc["i"], doc["t"])
 
 
 # ---- Conveyor ----------------------------------------------------------------------

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         ResultTimeout,
     )
     from .shell.runtime import Runtime, build
+    from .shell.runtime.workflows import Workflow, call, chain, dep, group
     from .shell.tasks import Task, Tasks
     from .shell.worker import WorkerPool
     from .shell.worker.loop import Worker
@@ -85,6 +86,11 @@ _LAZY: dict[str, str] = {
     "Task": ".shell.tasks",
     "Tasks": ".shell.tasks",
     "Worker": ".shell.worker",
+    "Workflow": ".shell.runtime.workflows",
+    "call": ".shell.runtime.workflows",
+    "chain": ".shell.runtime.workflows",
+    "dep": ".shell.runtime.workflows",
+    "group": ".shell.runtime.workflows",
 }
 
 __all__ = [
@@ -114,9 +120,14 @@ __all__ = [
     "ValidationError",
     "Worker",
     "WorkerPool",
+    "Workflow",
     "__version__",
     "build",
+    "call",
+    "chain",
     "create_job",
+    "dep",
+    "group",
     "is_transactional",
     "load_config",
 ]

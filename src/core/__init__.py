@@ -76,7 +76,13 @@ from .policies import (
 )
 from .progress import MAX_PROGRESS_BYTES, Progress, make_progress, progress
 from .recycling import RecyclePolicy, recycle_reason
-from .results import DEFAULT_MAX_RESULT_BYTES, RESULT_TOO_LARGE, ResultPolicy, oversized_result
+from .results import (
+    DEFAULT_MAX_RESULT_BYTES,
+    RESULT_TOO_LARGE,
+    ResultPolicy,
+    carried_record_settles,
+    oversized_result,
+)
 from .retention import (
     PruneOrder,
     RetentionPolicy,
@@ -162,6 +168,7 @@ __all__ = [
     "cancel_claimed",
     "cap_message",
     "cap_traceback",
+    "carried_record_settles",
     "check_name",
     "claim_order",
     "create_job",

@@ -48,6 +48,7 @@ class JobStatus(enum.Enum):
     """Where a job is in its life. `transitions.TABLE` lists the legal moves."""
 
     SCHEDULED = "scheduled"  # parked until run_at (delayed, or requeued for another node)
+    WAITING = "waiting"  # held back until the jobs it depends on finish (never claimed)
     PENDING = "pending"  # ready to be claimed
     RUNNING = "running"  # claimed by a worker
     RETRYING = "retrying"  # failed, waiting for its backoff to pass

@@ -1,10 +1,16 @@
-"""Results: the cap on the size of a handler's return value.
+"""Results: the cap on the size of a handler's return value, and when a record
+carried by a finish signal ends a wait for the job's outcome.
 
 A completed job's result is stored with its record and leaves the library as JSON
 (`Runtime.result`, `JobView.to_dict`, `conveyor job show --json`). A result larger
 than the cap would make every read of the record as large, so `decide` refuses it:
 the job is dead-lettered with `result-too-large`, never retried (running it again
 would return as much), and its error names the job, the size and the cap.
+
+A caller waiting for an outcome is woken by the write of the job's record, and the
+signal may carry that record (`carried_record_settles`). Signals arrive late and out
+of order with the reads: a record written before the caller's last read (an earlier
+attempt's, before the job was revived or retried) must not end the wait.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import attrs
 
 from .field_checks import integer_at_least
 from .frozen import json_size
-from .job import ErrorInfo
+from .job import ErrorInfo, Job
 
 #: The error type of a job whose result is larger than the cap.
 RESULT_TOO_LARGE = "result-too-large"
@@ -52,3 +58,20 @@ def oversized_result(job_id: UUID, result: Any, policy: ResultPolicy) -> ErrorIn
         f"{policy.max_bytes} bytes (max_result_bytes)"
     )
     return ErrorInfo(RESULT_TOO_LARGE, message, retryable=False)
+
+
+def carried_record_settles(seen: Job | None, carried: Job) -> bool:
+    """Whether `carried`, a record a finish signal brought, is the outcome a caller
+    waits for, so that it need not read the store: the caller's last read showed the
+    job unfinished as `seen` (None: it could not tell the attempt, its payload did not
+    decode).
+
+    It is when it is the same job, finished (completed, failed or cancelled), by an
+    attempt after the one `seen` counted. Attempts only grow, and a queued or claimed
+    job counts the attempts before the one to come (a worker starts the attempt in
+    its own memory), so a record of the same attempt may be one written before the
+    job was revived or re-enqueued: then, and whenever in doubt, the caller reads the
+    store, which is never wrong, only slower."""
+    if seen is None or carried.id != seen.id or not carried.status.is_terminal:
+        return False
+    return carried.attempt > seen.attempt

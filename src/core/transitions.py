@@ -20,6 +20,11 @@ at once instead of after its lease, its attempt recorded as interrupted.
 `failed -> pending` on `REVIVE` is an operator retrying a dead letter by hand;
 nothing automatic ever takes it.
 
+`waiting -> pending` on `RELEASE` is a dependent job let go once every job it waits
+for has finished (`core.dependencies` decides when). A waiting job is never claimed;
+when a job it waits for fails, its policy may instead end it `cancelled` (the
+record's error says which dependency, or that it was skipped).
+
 `CANCEL` ends a job for good. A queued job (`scheduled`, `pending`, `retrying`)
 is cancelled at once. A running one cannot be stopped from outside its worker,
 so its cancel is first a *request* kept beside the claim; `running -> cancelled`
@@ -58,6 +63,7 @@ class Event(enum.Enum):
     HAND_BACK = "hand_back"  # a claim returned before its job started
     INTERRUPT = "interrupt"  # a worker stopped by force gave back a running claim
     CANCEL = "cancel"  # an operator or the application gave up on the job
+    RELEASE = "release"  # every job it waited for finished, and its policies let it run
 
 
 S, E = JobStatus, Event
@@ -65,6 +71,7 @@ S, E = JobStatus, Event
 #: {status: {event: next status}}. Anything not listed is an InvalidTransition.
 TABLE: Mapping[JobStatus, Mapping[Event, JobStatus]] = {
     S.SCHEDULED: {E.PROMOTE: S.PENDING, E.CANCEL: S.CANCELLED},
+    S.WAITING: {E.RELEASE: S.PENDING, E.CANCEL: S.CANCELLED},
     S.PENDING: {E.START: S.RUNNING, E.HAND_BACK: S.PENDING, E.CANCEL: S.CANCELLED},
     S.RUNNING: {
         E.COMPLETE: S.COMPLETED,

@@ -36,6 +36,7 @@ from .times import as_delay, later
 #: The states in which a job keeps its unique key by default: every unfinished one.
 DEFAULT_UNIQUE_STATES: tuple[JobStatus, ...] = (
     JobStatus.SCHEDULED,
+    JobStatus.WAITING,
     JobStatus.PENDING,
     JobStatus.RUNNING,
     JobStatus.RETRYING,

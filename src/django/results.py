@@ -32,6 +32,7 @@ PRIORITY_BANDS: tuple[tuple[int, Priority], ...] = (
 #: success is FAILED (a cancelled job too: Django has no state for it).
 STATUS_OF: Mapping[JobStatus, Any] = {
     JobStatus.SCHEDULED: TaskResultStatus.READY,
+    JobStatus.WAITING: TaskResultStatus.READY,
     JobStatus.PENDING: TaskResultStatus.READY,
     JobStatus.RETRYING: TaskResultStatus.READY,
     JobStatus.RUNNING: TaskResultStatus.RUNNING,

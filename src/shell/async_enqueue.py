@@ -79,6 +79,8 @@ def native_driver(config: BackendSettings) -> str | None:
     if config.provider == "redis":
         if config.redis_replica_wait:
             return None  # the sync enqueue waits for the replicas (see adapters.redis.replicas)
+        if config.redis_shards > 1:
+            return None  # the sync enqueue routes each job to its queue's shard
         try:
             import redis.asyncio  # noqa: F401
         except ImportError:

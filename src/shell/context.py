@@ -25,10 +25,15 @@ from uuid import UUID
 import attrs
 
 from ..core import progress
+from .inputs import NO_INPUTS, Inputs
 
 
 def _never() -> bool:
     return False
+
+
+def _no_inputs() -> Inputs:
+    return NO_INPUTS
 
 
 def check_progress(fraction: object, value: object) -> None:
@@ -60,6 +65,14 @@ class JobContext:
     progress_sink: Callable[[object, object], None] = attrs.field(
         default=check_progress, repr=False, eq=False
     )
+    #: Reads the results of the jobs this one waited for (`conveyor.shell.inputs`).
+    inputs_reader: Callable[[], Inputs] = attrs.field(default=_no_inputs, repr=False, eq=False)
+
+    def inputs(self) -> Inputs:
+        """The results of the jobs this job waited for (docs/workflows.md): by their
+        name in the workflow (`ctx.inputs()["fetch"]`) or by id; empty for a job that
+        waited for nothing. One read of the store per call."""
+        return self.inputs_reader()
 
     def progress(self, fraction: float | None = None, value: Any = None) -> None:
         """Report how far the attempt has come: `fraction` done (a number from 0 to 1)

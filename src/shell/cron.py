@@ -93,6 +93,11 @@ class CronStatus:
 
 #: Enqueues a job: `Runtime.enqueue`'s signature (job type, args, keyword options).
 Enqueue = Callable[..., Job]
+#: Fills a workflow entry's workflow for a slot: `build(workflow, slot)` adds its steps.
+BuildWorkflow = Callable[[Any, datetime], None]
+#: Writes a workflow entry's slot (its builder, the workflow id, the slot) and returns
+#: the workflow's jobs as stored; a workflow id already stored writes nothing.
+StartWorkflow = Callable[[BuildWorkflow, uuid.UUID, datetime], list[Job]]
 
 
 class Cron:
@@ -117,8 +122,13 @@ class Cron:
         server: outage.ConnectionState,
         retention: RetentionPolicy | None = None,
         grace: timedelta = DEFAULT_GRACE,
+        start_workflow: StartWorkflow | None = None,
+        workflow_state_of: Callable[[uuid.UUID], JobStatus | None] | None = None,
     ) -> None:
         self._enqueue_job, self._state_of = enqueue, state_of
+        self._start_workflow, self._workflow_state_of = start_workflow, workflow_state_of
+        #: The builders of the entries that start a workflow, by entry name.
+        self._builders: dict[str, BuildWorkflow] = {}
         self._clock, self._server_state = clock, server
         self._retention = retention or RetentionPolicy()
         self.grace = grace
@@ -141,6 +151,35 @@ class Cron:
         """Add a periodic job; a `ValidationError` names each bad field (`cron.schedule`,
         ...) and a name already taken. A running ticker picks it up at once."""
         checked = self._add(entry, "cron")
+        self._wake.set()
+        return checked
+
+    def add_workflow(
+        self,
+        name: str,
+        schedule: str,
+        build: BuildWorkflow,
+        *,
+        timezone: str = "UTC",
+        missed: Missed | str = Missed.SKIP,
+    ) -> CronEntry:
+        """Start a workflow at every slot of `schedule`: `build(workflow, slot)` adds the
+        steps to an empty `Workflow` whose id is the slot's (`slot_id`), so each slot's
+        workflow is written once however many nodes tick (a workflow id already stored
+        writes nothing). Checked as `add` checks an entry."""
+        if self._start_workflow is None:
+            raise ValidationError.of("cron.workflow", "this runtime cannot start workflows")
+        if not callable(build):
+            raise ValidationError.of("cron.build", f"must be callable, got {build!r}")
+        label = getattr(build, "__qualname__", "") or "workflow"
+        job_type = "".join(c if c.isalnum() or c in "._-" else "_" for c in label)
+        entry = CronEntry(name, schedule, job_type, timezone=timezone, missed=missed)
+        checked, parsed = parse_entry(entry, "cron")
+        with self._lock:
+            if checked.name in self._entries:
+                raise ValidationError.of("cron.name", f"{checked.name!r} is already an entry")
+            self._entries[checked.name] = (checked, parsed)
+            self._builders[checked.name] = build
         self._wake.set()
         return checked
 
@@ -202,7 +241,7 @@ class Cron:
         jobs: list[Job] = []
         try:
             for slot in plan.slots:
-                jobs.append(self._enqueue(entry, slot_id(entry.name, slot)))
+                jobs.extend(self._start(entry, slot_id(entry.name, slot), slot))
         except Exception as exc:
             # A server outage is told once for the process, not once per tick.
             message = "cron %r: could not enqueue; retrying next tick"
@@ -223,6 +262,14 @@ class Cron:
         ages = [ms for ms in (keep.completed_ms, keep.dead_ms) if ms > 0]
         return timedelta(milliseconds=min(ages)) if ages else None
 
+    def _start(self, entry: CronEntry, slot_id: uuid.UUID, slot: datetime) -> list[Job]:
+        """Write a slot: the entry's job, or the workflow its builder makes."""
+        build = self._builders.get(entry.name)
+        if build is None:
+            return [self._enqueue(entry, slot_id)]
+        assert self._start_workflow is not None
+        return self._start_workflow(build, slot_id, slot)
+
     def _enqueue(self, entry: CronEntry, job_id: uuid.UUID | None) -> Job:
         options: dict[str, Any] = {
             "queue": entry.queue,
@@ -234,9 +281,13 @@ class Cron:
         return self._enqueue_job(entry.job_type, entry.args, **options)
 
     def run(self, name: str) -> Job:
-        """Enqueue entry `name`'s job now, outside its schedule (a fresh job id)."""
+        """Enqueue entry `name`'s job now, outside its schedule (a fresh job id); for an
+        entry that starts a workflow, start one now (a fresh workflow id) and return
+        its first job."""
         entry, _ = self._entry(name)
-        return self._enqueue(entry, None)
+        if entry.name not in self._builders:
+            return self._enqueue(entry, None)
+        return self._start(entry, uuid.uuid4(), self._clock.now())[0]
 
     def next_run(self, now: datetime | None = None) -> datetime | None:
         """The earliest next slot of any entry after `now`, or None without entries."""
@@ -263,9 +314,13 @@ class Cron:
                 queue=entry.queue,
                 next_run=schedule.next_after(now),
             )
+            # A workflow entry's slot id is its workflow's; its state is the workflow's.
+            state_of = self._state_of
+            if entry.name in self._builders and self._workflow_state_of is not None:
+                state_of = self._workflow_state_of
             for slot in recent_slots(schedule, now, LAST_RUN_LOOKBACK):
                 job_id = slot_id(entry.name, slot)
-                state = self._state_of(job_id)
+                state = state_of(job_id)
                 if state is not None:
                     row = attrs.evolve(
                         row, last_slot=slot, last_job_id=str(job_id), last_state=state

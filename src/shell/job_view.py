@@ -142,6 +142,8 @@ def view_of_entry(entry: QueuedJob, lease: timedelta) -> JobView:
         state = JobStatus.RUNNING
     elif entry.place is Place.READY:
         state = JobStatus.PENDING
+    elif entry.place is Place.WAITING:
+        state = JobStatus.WAITING
     elif entry.job is not None and entry.job.status.is_parked:
         state = entry.job.status
     else:

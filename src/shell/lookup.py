@@ -68,6 +68,7 @@ _PLACE_OF: dict[JobStatus, Place] = {
     JobStatus.PENDING: Place.READY,
     JobStatus.SCHEDULED: Place.SCHEDULED,
     JobStatus.RETRYING: Place.SCHEDULED,
+    JobStatus.WAITING: Place.WAITING,
 }
 
 

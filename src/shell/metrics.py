@@ -88,8 +88,9 @@ class _Depth(Collector):
         return (
             GaugeMetricFamily(
                 "conveyor_queue_depth",
-                "Jobs waiting in a queue, per priority: ready (due, unclaimed) or scheduled "
-                '(parked until due); priority="" where the backend does not split a figure.',
+                "Jobs waiting in a queue, per priority: ready (due, unclaimed), scheduled "
+                "(parked until due) or waiting (for the jobs it depends on; one series, "
+                'priority=""); priority="" where the backend does not split a figure.',
                 labels=["queue", "priority", "state"],
             ),
             GaugeMetricFamily(
@@ -128,6 +129,8 @@ class _Depth(Collector):
                         in_flight.add_metric([name, priority], n)
                     else:
                         depth.add_metric([name, priority, state], n)
+            # Jobs waiting for others have no priority lane: one series per queue.
+            depth.add_metric([name, UNSPLIT, "waiting"], c.waiting)
             due = c.oldest_ready_at
             age = (now - due).total_seconds() if due is not None and c.ready else 0.0
             oldest.add_metric([name], max(0.0, age))

@@ -22,6 +22,8 @@ def queued_state(place: Place, job: Job) -> JobStatus:
         return JobStatus.RUNNING
     if place is Place.READY:
         return JobStatus.PENDING
+    if place is Place.WAITING:
+        return JobStatus.WAITING
     return job.status if job.status.is_parked else JobStatus.SCHEDULED
 
 
@@ -41,6 +43,7 @@ PLACE_NAMES = {
     "processing": Place.IN_FLIGHT,
     "ready": Place.READY,
     "scheduled": Place.SCHEDULED,
+    "waiting": Place.WAITING,
 }
 
 

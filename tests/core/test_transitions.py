@@ -60,6 +60,8 @@ def test_the_table_lists_exactly_the_documented_moves() -> None:
         (S.PENDING, E.CANCEL, S.CANCELLED),
         (S.RETRYING, E.CANCEL, S.CANCELLED),
         (S.RUNNING, E.CANCEL, S.CANCELLED),
+        (S.WAITING, E.RELEASE, S.PENDING),
+        (S.WAITING, E.CANCEL, S.CANCELLED),
     }
 
 

@@ -54,6 +54,7 @@ def test_django_priorities_fall_into_conveyors_four_orders(priority: int, order:
 def test_waiting_in_any_form_is_ready_and_every_end_but_success_is_failed() -> None:
     assert {state.value: str(status) for state, status in STATUS_OF.items()} == {
         "scheduled": "READY",
+        "waiting": "READY",
         "pending": "READY",
         "retrying": "READY",
         "running": "RUNNING",

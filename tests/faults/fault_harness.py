@@ -62,7 +62,7 @@ def empty_backend(name: str, folder: Path) -> str:
         try:
             create_tables(engine)
             with engine.begin() as conn:
-                tables = f"{SCHEMA.job_queue.name}, {SCHEMA.job_store.name}"
+                tables = f"{SCHEMA.job_queue.name}, {SCHEMA.job_store.name}, {SCHEMA.edges.name}"
                 conn.execute(sa.text(f"TRUNCATE {tables}"))
         finally:
             engine.dispose()

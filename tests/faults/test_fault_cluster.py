@@ -35,12 +35,12 @@ from fault_harness import Site, make_site, wait_until
 from fault_worker import cluster_url
 from ledger import Ledger
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(240)
 
-JOBS = 2000
+JOBS = 5000
 WORKERS = 3
 #: Kill the master once this many enqueues were acknowledged.
-KILL_AFTER = 600
+KILL_AFTER = 1500
 #: How far before the kill an acknowledged enqueue may still be unreplicated, on a
 #: healthy loopback link (the documented window is the replication lag; this bounds it
 #: generously for a loaded 2-core host).
@@ -84,7 +84,7 @@ def run_failover(site: Site, cluster: RedisCluster) -> tuple[float, float]:
     # as an operator's restart does: until then the new master has none to wait for.
     master.start()
     cluster.wait_replicated("{conveyor}:queues", timeout_s=30)
-    producer.join(90)
+    producer.join(180)
     assert not producer.is_alive(), "the producer did not finish"
 
     def empty() -> bool:

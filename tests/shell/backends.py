@@ -70,7 +70,7 @@ def make_backend(name: str) -> Backend:
         create_tables(engine)
         with engine.begin() as conn:
             tables = (SCHEMA.job_queue, SCHEMA.job_store, SCHEMA.cancel_requests)
-            for table in (*tables, SCHEMA.limit_state):
+            for table in (*tables, SCHEMA.limit_state, SCHEMA.edges, SCHEMA.workflows):
                 conn.execute(table.delete())
         engines = [engine]
 

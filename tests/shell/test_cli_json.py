@@ -72,9 +72,12 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         runtime.drain(timeout_s=30)
         runtime.enqueue("later", {}, delay=3600)
         runtime.enqueue("waiting", {"n": 1})
+        flow = conveyor.Workflow()
+        flow.add("merge", after=[flow.add("done", {"n": 2})], name="merge")
+        workflow = runtime.enqueue(flow)
     finally:
         runtime.close()
-    return {"folder": folder, "done": str(done), "dead": str(dead)}
+    return {"folder": folder, "done": str(done), "dead": str(dead), "workflow": str(workflow)}
 
 
 def _argv(path: tuple[str, ...], site: dict[str, Any]) -> list[list[str]]:
@@ -90,6 +93,7 @@ def _argv(path: tuple[str, ...], site: dict[str, Any]) -> list[list[str]]:
         ("dead", "list"): [["--json"]],
         ("dead", "show"): [[site["dead"]], [site["dead"], "--show-args"]],
         ("cron", "list"): [["--json"]],
+        ("workflow", "show"): [[site["workflow"], "--json"]],
     }
     assert path in known, f"`conveyor {' '.join(path)}` prints JSON: give it arguments here"
     return [[*path, *extra] for extra in known[path]]

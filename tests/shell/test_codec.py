@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import json
 import pickle
+import uuid
 
+import attrs
 import pytest
-from conveyor.core import MAX_ATTEMPTS_KEPT, MAX_TRACEBACK_CHARS, MAX_WORKER_CHARS, ErrorInfo
-from conveyor.shell.codec import FORMAT_VERSION, decode, encode
+from conveyor.core import (
+    MAX_ATTEMPTS_KEPT,
+    MAX_TRACEBACK_CHARS,
+    MAX_WORKER_CHARS,
+    ErrorInfo,
+    freeze,
+)
+from conveyor.shell.codec import FORMAT_VERSION, decode, encode, encode_many
 from conveyor.testing.strategies import jobs
 from helpers import make_job
 from hypothesis import HealthCheck, given, settings
@@ -139,3 +147,24 @@ def test_a_payload_with_a_surrogate_key_is_a_decode_error_not_a_crash() -> None:
     text = json.dumps(doc).replace('"args": {}', '"args": {"\\ud800": 1}')
     assert "\\ud800" in text
     assert isinstance(decode(text), Failure)
+
+
+@given(st.lists(jobs(), min_size=1, max_size=4), st.lists(st.integers(0, 3), max_size=6))
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+def test_jobs_encoded_together_are_each_encoded_as_alone(picked, siblings) -> None:
+    """The jobs of one call share the writing of their tail: the text is the same."""
+    batch = list(picked)
+    for n in siblings:  # jobs differing from one of them only in id and args
+        base = picked[n % len(picked)]
+        batch.append(attrs.evolve(base, id=uuid.uuid4(), args=freeze({"n": n, "s": "é"})))
+    assert encode_many(batch) == [encode(job) for job in batch]
+
+
+def test_a_sibling_shares_the_first_jobs_tail_and_keeps_its_own_args() -> None:
+    first = make_job(args={"a": 1})
+    sibling = attrs.evolve(first, id=uuid.uuid4(), args=freeze({"b": [2, "x"]}))
+    other = attrs.evolve(first, id=uuid.uuid4(), queue="elsewhere")
+    texts = encode_many([first, sibling, other])
+    assert texts == [encode(first), encode(sibling), encode(other)]
+    assert [decode(t).unwrap() for t in texts] == [first, sibling, other]
+    assert encode_many([]) == []

@@ -217,6 +217,24 @@ def test_redis_cluster_keys_give_the_seeds_and_the_replica_wait() -> None:
     assert (plain.redis_cluster, plain.redis_urls, plain.redis_replica_wait) == (False, (), 0)
 
 
+def test_redis_shards_and_pins_are_read_in_name_order() -> None:
+    cfg = parse_config(
+        {"provider": "redis", "redis": {"shards": 3, "queue_shards": {"mail": 2, "billing": 0}}}
+    )
+    assert cfg.redis_shards == 3
+    assert cfg.redis_queue_shards == (("billing", 0), ("mail", 2))
+    plain = parse_config({"provider": "redis"})
+    assert (plain.redis_shards, plain.redis_queue_shards) == (1, ())
+
+
+def test_a_pin_to_a_shard_that_does_not_exist_is_refused_naming_the_queue() -> None:
+    redis = {"shards": 2, "queue_shards": {"mail": 2}}
+    assert _fields({"provider": "redis", "redis": redis}) == ("redis.queue_shards.mail",)
+    assert "redis.shards" in _fields({"provider": "redis", "redis": {"shards": 0}})
+    bad = {"provider": "redis", "redis": {"queue_shards": {"mail": "one"}}}
+    assert _fields(bad) == ("redis.queue_shards",)
+
+
 def test_redis_cluster_keys_are_refused_where_a_cluster_cannot_take_them() -> None:
     assert _fields({"provider": "redis", "redis": {"urls": ["redis://a:1"]}}) == ("redis.urls",)
     assert _fields({"provider": "redis", "url": "redis://a:1/3", "redis": {"cluster": True}}) == (

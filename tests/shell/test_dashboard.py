@@ -180,8 +180,8 @@ def test_the_overview_counts_each_queue_by_state(rt: Runtime, client: TestClient
     rt.enqueue("ok", {}, queue="mail")
     rt.enqueue("ok", {}, queue="mail", delay=3600)
     cells = queue_row(client.get("/").text, "mail")
-    # queue, ready, scheduled, in flight, dead
-    assert cells[:5] == ["mail", "1", "1", "0", "1"]
+    # queue, ready, scheduled, waiting, in flight, dead
+    assert cells[:6] == ["mail", "1", "1", "0", "0", "1"]
 
 
 def test_the_overview_splits_depth_by_priority(rt: Runtime, client: TestClient) -> None:
@@ -199,7 +199,7 @@ def test_the_overview_shows_the_oldest_ready_jobs_age(
 ) -> None:
     rt.enqueue("ok", {}, queue="mail")
     clock.advance(timedelta(seconds=90))
-    assert queue_row(client.get("/").text, "mail")[5] == "1.5 min"
+    assert queue_row(client.get("/").text, "mail")[6] == "1.5 min"
 
 
 def test_the_overview_flags_a_queue_no_live_worker_polls(rt: Runtime, client: TestClient) -> None:
@@ -217,7 +217,7 @@ def test_the_overview_lists_live_workers_and_clears_the_flag(
     page = client.get("/").text
     assert "<code>web-1:42:abc</code> polling mail" in page
     assert 'role="alert"' not in page
-    assert queue_row(page, "mail")[6] == "1"
+    assert queue_row(page, "mail")[7] == "1"
 
 
 def test_the_throughput_chart_counts_finished_jobs_per_minute(

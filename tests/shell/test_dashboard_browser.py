@@ -317,6 +317,55 @@ def test_a_worker_links_to_the_job_it_is_running(served: dict[str, Any], page: P
     assert str(served["running"].id) in page.content()
 
 
+def test_the_workflow_page_draws_the_graph_and_its_cancel_changes_the_states(
+    served: dict[str, Any], page: Page, tmp_path: Path
+) -> None:
+    runtime, url = served["runtime"], served["url"]
+    wf = conveyor.Workflow()
+    fetch = wf.add("succeed", {"day": "2026-12-01"}, name="fetch")
+    parts = [wf.add("succeed", {"part": n}, after=[fetch], name=f"render-{n}") for n in range(3)]
+    wf.add("succeed", after=[conveyor.dep(parts[0], on_failure="skip"), *parts[1:]], name="merge")
+    workflow_id = runtime.enqueue(wf)
+    page.goto(f"{url}/workflows/{workflow_id}")
+    assert page.locator("h1").inner_text() == f"Workflow {workflow_id}"
+    boxes = page.locator("svg#graph g.node")
+    assert boxes.count() == 5
+    assert page.locator("svg#graph g.edge").count() == 6
+    assert page.locator("svg#graph g.edge[data-policy='skip'] text").text_content() == "skip"
+    drawn = boxes.evaluate_all("gs => gs.map(g => g.dataset.state)")
+    assert sorted(drawn) == ["pending", "waiting", "waiting", "waiting", "waiting"]
+    # The browser lays the boxes out as the server placed them: the root left of its
+    # dependents, the fan-in right of them, the parts one above another.
+    where = {
+        handle.name: page.locator(f"svg#graph g.node[data-job='{handle.job_id}']").bounding_box()
+        for handle in (fetch, *parts)
+    }
+    merge_box = page.locator("svg#graph g.node[data-layer='2']").bounding_box()
+    assert all(box is not None for box in (*where.values(), merge_box))
+    assert where["fetch"]["x"] < where["render-0"]["x"] < merge_box["x"]
+    assert where["render-0"]["y"] < where["render-1"]["y"] < where["render-2"]["y"]
+    shot = tmp_path / "dashboard-workflow.png"
+    page.screenshot(path=str(shot), full_page=True)
+    if os.environ.get("CONVEYOR_UPDATE_SCREENSHOTS") == "1":
+        shutil.copyfile(shot, IMAGES / shot.name)
+
+    page.click("#cancel-workflow")
+    page.wait_for_url(f"**/workflows/{workflow_id}?*")
+    assert "Cancelled the workflow's 5 unfinished job(s)" in page.locator(".notice").inner_text()
+    drawn = page.locator("svg#graph g.node").evaluate_all("gs => gs.map(g => g.dataset.state)")
+    assert drawn == ["cancelled"] * 5
+    assert page.locator("#cancel-workflow").count() == 0
+    state = runtime.workflow(workflow_id)
+    assert {m.state for m in state.members} == {conveyor.JobStatus.CANCELLED}
+
+    # A box links to its job's page, which links back to the workflow.
+    page.locator(f"svg#graph g.node[data-job='{parts[1].job_id}']").click()
+    page.wait_for_url(f"**/jobs/{parts[1].job_id}")
+    page.click("#workflow-link")
+    page.wait_for_url(f"**/workflows/{workflow_id}")
+    assert page.locator("svg#graph g.node").count() == 5
+
+
 # ---- CSRF attacks from the same site: another port, a sibling subdomain ----------------
 
 OPERATOR = ("ops", "s3cret")

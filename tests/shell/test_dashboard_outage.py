@@ -85,12 +85,15 @@ def test_every_page_says_the_backend_is_unreachable_within_about_two_seconds(
     try:
         job = runtime.enqueue("fail", {}, max_retries=0)
         runtime.drain()
+        flow = conveyor.Workflow()
+        flow.add("fail", after=[flow.add("fail", name="first")], name="then")
+        workflow = f"/workflows/{runtime.enqueue(flow)}"
         client = TestClient(create_app(runtime), raise_server_exceptions=False)
-        for path in [*PAGES, f"/jobs/{job.id}", f"/dead/purge?job_id={job.id}"]:
+        for path in [*PAGES, f"/jobs/{job.id}", f"/dead/purge?job_id={job.id}", workflow]:
             answers_while_up(client, path)
         server.down()
         outage_began = time.monotonic()
-        for path in [*PAGES, f"/jobs/{job.id}", "/healthz"]:
+        for path in [*PAGES, f"/jobs/{job.id}", workflow, "/healthz"]:
             began = time.monotonic()
             answer = client.get(path)
             took = time.monotonic() - began

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from backends import Backend, make_backend
+from conveyor import Workflow
 from conveyor.shell.config import load_config
 from conveyor.shell.metrics import JobMetrics, instrument, serve
 from conveyor.shell.ports import QueueCounts
@@ -183,6 +184,30 @@ def test_a_scrape_reports_depth_by_queue_and_state_and_jobs_in_flight(
     assert total(samples, "conveyor_jobs_in_flight", queue="default") == 1
     assert total(samples, "conveyor_queue_depth", queue="other", state="ready") == 1
     assert total(samples, "conveyor_jobs_in_flight", queue="other") == 0
+
+
+def test_a_scrape_counts_the_jobs_of_a_workflow_that_wait_for_others(
+    server_backend, exported
+) -> None:
+    # Only `default` is worked, so the released parts stay ready in `reports`.
+    runtime = _runtime(server_backend, {"ship": lambda args: None})
+    _, url = _serve(runtime, exported)
+    wf = Workflow()
+    fetch = wf.add("ship", name="fetch")
+    parts = [wf.add("ship", after=[fetch], queue="reports", name=f"part{i}") for i in range(3)]
+    wf.add("ship", after=parts, name="merge")
+    runtime.enqueue(wf)
+    samples = scrape(url)
+    waiting = {"priority": "", "state": "waiting"}
+    assert sample(samples, "conveyor_queue_depth", queue="reports", **waiting) == 3
+    assert sample(samples, "conveyor_queue_depth", queue="default", **waiting) == 1
+    assert total(samples, "conveyor_queue_depth", queue="default", state="ready") == 1
+    # Once the root has run, its dependents are released: ready, no longer waiting.
+    runtime.drain()
+    samples = scrape(url)
+    assert sample(samples, "conveyor_queue_depth", queue="reports", **waiting) == 0
+    assert total(samples, "conveyor_queue_depth", queue="reports", state="ready") == 3
+    assert sample(samples, "conveyor_queue_depth", queue="default", **waiting) == 1
 
 
 def _enqueue_by_priority(runtime: Runtime, backend: Backend) -> None:

@@ -44,6 +44,7 @@ from conveyor.core import (
     reclaim_cutoff,
     start,
 )
+from conveyor.core.dependencies import Edge
 from conveyor.core.limits import QueueLimits
 from conveyor.shell.adapters.redis_queue import (
     RedisJobQueue,
@@ -53,6 +54,7 @@ from conveyor.shell.adapters.redis_queue import (
 )
 from conveyor.shell.codec import encode
 from conveyor.shell.ports import BadClaim, Claim
+from conveyor.shell.ports.workflows import Graph, Member
 from conveyor.testing.redis_server import RedisServer, redis_url
 from redis.crc import key_slot
 
@@ -413,6 +415,9 @@ def test_every_key_is_documented_and_all_share_one_cluster_slot(
     assert len(queue.dequeue_limited("limited", T0, 1, QueueLimits(fair=True)).claims) == 1
     store.record(finished(make_job(tenant_id="acme"), JobStatus.COMPLETED, 1))
     store.record(dead(make_job(tenant_id="acme")))
+    # A workflow: a waiting job, its edges, the dependents of its root, the receipt.
+    root, leaf = make_job(), make_job()
+    queue.enqueue_graph(Graph((Member(root), Member(leaf, (Edge(leaf.id, root.id),))), uuid4()))
     # A pruned record leaves a tombstone.
     store.record(finished(make_job(tenant_id="acme"), JobStatus.COMPLETED, 2))
     policy = RetentionPolicy(completed_ms=0, max_completed=1)

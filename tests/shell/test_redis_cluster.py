@@ -148,3 +148,39 @@ def test_an_outage_on_the_cluster_is_told_as_the_cluster_s(on_cluster: Backend) 
     assert state.backend == "Redis Cluster"
     seeds = {f"127.0.0.1:{port}" for port in (s.port for s in redis_cluster().servers)}
     assert set(state.where.removeprefix("redis://").split(",")) <= seeds
+
+
+def _forget_scripts(client: redis.RedisCluster) -> None:
+    """SCRIPT FLUSH on every node: as after a restart, or on a master that never ran
+    the scripts (a replica promoted by a failover)."""
+    for node in client.get_nodes():
+        node.redis_connection.script_flush()
+
+
+def test_a_batch_enqueue_loads_its_script_on_a_node_that_lost_it(on_cluster: Backend) -> None:
+    # A cluster pipeline sends EVALSHA alone: the node answers NOSCRIPT until it is given
+    # the script, which the batch does, then sends the batch's writes again.
+    queue, client = on_cluster.queue, on_cluster.queue._client
+    _forget_scripts(client)
+    queue.enqueue_many([make_job(), make_job()])
+    _forget_scripts(client)
+    assert queue.enqueue_new_many([make_job(), make_job()]) == [None, None]
+    assert queue.counts(T0)["default"].ready == 4
+
+
+def test_an_asyncio_batch_enqueue_loads_its_script_on_a_node_that_lost_it(
+    on_cluster: Backend,
+) -> None:
+    import asyncio
+
+    writer = on_cluster.async_writer()
+    _forget_scripts(on_cluster.queue._client)
+
+    async def send() -> None:
+        try:
+            await writer.enqueue_many([make_job(), make_job()])
+        finally:
+            await writer.aclose()
+
+    asyncio.run(send())
+    assert on_cluster.queue.counts(T0)["default"].ready == 2

@@ -95,6 +95,45 @@ def _claims(found: list[Claim | BadClaim]) -> list[Claim]:
     return [c for c in found if isinstance(c, Claim)]
 
 
+# --- enqueue in one round trip ---------------------------------------------------------
+
+
+def _calls(client: redis.Redis) -> Counter[str]:
+    """Calls per command since the server started (commands run by scripts included)."""
+    stats = client.info("commandstats")
+    return Counter({k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()})
+
+
+def test_an_enqueue_is_one_script_in_one_round_trip(
+    client: redis.Redis, queue: RedisJobQueue, sends: Counter[int]
+) -> None:
+    queue.enqueue(make_job())  # the server has the script from now on
+    job, before = make_job(), _calls(client)
+    sent = sends[threading.get_ident()]
+    queue.enqueue(job)
+    assert sends[threading.get_ident()] - sent == 1
+    ran = _calls(client) - before
+    assert ran["evalsha"] == 1
+    # A new job has no earlier placement to look up field by field or take away, and a
+    # short wake-up list needs no trim.
+    assert ran["hdel"] == 0 and ran["hget"] == 0 and ran["ltrim"] == 0, ran
+    assert client.hget(queue.keys.job(str(job.id)), "status") == b"ready"
+
+
+def test_an_enqueue_again_takes_the_earlier_placement_away(
+    client: redis.Redis, queue: RedisJobQueue
+) -> None:
+    job = make_job(run_at=T0 + timedelta(seconds=5))
+    queue.enqueue(job)
+    before = _calls(client)
+    queue.enqueue(attrs.evolve(job, run_at=T0, status=JobStatus.PENDING))
+    ran = _calls(client) - before
+    assert ran["hdel"] == 1, ran
+    assert client.zcard(queue.keys.scheduled("jobs")) == 0
+    assert client.hget(queue.keys.job(str(job.id)), "status") == b"ready"
+    assert client.hget(queue.keys.job(str(job.id)), "partition") is None
+
+
 # --- pickup in one round trip ----------------------------------------------------------
 
 

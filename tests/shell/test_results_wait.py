@@ -4,21 +4,31 @@ each outcome has its own answer, and the wait is woken by the finish itself."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
+import attrs
 import conveyor
 import pytest
-from backends import Backend
+import redis
+import sqlalchemy as sa
+from backends import REDIS_TEST_DB, Backend, make_backend
 from conveyor import JobCancelled, JobFailed, JobNotFound, ResultTimeout
 from conveyor.core import JobStatus, ValidationError
+from conveyor.shell.adapters.sql import wakeups
+from conveyor.shell.adapters.sql.postgres_ddl import CARRIED_MAX_BYTES, FINISHED_CHANNEL
+from conveyor.shell.codec import encode
 from conveyor.shell.config import Config
 from conveyor.shell.ports import FinishWatchingStore
 from conveyor.shell.registry import Registry
 from conveyor.shell.runtime import Runtime
+from conveyor.testing.redis_server import redis_url
 from helpers import make_job
 
 pytestmark = pytest.mark.timeout(120)
@@ -164,8 +174,6 @@ def test_every_store_signals_the_finish_of_a_watched_job(backend: Backend) -> No
 
 
 def _finished(job: Any) -> Any:
-    import attrs
-
     return attrs.evolve(job, status=JobStatus.COMPLETED, result="ok")
 
 
@@ -249,3 +257,188 @@ def test_no_tombstone_is_written_when_remember_pruned_ms_is_0(backend: Backend) 
     with pytest.raises(JobNotFound) as raised:
         runtime.result(job.id, timeout=0)
     assert raised.value.pruned is False
+
+
+# ---- a finish signal that carries the record -------------------------------------
+
+
+class CountingStore:
+    """The real store, counting the reads that found a job's finished record."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.finished_reads: Counter[UUID] = Counter()
+
+    def get(self, job_id: UUID) -> Any:
+        found = self._inner.get(job_id)
+        if found is not None and found.status.is_terminal:
+            self.finished_reads[job_id] += 1
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@pytest.fixture(params=["postgresql", "redis"])
+def carrying(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """The backends whose finish signal carries the record."""
+    made = make_backend(request.param)
+    yield made
+    made.cleanup()
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "redis"])
+def handing(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """The backends whose listener hands a waiter its record (SQLite reads the watched
+    jobs' records once per commit)."""
+    made = make_backend(request.param)
+    yield made
+    made.cleanup()
+
+
+def _announce(backend: Backend, message: str) -> None:
+    """Send a finish message on the backend's own channel, as a finish would."""
+    if backend.name == "postgresql":
+        with backend.engine.begin() as conn:
+            conn.execute(sa.text("SELECT pg_notify(:c, :m)"), {"c": FINISHED_CHANNEL, "m": message})
+    else:
+        client = redis.Redis.from_url(redis_url(REDIS_TEST_DB))
+        try:
+            client.publish(backend.store.keys.finished(), message)
+        finally:
+            client.close()
+
+
+@pytest.mark.parametrize("mode", ["result", "aresult"])
+def test_a_waiter_handed_its_record_does_not_read_the_store(handing: Backend, mode: str) -> None:
+    counting = CountingStore(handing.store)
+    waiter = runtime_on(handing, store=counting)
+    worker = runtime_on(handing, *handing.peer())  # finishes through its own connection
+    job = waiter.enqueue("work", {})
+    finishing = drain_soon(worker)
+    if mode == "result":
+        value = waiter.result(job.id, timeout=30)
+    else:
+        value = asyncio.run(waiter.aresult(job.id, timeout=30))
+    finishing.join()
+    assert value == NESTED
+    assert counting.finished_reads[job.id] == 0, "the record came with the signal"
+
+
+def test_a_carried_record_of_an_earlier_attempt_does_not_end_the_wait(carrying: Backend) -> None:
+    runtime = runtime_on(carrying)
+    job = runtime.enqueue("work", {}, delay=3600)  # parked: no attempt made yet
+    earlier = attrs.evolve(job, status=JobStatus.COMPLETED, result="stale", attempt=job.attempt)
+    later = attrs.evolve(job, status=JobStatus.COMPLETED, result="fresh", attempt=job.attempt + 1)
+
+    settled = threading.Event()
+
+    def announce() -> None:
+        # Each message again and again: the waiter's listener may still be connecting.
+        for _ in range(3):
+            time.sleep(0.3)
+            _announce(carrying, f"{job.id}\n{encode(earlier)}")
+        while not settled.is_set():
+            # Never written to the store: only the signal can have brought it.
+            _announce(carrying, f"{job.id}\n{encode(later)}")
+            settled.wait(0.3)
+
+    thread = threading.Thread(target=announce, daemon=True)
+    thread.start()
+    try:
+        assert runtime.result(job.id, timeout=30) == "fresh"
+    finally:
+        settled.set()
+        thread.join()
+
+
+def test_a_record_too_large_to_carry_is_announced_by_id_and_read_from_the_store(
+    carrying: Backend,
+) -> None:
+    big = "x" * CARRIED_MAX_BYTES
+    handlers = Registry({"big": lambda a: big, "work": lambda a: 1})
+    counting = CountingStore(carrying.store)
+    waiter = Runtime(Config(), carrying.queue, counting, handlers)
+    worker = Runtime(Config(), *carrying.peer(), handlers)
+    small, large = waiter.enqueue("work", {}), waiter.enqueue("big", {})
+    with _finish_messages(carrying) as heard:
+        finishing = drain_soon(worker)
+        assert waiter.result(large.id, timeout=30) == big
+        assert waiter.result(small.id, timeout=30) == 1
+        finishing.join()
+        messages = heard({str(small.id), str(large.id)})
+    assert messages[str(small.id)] != "", "a small record rides along"
+    if carrying.name == "postgresql":
+        assert messages[str(large.id)] == "", "too large for a notification: the id alone"
+        assert counting.finished_reads[large.id] == 1, "so the waiter read it"
+    else:  # pub/sub has no such limit
+        assert counting.finished_reads[large.id] == 0
+
+
+@contextlib.contextmanager
+def _finish_messages(backend: Backend) -> Iterator[Callable[[set[str]], dict[str, str]]]:
+    """Listen on the backend's finish channel; yields `heard(ids)`, which waits for a
+    message about each of `ids` and returns, by id, what came after it ('' for none)."""
+    got: dict[str, str] = {}
+
+    def keep(message: str) -> None:
+        job_id, _, body = message.partition("\n")
+        got[job_id] = body
+
+    if backend.name == "postgresql":
+        raw = backend.engine.raw_connection()
+        conn: Any = raw.driver_connection
+        conn.autocommit = True
+        conn.execute(f"LISTEN {FINISHED_CHANNEL}")
+
+        def heard(ids: set[str]) -> dict[str, str]:
+            deadline = time.monotonic() + 10
+            while not ids <= got.keys() and time.monotonic() < deadline:
+                for note in conn.notifies(timeout=0.5):
+                    keep(note.payload)
+            return got
+
+        try:
+            yield heard
+        finally:
+            raw.invalidate()
+        return
+    client = redis.Redis.from_url(redis_url(REDIS_TEST_DB))
+    pubsub = client.pubsub()
+    pubsub.subscribe(backend.store.keys.finished())
+    assert pubsub.get_message(timeout=5)["type"] == "subscribe"
+
+    def heard_redis(ids: set[str]) -> dict[str, str]:
+        deadline = time.monotonic() + 10
+        while not ids <= got.keys() and time.monotonic() < deadline:
+            message = pubsub.get_message(timeout=0.5)
+            if message is not None and message["type"] == "message":
+                keep(message["data"].decode())
+        return got
+
+    try:
+        yield heard_redis
+    finally:
+        pubsub.close()
+        client.close()
+
+
+def test_sqlite_hands_many_waiters_their_records_a_chunk_of_ids_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(wakeups, "SQLITE_FINISHED_CHUNK", 2)
+    sqlite = make_backend("sqlite")
+    try:
+        counting = CountingStore(sqlite.store)
+        waiter = runtime_on(sqlite, store=counting)
+        jobs = [waiter.enqueue("work", {}) for _ in range(5)]
+        finishing = drain_soon(runtime_on(sqlite, *sqlite.peer()))
+
+        async def wait_all() -> list[Any]:
+            return await asyncio.gather(*(waiter.aresult(j.id, timeout=30) for j in jobs))
+
+        assert asyncio.run(wait_all()) == [NESTED] * 5
+        finishing.join()
+        assert sum(counting.finished_reads.values()) == 0
+    finally:
+        sqlite.cleanup()

@@ -53,7 +53,8 @@ def postgres_queue() -> tuple[JobQueue, Callable[[], None], SqlJobStore]:
         engine = _pg["engine"] = make_engine(fresh_database(postgres_url()))
         create_tables(engine)
     with engine.begin() as conn:
-        names = ", ".join(t.name for t in (SCHEMA.job_queue, SCHEMA.job_store))
+        tables = (SCHEMA.job_queue, SCHEMA.job_store, SCHEMA.edges, SCHEMA.workflows)
+        names = ", ".join(t.name for t in tables)
         conn.execute(text(f"TRUNCATE {names}"))
     return SqlJobQueue(engine), lambda: None, SqlJobStore(engine)
 

@@ -51,7 +51,9 @@ def test_failures_in_a_batch_are_retried_and_dead_lettered_as_usual(backend: Bac
 
 
 def test_a_crash_before_the_batch_is_finished_leaves_every_job_in_flight(backend: Backend) -> None:
-    worker = _worker(backend, {"w": lambda a: None}, prefetch=3)
+    import time
+
+    worker = _worker(backend, {"w": lambda a: None}, prefetch=3, heartbeat_interval_ms=2)
     jobs = [make_job("w") for _ in range(3)]
     for job in jobs:
         backend.queue.enqueue(job)
@@ -65,6 +67,14 @@ def test_a_crash_before_the_batch_is_finished_leaves_every_job_in_flight(backend
     except Crash:
         pass
     assert [locate(backend.queue, backend.store, j.id) for j in jobs] == ["in flight"] * 3
+    # Left to their leases: the worker no longer renews them, or they would stay
+    # claimed, never reclaimed, for as long as the process lives.
+    queue: Any = backend.queue
+    renewed: list[Any] = []
+    extend = queue.extend
+    queue.extend = lambda claim, now: renewed.append(claim.job.id) or extend(claim, now)
+    time.sleep(0.1)  # fifty heartbeat intervals
+    assert renewed == []
 
 
 def test_stopping_hands_unstarted_prefetched_claims_back(backend: Backend) -> None:

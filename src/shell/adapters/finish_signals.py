@@ -10,6 +10,12 @@ A signal means "read the job again", not "it finished": a listener that may have
 missed announcements (it reconnected, or its backend only knows that something
 committed) wakes every waiter. A waiter registers before its first read, so a finish
 that lands between the read and the wait still wakes it.
+
+A signal may carry the record that was written (`announce_message`: the job's id,
+then a newline, then the record's body as the store holds it), so that the waiter
+can settle without reading the store (`FinishWatch.take_carried`); whether the record
+ends its wait is the core's to say (`carried_record_settles`). The body is decoded
+only for an id someone watches, once however many watch it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,14 @@ import contextlib
 import threading
 from collections.abc import Callable
 from uuid import UUID
+
+from returns.result import Success
+
+from ...core import Job
+from ..codec import decode
+
+#: Between the job's id and the record's body in a finish message.
+CARRIED_SEPARATOR = "\n"
 
 
 class FinishWatch:
@@ -33,9 +47,12 @@ class FinishWatch:
         self._lock = threading.Lock()
         self._event = threading.Event()
         self._loops: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._carried: Job | None = None
 
-    def _fire(self) -> None:
+    def _fire(self, carried: Job | None) -> None:
         with self._lock:
+            # Only the newest signal counts: one that carries nothing means "read".
+            self._carried = carried
             self._event.set()
             for loop, event in self._loops:
                 with contextlib.suppress(RuntimeError):  # a closed loop: its waiter is gone
@@ -66,6 +83,13 @@ class FinishWatch:
             with self._lock:
                 self._loops.remove((loop, event))
                 self._event.clear()
+
+    def take_carried(self) -> Job | None:
+        """The record the newest signal carried, if it carried one; the next call
+        returns None until another signal carries one."""
+        with self._lock:
+            carried, self._carried = self._carried, None
+            return carried
 
     def close(self) -> None:
         """Stop watching."""
@@ -106,23 +130,44 @@ class FinishSignals:
                 if not found:
                     del self._watches[watch.job_id]
 
+    def watched(self) -> list[UUID]:
+        """The ids someone watches now."""
+        with self._lock:
+            return list(self._watches)
+
     @property
     def watching(self) -> bool:
         """True while anyone watches (a listener may stop when nobody does)."""
         with self._lock:
             return bool(self._watches)
 
-    def announce(self, job_id: UUID | str) -> None:
-        """Job `job_id` may have finished: wake its watchers (an id that is not a UUID,
-        or that nobody watches, is ignored)."""
+    def announce(self, job_id: UUID | str, body: str | bytes | None = None) -> None:
+        """Job `job_id` may have finished: wake its watchers, handing each the record
+        `body` carries when it decodes (an id that is not a UUID, or that nobody
+        watches, is ignored)."""
         try:
             key = job_id if isinstance(job_id, UUID) else UUID(job_id)
         except ValueError:
             return
         with self._lock:
             found = list(self._watches.get(key, ()))
+        if not found:
+            return
+        carried = None
+        if body:
+            match decode(body):
+                case Success(job):
+                    carried = job
+                case _:
+                    pass  # the waiter reads the store, which says what went wrong
         for watch in found:
-            watch._fire()
+            watch._fire(carried)
+
+    def announce_message(self, message: str) -> None:
+        """`announce` of a finish message: a job id, alone or followed by
+        `CARRIED_SEPARATOR` and the record's body."""
+        job_id, _, body = message.partition(CARRIED_SEPARATOR)
+        self.announce(job_id, body or None)
 
     def announce_all(self) -> None:
         """Announcements may have been missed (or the backend cannot tell which job
@@ -130,4 +175,4 @@ class FinishSignals:
         with self._lock:
             found = [watch for watches in self._watches.values() for watch in watches]
         for watch in found:
-            watch._fire()
+            watch._fire(None)

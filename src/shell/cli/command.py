@@ -31,6 +31,7 @@ from .maintenance import add_maintenance_commands
 from .runtime import ESCAPING, LOADED, REDACTING, command_runtime, printable
 from .status import add_status_command
 from .worker import add_worker_command
+from .workflow import add_workflow_commands
 
 log = logging.getLogger("conveyor.cli")
 
@@ -77,6 +78,7 @@ def parser() -> argparse.ArgumentParser:
     add_dead_commands(sub, cmd_dead)
     add_maintenance_commands(sub)
     add_job_commands(sub)
+    add_workflow_commands(sub)
     add_cron_command(sub)
     add_dashboard_command(sub)
 

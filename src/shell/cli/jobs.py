@@ -40,7 +40,10 @@ def add_job_commands(sub: Any) -> None:
     jll.add_argument(
         "--state",
         default=None,
-        help="scheduled, pending, running, retrying, completed, failed, cancelled (dead = failed)",
+        help=(
+            "scheduled, waiting, pending, running, retrying, completed, failed, cancelled "
+            "(dead = failed)"
+        ),
     )
     jll.add_argument("--type", default=None, help="only jobs of this job type")
     jll.add_argument("--limit", type=int, default=50)

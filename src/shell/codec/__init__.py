@@ -24,6 +24,7 @@ This module is the codec's face; the writing is in `codec_write`, the reading in
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -32,13 +33,14 @@ from returns.result import Failure, Result, Success
 from ...core import Job
 from .checks import forged_field
 from .read import Invalid, read_job, read_json
-from .write import FORMAT_VERSION, to_document, write_json
+from .write import FORMAT_VERSION, to_document, write_jobs, write_json
 
 __all__ = [
     "FORMAT_VERSION",
     "DecodeError",
     "decode",
     "encode",
+    "encode_many",
     "from_document",
     "peek_id",
     "to_document",
@@ -58,6 +60,12 @@ class DecodeError:
 def encode(job: Job) -> str:
     """The job's wire form: compact JSON text."""
     return write_json(to_document(job))
+
+
+def encode_many(jobs: Sequence[Job]) -> list[str]:
+    """`encode` of each job, in order; the jobs of one enqueue call share the cost of
+    everything but their ids and args."""
+    return write_jobs(jobs)
 
 
 def from_document(doc: Any) -> Result[Job, DecodeError]:

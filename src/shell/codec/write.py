@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import enum
 import json
+import operator
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from operator import attrgetter
 from typing import Any
@@ -125,3 +126,36 @@ _encode_unique = _record_encoder(UniqueLock)
 
 #: One encoder, configured once (`json.dumps` with options builds one per call).
 write_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+#: The document's leading fields, the ones jobs of one enqueue call differ in; every
+#: other field of `Job` (derived here, so a new field is never left out) is its tail.
+_HEAD = ("id", "job_type", "args")
+_tail_of = attrgetter(*(f.name for f in attrs.fields(Job) if f.name not in _HEAD))
+
+
+def _head_text(job: Job) -> str:
+    """The document's text up to its tail: `{"id":...,"job_type":...,"args":{...}`."""
+    return write_json({"id": str(job.id), "job_type": job.job_type, "args": thaw(job.args)})[:-1]
+
+
+def write_jobs(jobs: Sequence[Job]) -> list[str]:
+    """`write_json(to_document(job))` for each job, the same text, with the tail of the
+    document written once for the jobs whose tail fields are the very objects of the
+    first job's (an enqueue call's jobs, made from one validated job): each of those
+    costs only its head."""
+    if not jobs:
+        return []
+    first = jobs[0]
+    whole = write_json(to_document(first))
+    head = _head_text(first)
+    if not whole.startswith(head):  # cannot happen for a dict written in field order
+        return [whole, *(write_json(to_document(job)) for job in jobs[1:])]
+    tail, shared = whole[len(head) :], _tail_of(first)
+    texts = [whole]
+    for job in jobs[1:]:
+        if all(map(operator.is_, _tail_of(job), shared)):
+            texts.append(_head_text(job) + tail)
+        else:
+            texts.append(write_json(to_document(job)))
+    return texts

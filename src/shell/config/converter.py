@@ -263,6 +263,9 @@ class _RedisTable:
     replica_wait_timeout_ms: int = attrs.field(
         default=1000, validator=checks_Rule(integer_at_least(1))
     )
+    shards: int = attrs.field(default=1, validator=checks_Rule(integer_at_least(1)))
+    #: `[redis.queue_shards]`: queue name = shard index; `shard_problems` checks them.
+    queue_shards: tuple[tuple[str, int], ...] = ()
 
 
 @attrs.frozen
@@ -286,7 +289,25 @@ def _redis_options(redis: Mapping[str, Any], config: Config) -> dict[str, Any]:
         "redis_replica_wait_timeout_ms": redis.get(
             "replica_wait_timeout_ms", config.redis_replica_wait_timeout_ms
         ),
+        "redis_shards": redis.get("shards", config.redis_shards),
+        "redis_queue_shards": _queue_shards(redis.get("queue_shards"), None)
+        if "queue_shards" in redis
+        else config.redis_queue_shards,
     }
+
+
+def _queue_shards(value: Any, _: Any) -> tuple[tuple[str, int], ...]:
+    """`[redis.queue_shards]`: queue name = shard index, in name order."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise Bad(f"must be a table of queue = shard index, got {type(value).__name__}")
+    pins = []
+    for queue, shard in sorted(value.items()):
+        if isinstance(shard, bool) or not isinstance(shard, int) or shard < 0:
+            raise Bad(f"{queue}: must be a shard index (0, 1, ...), got {shard!r}")
+        pins.append((str(queue), shard))
+    return tuple(pins)
 
 
 def _workers(value: Any, _: Any) -> WorkersConfig:
@@ -300,6 +321,7 @@ _register(
         _RedisTable,
         prefix=string,
         urls=list_of(redis_server, "must be a list of Redis URLs (redis://host:port)", empty=False),
+        queue_shards=_queue_shards,
     ),
 )
 _register(
@@ -318,6 +340,8 @@ _config_fields = _table(
         "redis_urls",
         "redis_replica_wait",
         "redis_replica_wait_timeout_ms",
+        "redis_shards",
+        "redis_queue_shards",
     ),
     redis_url=_redis_server,
     workers=_workers,

@@ -125,6 +125,10 @@ class Config:
     #: WAIT), and for how long at most; 0: no wait.
     redis_replica_wait: int = attrs.field(default=0, validator=_NON_NEGATIVE)
     redis_replica_wait_timeout_ms: int = attrs.field(default=1000, validator=_POSITIVE)
+    #: Shards of the deployment's keys (`[redis] shards`; 1: all under `{prefix}`) and
+    #: the queues pinned to one (`[redis.queue_shards]`); see docs/redis.md, "Shards".
+    redis_shards: int = attrs.field(default=1, validator=_POSITIVE)
+    redis_queue_shards: tuple[tuple[str, int], ...] = ()
     #: How long a claim lives unrenewed (`conveyor.core.LeasePolicy`).
     lease_ms: int = attrs.field(default=_LEASE.lease_ms.default, validator=_POSITIVE)
     workers: WorkersConfig = WorkersConfig()

@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ...core import FieldError
+from ...core.shards import ShardMap
 from ..redact import mask_url
 from .checks import REDIS_SCHEMES
 from .model import DEFAULT_PROVIDER, DEFAULT_URL
@@ -55,6 +56,7 @@ def tied_problems(raw: Mapping[str, Any]) -> Iterator[FieldError]:
         yield FieldError("url", f"{url!r} is not a database URL; a SQLite file is sqlite:///{url}")
     yield from url_problems(raw)
     yield from cluster_problems(raw)
+    yield from shard_problems(raw)
     tenancy = raw.get("tenancy")
     if isinstance(tenancy, Mapping) and tenancy.get("url") is None and provider != "db":
         yield FieldError(
@@ -122,6 +124,17 @@ def cluster_problems(raw: Mapping[str, Any]) -> Iterator[FieldError]:
             yield FieldError(key, f"a Redis Cluster has database 0 only, got {parts.path!r}")
     if "db" in redis and redis["db"] != 0:
         yield FieldError("redis.db", "a Redis Cluster has database 0 only")
+
+
+def shard_problems(raw: Mapping[str, Any]) -> Iterator[FieldError]:
+    """Pins to shards the deployment does not have (`core.shards.ShardMap.problems`)."""
+    redis = table(raw, "redis")
+    count, pins = redis.get("shards", 1), redis.get("queue_shards")
+    if not isinstance(count, int) or isinstance(count, bool) or not isinstance(pins, Mapping):
+        return  # each key's own hook tells what is wrong with it
+    valid = {q: s for q, s in pins.items() if isinstance(s, int) and not isinstance(s, bool)}
+    for field, reason in ShardMap(max(count, 1), valid).problems():
+        yield FieldError(field, reason)
 
 
 def redis_url(raw: Mapping[str, Any], from_table: str) -> str:

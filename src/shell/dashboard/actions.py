@@ -26,6 +26,7 @@ NOTICES = {
     "cancelled": "Cancelled the job.",
     "requested": "Asked the running job to stop: it is recorded cancelled when it returns.",
     "ran": "Enqueued the cron entry's job now.",
+    "wf-cancelled": "Cancelled the workflow's {n} unfinished job(s) (a running one as it returns).",
 }
 
 

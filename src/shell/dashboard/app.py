@@ -5,11 +5,10 @@ Pages are rendered on the server by Jinja2 with autoescaping on, so job data
 script of our own (`static/live.js`) swaps the overview's live fragment every
 few seconds; the pages work without it.
 
-Every POST is an action. Each is refused with 403 in read-only mode, and
-otherwise must come from the dashboard's own origin and carry a CSRF token signed
-by this server (`csrf.CsrfGuard` says how and why). Failed logins are throttled
-per client (`auth.LoginThrottle`). `gate.Gate` makes those checks; the actions
-themselves are in `actions`.
+Every POST is an action, refused with 403 in read-only mode, and otherwise only
+from the dashboard's own origin with a CSRF token signed by this server
+(`csrf.CsrfGuard`); failed logins are throttled (`auth.LoginThrottle`). `gate.Gate`
+checks; the actions are in `actions`, the workflow page in `workflow_page`.
 """
 
 from __future__ import annotations
@@ -61,6 +60,7 @@ from .views import (
 from .views import Overview as views_Overview
 from .views import overview as views_overview
 from .views import workers as views_workers
+from .workflow_page import WorkflowPages
 
 __all__ = ["CSRF_COOKIE", "CSRF_FIELD", "AuthHook", "BasicAuth", "LoginThrottle", "create_app"]
 
@@ -69,7 +69,7 @@ HERE = Path(__file__).resolve().parent
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-class Dashboard(Actions):
+class Dashboard(Actions, WorkflowPages):
     """The pages and actions over one runtime; `create_app` wraps it in Starlette."""
 
     def __init__(
@@ -116,6 +116,7 @@ class Dashboard(Actions):
             Route("/limits", page(self.limits), methods=["GET"]),
             Route("/cron", page(self.cron), methods=["GET"]),
             Route("/cron/run", action(self.cron_run), methods=["POST"]),
+            *self.workflow_routes(page, action),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
 
@@ -279,6 +280,7 @@ class Dashboard(Actions):
                 "args": args_text(view) if show_args else "",
                 "result": pretty(view.job.result) if show_result and view.job else "",
                 "progress": progress_text(view),
+                "workflow": await self.workflow_of(job_id),
             },
         )
 

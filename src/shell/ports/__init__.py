@@ -32,7 +32,7 @@ from .capabilities import (
 )
 from .claims import PREFETCH_MARK, BadClaim, Claim, is_prefetched, prefetch_token
 from .clock import Clock, Handler, HandlerRegistry, Jitter, SystemClock
-from .finishes import FinishWaiter, FinishWatchingStore
+from .finishes import FinishWaiter, FinishWatchingStore, RecordCarryingWaiter
 from .limits import LimitedClaims, LimitedJobQueue, LimitReportingJobQueue, LimitUsage
 from .queue import BatchingJobQueue, FinishingJobQueue, JobQueue, TransactionalJobQueue
 from .reads import (
@@ -75,6 +75,7 @@ __all__ = [
     "PruneRememberingStore",
     "QueueCounts",
     "QueuedJob",
+    "RecordCarryingWaiter",
     "SystemClock",
     "TransactionalJobQueue",
     "WakingJobQueue",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
+from ...core import Job
 from .store import JobStore
 
 
@@ -29,6 +30,17 @@ class FinishWaiter(Protocol):
     def __enter__(self) -> FinishWaiter: ...
 
     def __exit__(self, *_: object) -> None: ...
+
+
+@runtime_checkable
+class RecordCarryingWaiter(FinishWaiter, Protocol):
+    """A watch whose signals may carry the record that was written, so that the
+    caller can settle without reading the store (if the core says the record is the
+    outcome it waits for: `carried_record_settles`)."""
+
+    def take_carried(self) -> Job | None:
+        """The record the newest signal carried, once; None when it carried none."""
+        ...
 
 
 @runtime_checkable

@@ -35,6 +35,7 @@ def _priority_map(
 class QueueCounts:
     """Read-only figures for one queue, for `conveyor status` and the metrics.
 
+    `waiting` counts the jobs held back until the jobs they depend on finish.
     `by_priority` splits them per priority, for each priority that holds a job the
     backend counted (so an empty queue has an empty mapping); it comes from the same
     read as the totals. An adapter that does not split leaves it empty.
@@ -47,6 +48,8 @@ class QueueCounts:
     by_priority: Mapping[Priority, PriorityCounts] = attrs.field(
         factory=dict, converter=_priority_map, hash=False
     )
+    #: Jobs waiting for other jobs to finish (`core.dependencies`): never claimed.
+    waiting: int = 0
 
 
 #: How many index entries Redis examines at most for a history filter no one index
@@ -81,6 +84,7 @@ class Place(enum.Enum):
     IN_FLIGHT = "in_flight"  # claimed: a token holds it until its lease runs out
     READY = "ready"  # waiting for a claim
     SCHEDULED = "scheduled"  # parked until its run_at (delayed, retrying, requeued)
+    WAITING = "waiting"  # held back until the jobs it depends on finish (never claimed)
 
 
 @attrs.frozen(slots=True)

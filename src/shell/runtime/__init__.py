@@ -47,6 +47,7 @@ from .reads import ReadMethods
 from .results import ResultMethods
 from .status import QueueStatus, Status, StatusMethods
 from .worker_lifecycle import WorkerMethods
+from .workflow_methods import WorkflowMethods
 
 if TYPE_CHECKING:
     from ..tenancy import TenantScope
@@ -68,7 +69,13 @@ log = logging.getLogger("conveyor.runtime")
 
 
 class Runtime(
-    EnqueueMethods, WorkerMethods, StatusMethods, ReadMethods, ResultMethods, OperatorMethods
+    EnqueueMethods,
+    WorkerMethods,
+    StatusMethods,
+    ReadMethods,
+    ResultMethods,
+    OperatorMethods,
+    WorkflowMethods,
 ):
     """A configured Conveyor: enqueue, run workers, drain, report."""
 
@@ -127,6 +134,8 @@ class Runtime(
             clock=self.clock,
             server=server,
             retention=config.retention,
+            start_workflow=self._start_cron_workflow,
+            workflow_state_of=self._workflow_state_of,
         )
         #: How `aenqueue` writes: `async_writers.driver` names the path (docs/asyncio.md).
         self.async_writers = AsyncWriters(config, queue)

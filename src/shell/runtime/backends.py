@@ -96,6 +96,15 @@ def _redis_backend(settings: BackendSettings) -> tuple[JobQueue, JobStore, Prese
     budget = retry_budget_s(settings)
     prefix = settings.redis_prefix
     wait = ReplicaWait(settings.redis_replica_wait, settings.redis_replica_wait_timeout_ms)
+    if settings.redis_shards > 1:
+        from ...core.shards import ShardMap
+        from ..adapters.redis.shard_tags import open_shards
+
+        shard_map = ShardMap(settings.redis_shards, dict(settings.redis_queue_shards))
+        queue, store = open_shards(
+            client, prefix, shard_map, retry_budget_s=budget, replica_wait=wait
+        )
+        return queue, store, RedisPresence(client, prefix=prefix)
     return (
         RedisJobQueue(client, prefix=prefix, retry_budget_s=budget, replica_wait=wait),
         RedisJobStore(client, prefix=prefix, retry_budget_s=budget, replica_wait=wait),

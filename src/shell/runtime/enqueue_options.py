@@ -17,7 +17,8 @@ from uuid import UUID
 import attrs
 from returns.result import Failure, Success
 
-from ...core import Job, JobStatus, Priority, create_job
+from ...core import FrozenMap, Job, JobStatus, Priority, ValidationError, create_job
+from ...core.validation import freeze_args
 
 #: The keyword options every enqueue method takes (`Runtime.enqueue` documents them).
 ENQUEUE_OPTIONS = frozenset(
@@ -95,3 +96,26 @@ class EnqueueOptions:
             case Failure(error):
                 raise error
         raise AssertionError("unreachable")
+
+    def jobs(
+        self, job_type: str, args_list: Sequence[Mapping[str, Any] | None], now: datetime
+    ) -> list[Job]:
+        """One validated new job per args mapping, all made at `now`: the options are
+        checked once, with the first job; each further job differs from it only in its
+        args (checked alone) and, unless `id` names them all, its fresh id."""
+        if not args_list:
+            return []
+        first = self.job(job_type, args_list[0], now)
+        jobs = [first]
+        if len(args_list) == 1:
+            return jobs
+        # The first job's own field values, each the very object (see `encode_many`).
+        fields = {f.name: getattr(first, f.name) for f in attrs.fields(Job)}
+        for args in args_list[1:]:
+            frozen = freeze_args({} if args is None else args)
+            if not isinstance(frozen, FrozenMap):
+                raise ValidationError((frozen,))
+            fields["id"] = first.id if self.id is not None else uuid.uuid4()
+            fields["args"] = frozen
+            jobs.append(Job(**fields))
+        return jobs

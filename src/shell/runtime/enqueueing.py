@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -31,10 +31,12 @@ from ..hooks import Hooks
 from ..ports import Clock, JobQueue, is_transactional
 from ..registry import Registry
 from .enqueue_options import EnqueueOptions
+from .workflow_writes import WorkflowWrites
 
 if TYPE_CHECKING:
     from ..config import Config
     from ..worker.inline import InlineRunner
+    from .workflows import AfterEntry
 
 log = logging.getLogger("conveyor.runtime")
 
@@ -113,10 +115,10 @@ class Enqueuer:
     def new_jobs(
         self, job_type: str, args_list: Sequence[Mapping[str, Any] | None], options: EnqueueOptions
     ) -> list[Job]:
-        """One validated job per args mapping, all checked before any is written; the
-        once-per-process warnings given for them."""
-        now = self.clock.now
-        jobs = [options.job(job_type, args, now()) for args in args_list]
+        """One validated job per args mapping, all checked before any is written (the
+        options once), all made at one instant; the once-per-process warnings given for
+        them."""
+        jobs = options.jobs(job_type, args_list, self.clock.now())
         if jobs:
             if self.polled is not None:
                 self.warnings.unpolled(jobs[0].queue, self.polled)
@@ -268,6 +270,7 @@ class EnqueueMethods:
         unique_for: timedelta | float | None = None,
         unique_states: Sequence[JobStatus | str] | None = None,
         partition: str | None = None,
+        after: Iterable[AfterEntry] | None = None,
     ) -> Job:
         """Validate and enqueue a job; raises `ValidationError` naming bad fields.
         `delay` may be a timedelta or seconds. `timeout` (a timedelta or seconds)
@@ -286,7 +289,13 @@ class EnqueueMethods:
 
         `partition` (a one-line string, at most 200 characters) is the job's partition
         for its queue's fair shares, caps and rates; by default its `tenant_id`, else
-        the default partition (docs/limits.md)."""
+        the default partition (docs/limits.md).
+
+        `after` (handles, jobs or job ids, each bare or wrapped in `dep`) makes the job
+        wait, never claimed, until they finish (docs/workflows.md); `enqueue(workflow)`
+        is `enqueue_workflow(workflow)`, which returns the workflow's id."""
+        if not isinstance(job_type, str):
+            return self._workflows().enqueue_workflow(job_type)
         options = EnqueueOptions(
             queue=queue,
             priority=priority,
@@ -301,7 +310,12 @@ class EnqueueMethods:
             unique_states=unique_states,
             partition=partition,
         )
+        if after is not None:
+            return self._workflows().enqueue_after(job_type, args, options, after)
         return self._enqueuer().enqueue(job_type, args, options)
+
+    def _workflows(self) -> WorkflowWrites:
+        return WorkflowWrites(self._enqueuer(), self.config.provider)
 
     def enqueue_many(
         self, job_type: str, args_list: Sequence[Mapping[str, Any] | None], **options: Any

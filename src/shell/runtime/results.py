@@ -6,6 +6,12 @@ a condition in memory, LISTEN/NOTIFY on PostgreSQL, a commit watch on SQLite, pu
 on Redis), through the same per-process listener that wakes idle workers on SQL. The
 job is read again at most `FALLBACK_POLL_S` apart all the same, in case a signal was
 lost; a store that cannot tell is polled, fast at first, then every `POLL_MAX_S`.
+
+A signal that carries the written record (`RecordCarryingWaiter`: NOTIFY on
+PostgreSQL when the record fits, pub/sub on Redis, the commit watch's one read of
+every watched job on SQLite) settles the wait without a read of its own when the
+core says it is the outcome waited for (`carried_record_settles`); any other wake-up
+reads the job again.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from ...core import JobStatus, Policies, ValidationError, thaw
+from ...core import Job, JobStatus, Policies, ValidationError, carried_record_settles, thaw
 from ..job_view import JobView, view_of_record
 from ..lookup import find_job
 from ..ports import (
@@ -25,6 +31,7 @@ from ..ports import (
     JobQueue,
     JobStore,
     PruneRememberingStore,
+    RecordCarryingWaiter,
 )
 from ..result_errors import JobCancelled, JobFailed, JobNotFound, ResultTimeout
 from .reads import as_job_id
@@ -67,6 +74,11 @@ class _Polling:
         """Nothing to release."""
 
 
+#: What one look at a job tells a waiter: finished?, the result, the state then, and
+#: the job as seen (the core compares a carried record with it).
+_Read = tuple[bool, Any, JobStatus | None, Job | None]
+
+
 def _seconds(timeout: float | timedelta | None) -> float | None:
     if isinstance(timeout, timedelta):
         return timeout.total_seconds()
@@ -97,20 +109,31 @@ class ResultMethods:
     store: JobStore
     policies: Policies
 
-    def _read_outcome(self, job_id: UUID) -> tuple[bool, Any, JobStatus | None]:
+    def _read_outcome(self, job_id: UUID) -> _Read:
         # The store first: a waiter is woken by the write of the job's record, and a
         # finished record answers in one read (the queue's lookup of a running job
         # reads its cancel request and progress too).
         record = self.store.get(job_id)
         if record is not None and record.status.is_terminal:
             done, value = outcome(job_id, view_of_record(record))
-            return done, value, record.status
+            return done, value, record.status, record
         lease = timedelta(milliseconds=self.policies.lease.lease_ms)
         view = find_job(self.queue, self.store, job_id, lease)
         if view is None:
             raise self._not_found(job_id)
         done, value = outcome(job_id, view)
-        return done, value, view.state
+        return done, value, view.state, view.job
+
+    def _carried_outcome(self, job_id: UUID, watch: FinishWaiter, seen: Job | None) -> _Read | None:
+        """The outcome the newest signal carried, when the core says it settles the
+        wait; None when the job must be read again."""
+        if not isinstance(watch, RecordCarryingWaiter):
+            return None
+        carried = watch.take_carried()
+        if carried is None or not carried_record_settles(seen, carried):
+            return None
+        done, value = outcome(job_id, view_of_record(carried))
+        return done, value, carried.status, carried
 
     def _not_found(self, job_id: UUID) -> JobNotFound:
         """`JobNotFound`, saying whether retention pruned the record where the store
@@ -143,14 +166,15 @@ class ResultMethods:
         limit = _seconds(timeout)
         deadline = None if limit is None else time.monotonic() + limit
         with self._watch(job_id) as watch:
-            while True:
-                done, value, state = self._read_outcome(job_id)
-                if done:
-                    return value
+            done, value, state, seen = self._read_outcome(job_id)
+            while not done:
                 left = FALLBACK_POLL_S if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     raise ResultTimeout(job_id, state, limit or 0.0)
                 watch.wait(min(left, FALLBACK_POLL_S))
+                carried = self._carried_outcome(job_id, watch, seen)
+                done, value, state, seen = carried or self._read_outcome(job_id)
+            return value
 
     async def aresult(
         self, job_id: UUID | str, *, timeout: float | timedelta | None = DEFAULT_TIMEOUT_S
@@ -163,11 +187,14 @@ class ResultMethods:
         deadline = None if limit is None else loop.time() + limit
         watch = await asyncio.to_thread(self._watch, job_id)
         with watch:
-            while True:
-                done, value, state = await asyncio.to_thread(self._read_outcome, job_id)
-                if done:
-                    return value
+            done, value, state, seen = await asyncio.to_thread(self._read_outcome, job_id)
+            while not done:
                 left = FALLBACK_POLL_S if deadline is None else deadline - loop.time()
                 if left <= 0:
                     raise ResultTimeout(job_id, state, limit or 0.0)
                 await watch.wait_async(min(left, FALLBACK_POLL_S))
+                carried = self._carried_outcome(job_id, watch, seen)
+                if carried is None:
+                    carried = await asyncio.to_thread(self._read_outcome, job_id)
+                done, value, state, seen = carried
+            return value

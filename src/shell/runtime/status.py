@@ -38,6 +38,8 @@ class QueueStatus:
     oldest_ready_age_s: float | None
     pollers: tuple[str, ...]
     configured: bool
+    #: Jobs waiting for the jobs they depend on to finish (never claimed).
+    waiting: int = 0
 
     @property
     def flagged(self) -> bool:
@@ -124,6 +126,7 @@ def read_status(
                 oldest_ready_age_s=(now - oldest).total_seconds() if oldest else None,
                 pollers=tuple(w.worker_id for w in live if name in w.queues),
                 configured=name in configured,
+                waiting=c.waiting if c else 0,
             )
         )
     return Status(tuple(rows), live, reports())

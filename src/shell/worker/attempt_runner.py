@@ -39,7 +39,8 @@ from ...core import (
 from ...core.frozen import thaw
 from ..cancellation import cancel_requested
 from ..context import JobContext, check_progress
-from ..ports import Claim, JobQueue
+from ..inputs import NO_INPUTS, Inputs, read_inputs
+from ..ports import Claim, JobQueue, JobStore
 from ..registry import Registration, Registry, catching, caught, run_handler
 from ..tenancy import Tenant, TenantScope
 from .async_jobs import awaitable_of
@@ -57,6 +58,10 @@ class AttemptTracer(Protocol):
         ...
 
 
+def _no_inputs() -> Inputs:
+    return NO_INPUTS
+
+
 class AttemptRunner:
     """Runs the attempts of one worker's claimed jobs."""
 
@@ -69,12 +74,15 @@ class AttemptRunner:
         tracer: AttemptTracer | None = None,
         overruns: DeadlineRunner | None = None,
         progress: Callable[[UUID, object, object], None] | None = None,
+        store: JobStore | None = None,
     ) -> None:
         """`overruns` runs the attempts that have a timeout and keeps count of those
         abandoned at their deadline; `queue` answers the handlers' cancel checks;
         `progress(job_id, fraction, value)` takes the handlers' progress reports."""
         self._queue, self._registry = queue, registry
         self._progress = progress
+        #: Where the results of the jobs a dependent waited for are read.
+        self._store = store
         self._tenancy, self._tracer = tenancy, tracer
         self.overruns = overruns if overruns is not None else DeadlineRunner()
 
@@ -94,6 +102,11 @@ class AttemptRunner:
                 check_progress
                 if self._progress is None
                 else functools.partial(self._progress, job.id)
+            ),
+            inputs_reader=(
+                _no_inputs
+                if self._store is None
+                else functools.partial(read_inputs, queue, self._store, job.id)
             ),
         )
 

@@ -91,9 +91,13 @@ class BatchRunner:
                 decisions[i] = decision
                 self._writes.write_decision(attempt.claim, decision, attempt, finishing)
         finally:
-            self._writes.finish_together(finishing)
-            # Claims handed to the event loop stay leased until their outcome is written.
-            self._heartbeat.let_go(held, keep=self._async.holds)
+            try:
+                self._writes.finish_together(finishing)
+            finally:
+                # Even when the write failed: its claims are then left to their leases,
+                # which must not be renewed for as long as the process lives. Claims
+                # handed to the event loop stay leased until their outcome is written.
+                self._heartbeat.let_go(held, keep=self._async.holds)
         return decisions
 
     def decide_claim(self, claim: Claim | BadClaim) -> Decision | None:
@@ -117,8 +121,10 @@ class BatchRunner:
                 decision = decide(attempt.job, attempt.outcome, now, self._policies, self._jitter())
                 self._writes.write_decision(attempt.claim, decision, attempt, finishing)
         finally:
-            self._writes.finish_together(finishing)
-            self._heartbeat.release(attempt.claim for attempt in done)
+            try:
+                self._writes.finish_together(finishing)
+            finally:
+                self._heartbeat.release(attempt.claim for attempt in done)
 
     def wait_for_async(self, timeout_s: float) -> None:
         """Wait up to `timeout_s` for an async job to finish, then write those done."""

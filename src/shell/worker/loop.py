@@ -106,28 +106,23 @@ class Worker:
         self.tracer, self.pruner = tracer, pruner
         self.hooks = hooks if hooks is not None else Hooks()
         self.queue, self.store, self.registry, self.queue_name = queue, store, registry, queue_name
-        self.policies = policies
-        self.clock = clock or SystemClock()
-        self.jitter, self.poll_interval_ms = jitter, poll_interval_ms
-        lease = policies.lease
+        self.policies, self.clock = policies, clock or SystemClock()
+        lease, self.jitter, self.poll_interval_ms = policies.lease, jitter, poll_interval_ms
         reclaim_ms = reclaim_interval_ms or lease.reclaim_every_ms
         self.reclaim_interval = timedelta(milliseconds=reclaim_ms)
         self.heartbeat_s = (heartbeat_interval_ms or lease.renew_every_ms) / 1000
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.tenancy = tenancy
-        self.prefetch_policy = PrefetchPolicy.of(prefetch)
+        self.tenancy, self.prefetch_policy = tenancy, PrefetchPolicy.of(prefetch)
         #: The largest batch one claim may take.
         self.prefetch = self.prefetch_policy.max_batch
         #: Running mean of a job's wall time here, which sizes adaptive batches.
         self.mean_job_ms: float | None = None
         self.executor = executor or Executor(queue, store, clock=self.clock)
-        self.clock_check = clock_check
+        self.clock_check, self.limits = clock_check, limits
         self.lease_keeper = LeaseKeeper(
             queue, self.executor, self.clock, lease, clock_check=clock_check, hooks=self.hooks
         )
-        self.limits = limits
-        self._stop = threading.Event()
-        self._warned_empty = self._clock_checked = False
+        self._stop, self._warned_empty, self._clock_checked = threading.Event(), False, False
         #: When this loop last progressed, for the watchdog (`conveyor.shell.worker.watch`).
         self.watch = LoopWatch()
         self._heartbeat = Heartbeat(queue, self.clock, self.heartbeat_s, self.watch)
@@ -147,7 +142,7 @@ class Worker:
         self._claimer = Claimer(queue, queue_name, *claim_options)
         self._runner = AttemptRunner(
             queue, registry, tenancy=tenancy, tracer=tracer, overruns=self.overruns,
-            progress=self._heartbeat.report,
+            progress=self._heartbeat.report, store=store,
         )
         self._batches = BatchRunner(
             clock=self.clock,
@@ -365,8 +360,7 @@ class WorkerPool:
             self.workers[0].warn_if_empty()
             self.workers[0].check_clock()  # refuse here, in the caller, not in each thread
         for i, worker in enumerate(self.workers):
-            worker._warned_empty = True
-            worker._clock_checked = True
+            worker._warned_empty = worker._clock_checked = True
             thread = threading.Thread(
                 target=worker.run, name=f"conveyor-{self.queue_name}-{i}", daemon=True
             )

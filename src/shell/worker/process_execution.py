@@ -12,7 +12,8 @@ and the handler module's imports, tens to hundreds of milliseconds, which count
 against the timeout); a handler the child can import by name (a module-level
 function, not a lambda or a closure); and a picklable result. Inside the child
 the context's `cancel_requested()` and `timed_out()` are always False, and its
-`progress()` checks a report but keeps none: the
+`progress()` checks a report but keeps none, and its `inputs()` were read
+before the child started: the
 child is stopped from outside instead, at its deadline or, checked every
 `STOP_POLL_S`, when cancellation of its job is requested.
 """
@@ -29,6 +30,7 @@ import attrs
 
 from ...core import ErrorInfo, Failed, Outcome, cap_message
 from ..context import JobContext, check_progress
+from ..inputs import KnownInputs
 from ..registry import run_handler
 
 #: How often the worker asks whether a running child's job should stop (a cancel).
@@ -104,7 +106,11 @@ def _sendable(value: Any) -> Any:
     # the plain fields only.
     if isinstance(value, JobContext):
         return attrs.evolve(
-            value, cancel_check=_never, timeout_check=_never, progress_sink=check_progress
+            value,
+            cancel_check=_never,
+            timeout_check=_never,
+            progress_sink=check_progress,
+            inputs_reader=KnownInputs(value.inputs()),
         )
     return value
 

@@ -20,6 +20,7 @@ from ...shell.ports import (
     TransactionalJobQueue,
     WakingJobQueue,
 )
+from ...shell.ports.workflows import WorkflowJobQueue
 
 
 def _nothing() -> None:
@@ -100,6 +101,10 @@ WAKING = Need("a WakingJobQueue (wait_for_work)", lambda s: isinstance(s.queue, 
 TRANSACTIONAL = Need(
     "a TransactionalJobQueue and the subject's engine",
     lambda s: isinstance(s.queue, TransactionalJobQueue) and s.engine is not None,
+)
+WORKFLOWS = Need(
+    "a WorkflowJobQueue (jobs that wait for other jobs; not yet on Redis)",
+    lambda s: _finishes(s) and isinstance(s.queue, WorkflowJobQueue),
 )
 PEER = Need("the subject's peer hook (another process's view)", lambda s: s.peer is not None)
 CORRUPT = Need("the subject's corrupt hook", lambda s: s.corrupt is not None)

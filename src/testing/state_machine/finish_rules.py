@@ -91,6 +91,7 @@ class FinishRules(ModelMachine):
         finish: Any = self.queue.finish
         assert finish(claim, dead) is True
         del self.where[i]
+        self._outcome_written()
         revival = decide_revive(dead, self.now)
         assert revival is not None
         revive: Any = self.queue.revive

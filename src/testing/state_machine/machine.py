@@ -11,6 +11,7 @@ from .enqueue_rules import EnqueueRules
 from .finish_rules import FinishRules
 from .holder_rules import HolderRules
 from .model import Factory
+from .workflow_rules import WorkflowRules
 
 
 def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBasedStateMachine]:
@@ -19,7 +20,7 @@ def queue_machine(factory: Factory, *, max_examples: int = 40) -> type[RuleBased
     `factory()` returns a fresh, empty queue and a cleanup callable.
     """
 
-    class QueueMachine(EnqueueRules, ClaimRules, HolderRules, FinishRules):
+    class QueueMachine(EnqueueRules, ClaimRules, HolderRules, FinishRules, WorkflowRules):
         def __init__(self) -> None:
             super().__init__(factory())
 

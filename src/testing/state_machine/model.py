@@ -155,6 +155,10 @@ class ModelMachine(RuleBasedStateMachine):
         w = self.where.get(claim.job.id)
         return isinstance(w, Held) and w.token == claim.token
 
+    def _outcome_written(self) -> None:
+        """A rule wrote an outcome and goes on to write more in the same step: the
+        workflow rules settle their model here, as the adapter did in that write."""
+
     def _any_held(self) -> bool:
         return any(isinstance(w, Held) for w in self.where.values())
 

@@ -19,11 +19,14 @@ class Cancelling(QueueState):
         store = self._store_for("cancel into")
         with self._lock:
             if record.id in self._in_flight or not (
-                record.id in self._ready_ids or record.id in self._scheduled
+                record.id in self._ready_ids
+                or record.id in self._scheduled
+                or record.id in self._waiting
             ):
                 return False
             self._drop(record.id)
             store.record(record)
+            self._after_end(record)
             return True
 
     def request_cancel(self, job_id: UUID, now: datetime) -> bool:
@@ -52,6 +55,7 @@ class Cancelling(QueueState):
             store.record(record)
             del self._in_flight[claim.job.id]
             self._cancel_requests.pop(claim.job.id, None)
+            self._after_end(record)
             return True
 
     def revive(self, dead: Job, fresh: Job) -> bool:

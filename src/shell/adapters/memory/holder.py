@@ -77,6 +77,7 @@ class HolderWrites(QueueState):
                 return False  # renewed since the lease keeper looked: still live
             store.record(record)
             del self._in_flight[claim.job.id]
+            self._after_end(record)
             return True
 
     def finish_many(self, items: Sequence[tuple[Claim, Job]]) -> list[bool]:
@@ -88,6 +89,7 @@ class HolderWrites(QueueState):
                 if held:
                     store.record(record)
                     del self._in_flight[claim.job.id]
+                    self._after_end(record)
                 done.append(held)
         return done
 

@@ -10,10 +10,18 @@ from .holder import HolderWrites
 from .limited import LimitedClaiming
 from .progress import ProgressNotes
 from .reads import Reads
+from .workflows import Workflows
 
 
 class MemoryJobQueue(
-    Enqueueing, Claiming, LimitedClaiming, HolderWrites, Cancelling, Reads, ProgressNotes
+    Enqueueing,
+    Claiming,
+    LimitedClaiming,
+    HolderWrites,
+    Cancelling,
+    Reads,
+    ProgressNotes,
+    Workflows,
 ):
     """A `JobQueue` in this process's memory.
 

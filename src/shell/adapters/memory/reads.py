@@ -21,6 +21,7 @@ class Reads(QueueState):
             parked = [job for _, job in self._scheduled.values()]
             names = set(self._ready) | {j.queue for j in parked}
             names |= {e.job.queue for e in self._in_flight.values()}
+            names |= {j.queue for j in self._waiting.values()}
             running = [e.job for e in self._in_flight.values()]
             out: dict[str, QueueCounts] = {}
             for name in sorted(names):
@@ -42,6 +43,7 @@ class Reads(QueueState):
                     in_flight=len(held),
                     oldest_ready_at=min((j.run_at for j in ready), default=None),
                     by_priority=by_priority,
+                    waiting=sum(1 for j in self._waiting.values() if j.queue == name),
                 )
             return out
 
@@ -75,6 +77,12 @@ class Reads(QueueState):
                 for name in names
                 for priority in PRIORITY_ORDER
                 for _, job in self._ready.get(name, {}).get(priority, ())
+            ]
+        if place is Place.WAITING:
+            return [
+                QueuedJob(str(job.id), job.queue, place, job)
+                for job in self._waiting.values()
+                if queue is None or job.queue == queue
             ]
         parked = sorted(
             (

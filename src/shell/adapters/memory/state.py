@@ -17,9 +17,13 @@ from uuid import UUID
 import attrs
 
 from ....core import PRIORITY_ORDER, Job, Priority, promotion_key
+from ....core.dependencies import Edge
 from ....core.job import UniqueLock
+from ....core.uniqueness import lock_holds
 from ...limits import LimitState
 from ...ports import Claim, Place, QueuedJob
+from ...ports.workflows import WorkflowMembers
+from ...unique import found_in_queue
 from .store import MemoryJobStore
 
 #: At most this many due jobs are promoted by one claim.
@@ -68,13 +72,25 @@ class QueueState:
         self._unique: dict[str, tuple[UniqueLock, UUID]] = {}
         #: Per queue: the buckets and passes of its limits (see `core.limits`).
         self._limit_state: dict[str, LimitState] = {}
+        #: Jobs waiting for others (`core.dependencies`): never claimed, never promoted.
+        self._waiting: dict[UUID, Job] = {}
+        #: The edges each job waits on, and the jobs waiting for each job.
+        self._edges: dict[UUID, tuple[Edge, ...]] = {}
+        self._dependents: dict[UUID, list[UUID]] = {}
+        self._workflows: dict[UUID, WorkflowMembers] = {}
+        self._member_of: dict[UUID, UUID] = {}
         if store is not None:
             # So its prune spares the records of jobs still here.
             store._attach(self._lock, self.holds)
 
     def holds(self, job_id: UUID) -> bool:
         """True while `job_id` is ready, parked or in flight (caller holds the lock)."""
-        return job_id in self._ready_ids or job_id in self._scheduled or job_id in self._in_flight
+        return (
+            job_id in self._ready_ids
+            or job_id in self._scheduled
+            or job_id in self._in_flight
+            or job_id in self._waiting
+        )
 
     def _lanes(self, queue: str) -> dict[Priority, deque[tuple[int, Job]]]:
         lanes = self._ready.get(queue)
@@ -87,6 +103,7 @@ class QueueState:
         """Remove every trace of `job_id` (caller holds the lock)."""
         self._scheduled.pop(job_id, None)
         self._in_flight.pop(job_id, None)
+        self._waiting.pop(job_id, None)
         queue = self._ready_ids.pop(job_id, None)
         if queue is not None:
             for lane in self._ready[queue].values():
@@ -136,6 +153,9 @@ class QueueState:
         parked = self._scheduled.get(job_id)
         if parked is not None:
             return QueuedJob(str(job_id), parked[1].queue, Place.SCHEDULED, parked[1])
+        held_back = self._waiting.get(job_id)
+        if held_back is not None:
+            return QueuedJob(str(job_id), held_back.queue, Place.WAITING, held_back)
         queue = self._ready_ids.get(job_id)
         for lane in self._ready.get(queue or "", {}).values():
             for _, job in lane:
@@ -143,8 +163,36 @@ class QueueState:
                     return QueuedJob(str(job_id), job.queue, Place.READY, job)
         return None
 
+    def _after_end(self, record: Job) -> None:
+        """Settle the jobs waiting for `record`, just ended (caller holds the lock); the
+        workflow mixin does it, a queue without one has nothing waiting."""
+
     def _store_for(self, action: str) -> MemoryJobStore:
         """The store this queue finishes into, or why `action` cannot be done."""
         if self._store is None:
             raise ValueError(f"this MemoryJobQueue was built without a store to {action}")
         return self._store
+
+    def _stored(self, job_id: UUID) -> Job | None:
+        """The job with `job_id` as it stands, queued or recorded (caller holds the lock)."""
+        queued = self._find(job_id)
+        if queued is not None and queued.job is not None:
+            return found_in_queue(queued.place, queued.job)
+        return None if self._store is None else self._store.get(job_id)
+
+    def _lock_holder(self, job: Job) -> Job | None:
+        """The job holding `job`'s unique key, when the core says it holds it (caller
+        holds the lock); None when `job` has no key or the key is free."""
+        lock = job.unique
+        held = None if lock is None else self._unique.get(lock.key)
+        if held is None:
+            return None
+        holder = self._stored(held[1])
+        if holder is not None and lock_holds(held[0], holder.status, job.created_at):
+            return holder
+        return None
+
+    def _take_lock(self, job: Job) -> None:
+        """Give `job`'s unique key (if any) to `job` (caller holds the lock)."""
+        if job.unique is not None:
+            self._unique[job.unique.key] = (job.unique, job.id)

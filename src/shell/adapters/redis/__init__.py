@@ -8,7 +8,9 @@ redis-py, one module per job of the port (see `queue` for how it works):
 * the queue's roles over one shared `base`: `enqueue`, `unique`, `claims`, `holder`
   (the claim holder's writes and the lease keeper's), `cancel`, `reads`;
 * `limits` (limited claims), `store` (the `JobStore`), `async_queue` (enqueues for
-  asyncio code).
+  asyncio code);
+* `sharded`, `sharded_store`, `shard_tags`: a deployment spread over several hash
+  tags (`[redis] shards`), each call routed to its queue's shard.
 """
 
 from .client import DEFAULT_RETRY_BUDGET_S, RedisKeys, check_server, connect

@@ -22,6 +22,7 @@ from returns.result import Success
 from ....core import Job, ValidationError
 from ....core.limits import DEFAULT_PARTITION, partition_of
 from ....core.throughput import counted_minute
+from ....core.uniqueness import state_names
 from ...codec import decode, encode
 from ...ports import BadClaim, Claim
 
@@ -58,13 +59,14 @@ def cutoff_ms(before: datetime | None) -> object:
     return "" if before is None else ms(before)
 
 
-def placement(job: Job) -> list[object]:
+def placement(job: Job, body: str | None = None) -> list[object]:
     """Where and how a job is placed (the prelude's `place`): id, body, queue,
     priority, target ("ready", or "scheduled" when parked), run_at in ms (rounded up)
-    and µs, and the job's facts: its partition and job type."""
+    and µs, and the job's facts: its partition and job type. `body` is the job's
+    encoding when the caller has it already."""
     return [
         str(job.id),
-        encode(job),
+        encode(job) if body is None else body,
         job.queue,
         job.priority.value,
         "scheduled" if job.status.is_parked else "ready",
@@ -134,3 +136,17 @@ def finished_us_of_body(body: bytes | str) -> str:
         case Success(job) if job.finished_at is not None:
             return str(us(job.finished_at))
     return ""
+
+
+def unique_args(job: Job) -> list[str]:
+    """A job's unique key as the scripts take it: the key ('' for none), its states,
+    its window's end, now (the job's creation) and the key's time to live."""
+    lock = job.unique
+    key = states = expires = ttl = ""
+    if lock is not None:
+        key, states = lock.key, state_names(lock)
+        if lock.expires_at is not None:
+            expires = us_digits(lock.expires_at)
+            # Only for Redis to forget the key: the verdict reads `expires`.
+            ttl = str(max(1, ms_ceil(lock.expires_at) - ms(job.created_at)) + 1000)
+    return [key, states, expires, us_digits(job.created_at), ttl]

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
 
 from ....core import Job
 from .arguments import placement
@@ -82,14 +83,26 @@ class AsyncRedisQueue:
         nonce = uuid.uuid4().hex  # one per item: a later duplicate id must win
         argvs = [self._argv(job, f"{nonce}:{n}") for n, job in enumerate(jobs)]
 
-        async def send() -> None:
+        async def send(argvs: list[list[Any]]) -> list[Any]:
             async with self._client.pipeline(transaction=False) as pipe:
                 for argv in argvs:
                     # redis-py types `client` as a client, yet takes (and means) pipelines.
                     await self._enqueue(keys=self._anchor, args=argv, client=cast(Any, pipe))
-                await pipe.execute()
+                return list(await pipe.execute(raise_on_error=False))
 
-        await self._retrying(send)
+        async def send_all() -> None:
+            # As `RedisQueueBase._pipelined`: a cluster's pipeline sends EVALSHA alone, so
+            # a master that lacks the script is given it and the refused sends go again.
+            replies = await send(argvs)
+            refused = [at for at, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+            if refused:
+                await self._client.script_load(self._enqueue.script)
+                replies[refused[0] :] = await send(argvs[refused[0] :])
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+
+        await self._retrying(send_all)
 
     async def aclose(self) -> None:
         """Close the client's connections (on the loop that opened them)."""

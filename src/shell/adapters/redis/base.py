@@ -10,13 +10,15 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+
+from redis.exceptions import NoScriptError
 
 from .client import DEFAULT_RETRY_BUDGET_S, RedisKeys, check_server, client_for, log, retrying
 from .cluster import Client
 from .limits import RedisLimitedClaim
 from .replicas import NO_WAIT, ReplicaWait, ReplicaWaiter
-from .scripts import CLAIM, QUEUE, QUEUE_AND_STORE, Script, register
+from .scripts import CLAIM, QUEUE, QUEUE_AND_STORE, SETTLING, Script, register
 
 _T = TypeVar("_T")
 
@@ -44,7 +46,7 @@ class RedisQueueBase:
         self.replicas = ReplicaWaiter(self._client, self._anchor[0], replica_wait)
         script = functools.partial(register, self._client, QUEUE)
         self._enqueue = script("enqueue")
-        self._enqueue_new = script("enqueue_new")
+        self._enqueue_new = register(self._client, (*QUEUE, "unique_lock"), "enqueue_new")
         claim = functools.partial(register, self._client, CLAIM)
         self._claim = claim("claim")
         self._ack = script("ack")
@@ -58,11 +60,14 @@ class RedisQueueBase:
         self._start = script("start")
         self._request_cancel = script("request_cancel")
         with_store = functools.partial(register, self._client, QUEUE_AND_STORE)
-        self._finish = with_store("finish")
-        self._finish_many = with_store("finish_many")
         self._revive = with_store("revive")
-        self._cancel = with_store("cancel")
-        self._finish_cancelled = with_store("finish_cancelled")
+        settling = functools.partial(register, self._client, SETTLING)
+        self._finish = settling("finish")
+        self._finish_many = settling("finish_many")
+        self._cancel = settling("cancel")
+        self._finish_cancelled = settling("finish_cancelled")
+        self._enqueue_graph = register(self._client, (*SETTLING, "unique_lock"), "enqueue_graph")
+        self._dependents_read = settling("dependents_read")
         self._limited = RedisLimitedClaim(
             self._run,
             script("limited_index"),
@@ -95,6 +100,31 @@ class RedisQueueBase:
                 script(keys=self._anchor, args=argv, client=pipe)
 
         return self.replicas.send(queue, what)
+
+    def _pipelined(self, script: Script, argvs: list[list[object]]) -> list[Any]:
+        """The replies of one send of `script` per argv, in one pipelined round trip.
+
+        A cluster's pipeline sends EVALSHA alone (a plain client's loads its scripts
+        first), and a master that lacks the script (restarted, or a replica promoted
+        since it was loaded) answers NOSCRIPT without running it. Then the script is
+        loaded (on every master) and the sends from the first refused one on go again:
+        every script is safe to send twice, and the batch keeps its order."""
+        replies = self._send_pipelined(script, argvs)
+        refused = [at for at, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if refused:
+            self._client.script_load(cast(Any, script).script)
+            first = refused[0]
+            replies[first:] = self._send_pipelined(script, argvs[first:])
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    def _send_pipelined(self, script: Script, argvs: list[list[object]]) -> list[Any]:
+        with self._client.pipeline(transaction=False) as pipe:
+            for argv in argvs:
+                script(keys=self._anchor, args=argv, client=pipe)
+            return list(pipe.execute(raise_on_error=False))
 
     def _retrying(self, call: Callable[[], _T]) -> _T:
         """`call()` (a plain command or a pipeline) retried within the budget."""

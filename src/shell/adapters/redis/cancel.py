@@ -11,16 +11,18 @@ from uuid import UUID
 from ....core import Job
 from ...ports import BadClaim, Claim
 from .arguments import cutoff_ms, job_id, ms, record_args, record_body, same_job
-from .base import RedisQueueBase
+from .settling import Settling
 
 
-class Cancelling(RedisQueueBase):
+class Cancelling(Settling):
     """Cancel a queued job, request the cancel of a claimed one, and finish that."""
 
     def cancel(self, record: Job) -> bool:
-        """Take a ready or parked job out of the queue and record `record` (cancelled),
-        in one script, only while no claim holds it."""
-        return bool(self._write("cancel", self._cancel, *record_args(record), uuid.uuid4().hex))
+        """Take a ready, parked or waiting job out of the queue and record `record`
+        (cancelled), settling the jobs waiting for it, in one script, only while no claim
+        holds it."""
+        args: list[object] = [*record_args(record), uuid.uuid4().hex]
+        return bool(self._ending("cancel", self._cancel, args, record))
 
     def request_cancel(self, job_id: UUID, now: datetime) -> bool:
         """Mark an in-flight job's hash cancel-requested (one script); False when no
@@ -39,14 +41,7 @@ class Cancelling(RedisQueueBase):
         script fenced by the token (and `abandoned_before`, as in `finish`)."""
         if isinstance(claim, Claim):
             same_job(claim, record)
+        args = [job_id(claim), claim.token, cutoff_ms(abandoned_before), *record_body(record)]
         return bool(
-            self._write(
-                "finish",
-                self._finish_cancelled,
-                job_id(claim),
-                claim.token,
-                cutoff_ms(abandoned_before),
-                *record_body(record),
-                uuid.uuid4().hex,
-            )
+            self._ending("finish", self._finish_cancelled, [*args, uuid.uuid4().hex], record)
         )

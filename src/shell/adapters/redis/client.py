@@ -71,6 +71,21 @@ class RedisKeys:
     def queues(self) -> str:
         return f"{self.base}:queues"
 
+    def waiting(self, queue: str) -> str:
+        """A queue's jobs waiting for others (see `workflows`)."""
+        return f"{self.base}:waiting:{queue}"
+
+    def edges(self, job_id: str) -> str:
+        """The edges `job_id` waits on, in order."""
+        return f"{self.base}:edges:{job_id}"
+
+    def workflow(self, workflow_id: str) -> str:
+        return f"{self.base}:workflow:{workflow_id}"
+
+    def member(self, job_id: str) -> str:
+        """The id of the workflow `job_id` was written in."""
+        return f"{self.base}:member:{job_id}"
+
     def pruned(self, job_id: str) -> str:
         """The tombstone of a record retention pruned: its value is when, in µs."""
         return f"{self.base}:pruned:{job_id}"

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from ....core import Job
+from ...codec import encode_many
 from .arguments import now_args, placement, record_facts
 from .base import RedisQueueBase
 
@@ -25,16 +26,17 @@ class Enqueueing(RedisQueueBase):
             return
         # One nonce per item: a batch may name one id twice, and the later must win.
         nonce = uuid.uuid4().hex
-        argvs = [[self.keys.base, *placement(job), f"{nonce}:{n}"] for n, job in enumerate(jobs)]
+        bodies = encode_many(jobs)
+        argvs = [
+            [self.keys.base, *placement(job, body), f"{nonce}:{n}"]
+            for n, (job, body) in enumerate(zip(jobs, bodies, strict=True))
+        ]
 
         def send() -> None:
             if self.replicas.wait.on:
                 self._waited("enqueue", argvs, self._enqueue)
                 return
-            with self._client.pipeline(transaction=False) as pipe:
-                for argv in argvs:
-                    self._enqueue(keys=self._anchor, args=argv, client=pipe)
-                pipe.execute()
+            self._pipelined(self._enqueue, argvs)
 
         self._retrying(send)
 

@@ -1,6 +1,7 @@
 """Waking the callers that wait for a job's outcome, on Redis: every script that writes
-a record publishes its job's id on `RedisKeys.finished()`, and one subscriber per
-store in this process hands what it hears to the store's `FinishSignals`.
+a record publishes its job's id and the record on `RedisKeys.finished()`, and one
+subscriber per store in this process hands what it hears to the store's
+`FinishSignals`, so a waiter settles without reading the record back.
 
 The subscriber runs only while someone waits. Publishing costs the server nothing
 per finish while nobody subscribes, and a message never lingers in the keyspace.
@@ -29,8 +30,9 @@ _RECONNECT_S = (0.05, 5.0)
 class FinishListener:
     """The subscriber of one store (see the module docs)."""
 
-    def __init__(self, client: Client, channel: str) -> None:
-        self._client, self._channel = client, channel
+    def __init__(self, client: Client, *channels: str) -> None:
+        # Several channels for a store of several shards: one subscriber hears them all.
+        self._client, self._channels = client, channels
         self.signals = FinishSignals()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -66,7 +68,7 @@ class FinishListener:
             pubsub: Any = None
             try:
                 pubsub = self._client.pubsub()
-                pubsub.subscribe(self._channel)
+                pubsub.subscribe(*self._channels)
                 while True:
                     message = pubsub.get_message(timeout=_CHECK_S)
                     if message is None:
@@ -78,7 +80,7 @@ class FinishListener:
                         self.signals.announce_all()
                         pause = _RECONNECT_S[0]
                     elif message["type"] == "message":
-                        self.signals.announce(text(message["data"]))
+                        self.signals.announce_message(text(message["data"]))
             except Exception:
                 # Waiters fall back to their bounded polls until the subscriber is back.
                 log.debug("the Redis finish subscriber failed; resubscribing", exc_info=True)

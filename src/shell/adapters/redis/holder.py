@@ -15,14 +15,14 @@ from datetime import datetime
 from ....core import Job
 from ...ports import BadClaim, Claim
 from .arguments import cutoff_ms, finish_args, job_id, ms, placement, record_args, same_job
-from .base import RedisQueueBase
 from .client import text
 from .cluster import same_data
 from .replies import claim_of, locked_at_of
+from .settling import SETTLE, Settling
 from .store import RedisJobStore
 
 
-class Holding(RedisQueueBase):
+class Holding(Settling):
     """Writes of a claim's holder and of the lease keeper."""
 
     def ack(self, claim: Claim | BadClaim) -> bool:
@@ -54,17 +54,8 @@ class Holding(RedisQueueBase):
         # A BadClaim's record is a placeholder that may carry another id than the
         # payload's; a Claim's record must be its own job's.
         fence_id = same_job(claim, record) if isinstance(claim, Claim) else claim.job_id
-        return bool(
-            self._write(
-                "finish",
-                self._finish,
-                fence_id,
-                claim.token,
-                cutoff_ms(abandoned_before),
-                *record_args(record),
-                uuid.uuid4().hex,
-            )
-        )
+        args = [fence_id, claim.token, cutoff_ms(abandoned_before), *record_args(record)]
+        return bool(self._ending("finish", self._finish, [*args, uuid.uuid4().hex], record))
 
     def finish_many(self, items: Sequence[tuple[Claim, Job]]) -> list[bool]:
         """`finish` for several claims in one script; one answer per item."""
@@ -74,7 +65,12 @@ class Holding(RedisQueueBase):
         for claim, record in items:
             args += finish_args(claim, record)
             args.append(claim.queue)
-        return [bool(x) for x in self._write("finish", self._finish_many, *args)]
+        replies = self._write("finish", self._finish_many, *args)
+        # A job others wait for is left to a finish of its own, which settles them.
+        return [
+            self.finish(claim, record) if int(x) == SETTLE else bool(x)
+            for (claim, record), x in zip(items, replies, strict=True)
+        ]
 
     def abandoned(self, cutoff: datetime, limit: int = 100) -> Sequence[Claim | BadClaim]:
         """In-flight claims locked (or last extended) before `cutoff`, oldest first, each

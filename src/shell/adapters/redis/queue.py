@@ -33,10 +33,18 @@ from .holder import Holding
 from .progress import ProgressNotes
 from .reads import Reading
 from .unique import UniqueEnqueueing
+from .workflows import Workflows
 
 
 class RedisJobQueue(
-    Enqueueing, UniqueEnqueueing, Claiming, Holding, Cancelling, Reading, ProgressNotes
+    Enqueueing,
+    UniqueEnqueueing,
+    Claiming,
+    Holding,
+    Cancelling,
+    Reading,
+    ProgressNotes,
+    Workflows,
 ):
     """A `JobQueue` on Redis: ready lists, a scheduled zset and an in-flight zset.
 

@@ -36,7 +36,7 @@ class Reading(RedisQueueBase):
         (`None` per priority) for a set above `COUNT_SPLIT_LIMIT` members."""
         out: dict[str, QueueCounts] = {}
         rows = self._run(self._counts, COUNT_SPLIT_LIMIT)
-        for name, ready, scheduled, in_flight, oldest_us, lanes, parked, held in rows:
+        for name, ready, scheduled, in_flight, oldest_us, lanes, parked, held, waiting in rows:
             oldest = None if oldest_us is None else EPOCH + int(float(text(oldest_us))) * US
             split = {
                 p: PriorityCounts(
@@ -51,6 +51,7 @@ class Reading(RedisQueueBase):
                 scheduled=int(scheduled),
                 in_flight=int(in_flight),
                 oldest_ready_at=oldest,
+                waiting=int(waiting),
                 by_priority={p: c for p, c in split.items() if c != _NONE_HELD},
             )
         return dict(sorted(out.items()))
@@ -111,6 +112,10 @@ class Reading(RedisQueueBase):
                 yield from (e for e in self._hashes(ids, where) if queue in (None, e.queue))
 
     def _id_pages(self, queue: str | None, place: Place, batch: int) -> Iterator[list[str]]:
+        if place is Place.WAITING:
+            for name in self._names(queue):
+                yield from self._pages(self.keys.waiting(name), batch, sorted_set=True)
+            return
         if place is not Place.READY:
             key = (
                 self.keys.inflight(queue)
@@ -119,14 +124,16 @@ class Reading(RedisQueueBase):
             )
             yield from self._pages(key, batch, sorted_set=True)
             return
-        if queue is not None:
-            names = [queue]
-        else:
-            members = self._retrying(lambda: self._client.smembers(self.keys.queues()))
-            names = sorted(text(n) for n in members)
-        for name in names:
+        for name in self._names(queue):
             for priority in PRIORITY_ORDER:
                 yield from self._pages(self.keys.ready(name, priority), batch, sorted_set=False)
+
+    def _names(self, queue: str | None) -> list[str]:
+        """`queue`, or every known queue's name."""
+        if queue is not None:
+            return [queue]
+        members = self._retrying(lambda: self._client.smembers(self.keys.queues()))
+        return sorted(text(n) for n in members)
 
     def _pages(self, key: str, batch: int, *, sorted_set: bool) -> Iterator[list[str]]:
         """The ids in list or zset `key`, `batch` per read."""

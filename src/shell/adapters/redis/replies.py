@@ -20,7 +20,12 @@ from .client import text
 
 #: The job hash's fields a lookup reads (see the key table in docs/redis.md).
 LOOKUP_FIELDS = ("body", "status", "queue", "token", "locked_at")
-_PLACES = {b"ready": Place.READY, b"scheduled": Place.SCHEDULED, b"processing": Place.IN_FLIGHT}
+_PLACES = {
+    b"ready": Place.READY,
+    b"scheduled": Place.SCHEDULED,
+    b"processing": Place.IN_FLIGHT,
+    b"waiting": Place.WAITING,
+}
 
 
 def locked_at_of(locked_ms: bytes | str) -> datetime:

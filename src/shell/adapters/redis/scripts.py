@@ -2,11 +2,13 @@
 
 A script is `lua/<name>.lua` with preludes prepended (`QUEUE` for the queue's,
 `CLAIM` for its claims, `STORE` for the store's, `QUEUE_AND_STORE` for scripts that
-record an outcome), and in front of all of them a header of values the core owns,
-rendered here from the core: the priorities in claim order, each priority's rank,
-and how long a minute's finished count is kept. The scripts hold no rule of their
-own: what a job's partition, type or finish minute is, is computed in Python and
-arrives as arguments (see `arguments`).
+record an outcome, `SETTLING` for those that end a job others may wait for), and in
+front of all of them a header of values the core owns, rendered here from the core:
+the priorities in claim order, each priority's rank, and how long a minute's
+finished count is kept. The scripts hold no rule of their own: what a job's
+partition, type or finish minute is, is computed in Python and arrives as arguments
+(see `arguments`), and so does what a job's end does to the jobs waiting for it
+(see `settling`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ CLAIM = (*QUEUE, "claiming")
 STORE = ("store_common",)
 #: The preludes of a queue script that also records an outcome in the store.
 QUEUE_AND_STORE = (*QUEUE, "store_common")
+#: The preludes of a script that ends a job (and so settles the jobs waiting for it),
+#: or writes or reads jobs that wait for others.
+SETTLING = (*QUEUE_AND_STORE, "dependents")
 
 
 def core_values() -> str:

@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ....core import Job
-from ....core.uniqueness import state_names
-from .arguments import ms, ms_ceil, placement, us_digits
+from .arguments import placement, unique_args
 from .base import RedisQueueBase
 from .replies import found
 
@@ -39,24 +38,12 @@ class UniqueEnqueueing(RedisQueueBase):
         def send() -> list[Any]:
             if self.replicas.wait.on:
                 return self._waited("enqueue", argvs, self._enqueue_new)
-            with self._client.pipeline(transaction=False) as pipe:
-                for argv in argvs:
-                    self._enqueue_new(keys=self._anchor, args=argv, client=pipe)
-                return list(pipe.execute())
+            return self._pipelined(self._enqueue_new, argvs)
 
         return [found(reply) for reply in self._retrying(send)]
 
     @staticmethod
     def _new_args(job: Job, nonce: str) -> list[object]:
         """The `enqueue_new` script's arguments after the key base: the placement, the
-        nonce, then the unique key, its states, its window's end, now (the job's
-        creation) and the key's time to live."""
-        lock = job.unique
-        key = states = expires = ttl = ""
-        if lock is not None:
-            key, states = lock.key, state_names(lock)
-            if lock.expires_at is not None:
-                expires = us_digits(lock.expires_at)
-                # Only for Redis to forget the key: the verdict reads `expires`.
-                ttl = str(max(1, ms_ceil(lock.expires_at) - ms(job.created_at)) + 1000)
-        return [*placement(job), nonce, key, states, expires, us_digits(job.created_at), ttl]
+        nonce, then the unique key's (`unique_args`)."""
+        return [*placement(job), nonce, *unique_args(job)]

@@ -16,16 +16,21 @@ from sqlalchemy import Connection, Engine, Row
 
 from ....core import Job, ValidationError
 from ....core.limits import partition_of
-from ...codec import decode, encode
+from ...codec import decode, encode, encode_many
 from ...ports import BadClaim, Claim
 from .bulk_copy import RowCopier
 from .database import Database
 from .engine import to_micros
 from .same_database import SameDatabase
 from .schema import JOB_COUNTER, READY, SCHEDULED, SCHEMA, Schema
+from .single_put import SinglePut
+from .statements import JOB_COLUMNS
 from .unique import SqlAdder
 
 __all__ = ["SqlQueueBase", "Taken", "as_claim", "claim_order", "held_by", "same_id"]
+
+#: The placement columns after `id` (`JOB_COLUMNS` order).
+_PLACED = JOB_COLUMNS[1:]
 
 #: A claimed row: id, locked_by, payload, priority, seq.
 Taken = Row[str, str, str, int, int]
@@ -44,6 +49,7 @@ class SqlQueueBase:
         self._claim_function = self._db.sql.claim is not None
         self._adder = SqlAdder(self._db, self._placement_values)
         self._copier = RowCopier(schema)
+        self._single = SinglePut(self._db) if SinglePut.usable(self._db) else None
         #: Outbox writes go only through connections to this queue's database.
         self._same_database = SameDatabase(engine)
 
@@ -62,20 +68,36 @@ class SqlQueueBase:
         return {**self._placement_values(job), "seq": self._db.next_seq(conn, JOB_COUNTER)}
 
     @staticmethod
+    def _placement_row(job: Job, payload: str | None = None) -> tuple[Any, ...]:
+        """Every placement column but `seq`, in `JOB_COLUMNS` order (`id` first);
+        `payload` is the job's encoding when the caller has it already."""
+        return (
+            str(job.id),
+            SCHEDULED if job.status.is_parked else READY,
+            to_micros(job.run_at, "run_at"),
+            None,
+            None,
+            job.priority.rank,
+            job.queue,
+            job.tenant_id,
+            encode(job) if payload is None else payload,
+            job.job_type,
+            partition_of(job),
+        )
+
+    @classmethod
+    def _placement_dicts(cls, jobs: Sequence[Job]) -> list[dict[str, Any]]:
+        """`_placement_row` of each job as a dict by column, the jobs encoded together."""
+        payloads = encode_many(jobs)
+        return [
+            dict(zip(JOB_COLUMNS, cls._placement_row(job, payload), strict=True))
+            for job, payload in zip(jobs, payloads, strict=True)
+        ]
+
+    @staticmethod
     def _placement_values(job: Job) -> dict[str, Any]:
-        """Every placement column but `seq`."""
-        return {
-            "status": SCHEDULED if job.status.is_parked else READY,
-            "run_at": to_micros(job.run_at, "run_at"),
-            "locked_by": None,
-            "locked_at": None,
-            "priority": job.priority.rank,
-            "queue": job.queue,
-            "tenant_id": job.tenant_id,
-            "payload": encode(job),
-            "job_type": job.job_type,
-            "partition_key": partition_of(job),
-        }
+        """Every placement column but `seq` and `id`."""
+        return dict(zip(_PLACED, SqlQueueBase._placement_row(job)[1:], strict=True))
 
     def _enqueue(self, conn: Connection, job: Job) -> None:
         """Upsert `job`'s row inside `conn`'s transaction (see `enqueue`)."""

@@ -1,4 +1,4 @@
-"""The SQL queue's cancellation (see `core.cancellation`): cancel a waiting job, ask
+"""The SQL queue's cancellation (see `core.cancellation`): cancel a queued job, ask
 the holder of a claimed one to stop, and the holder's cancelled finish."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from ....core import Job
 from ...ports import BadClaim, Claim
 from .base import SqlQueueBase, held_by, same_id
 from .engine import to_micros
-from .schema import PROCESSING, READY, SCHEDULED
+from .schema import PROCESSING, READY, SCHEDULED, WAITING
 from .store import write_record
 
 __all__ = ["Cancelling"]
@@ -26,15 +26,20 @@ class Cancelling(SqlQueueBase):
         """One transaction: delete the row while it is still ready or scheduled (no claim
         holds it) and record `record` (cancelled). False, writing nothing, otherwise."""
         t = self._t
-        gone = delete(t).where(t.c.id == str(record.id), t.c.status.in_((READY, SCHEDULED)))
+        queued = (READY, SCHEDULED, WAITING)
+        gone = delete(t).where(t.c.id == str(record.id), t.c.status.in_(queued))
 
         def work(conn: Connection) -> bool:
             if conn.execute(gone).rowcount != 1:
                 return False
             write_record(self._db, conn, record)
+            self._settle_after(conn, record)
             return True
 
         return self._db.run(work)
+
+    def _settle_after(self, conn: Connection, record: Job) -> None:
+        """Settle the jobs waiting for `record`, just ended (the workflow role does)."""
 
     def request_cancel(self, job_id: UUID, now: datetime) -> bool:
         """While the row is processing, add its cancel request, in one transaction.
@@ -90,6 +95,7 @@ class Cancelling(SqlQueueBase):
                 return False
             write_record(self._db, conn, record)
             conn.execute(sql.clear_cancel, {"job_id": job_id})
+            self._settle_after(conn, record)
             return True
 
         done = self._db.run(work)

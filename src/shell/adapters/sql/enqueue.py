@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from ....core import Job, JobStatus, ValidationError
+from .awaited import mark_awaited
 from .base import SqlQueueBase
 from .schema import JOB_COUNTER
 from .store import write_record
@@ -30,6 +31,9 @@ class Enqueueing(SqlQueueBase):
         due at the same instant). Re-enqueueing a claimed job takes it from its holder,
         whose ack then finds nothing."""
         # One upsert on PostgreSQL (seq from the sequence); SQLite bumps a counter first.
+        if self._single is not None:
+            self._single.put(self._placement_row(job))
+            return
         self._db.run(lambda conn: self._enqueue(conn, job), single=not self._db.sqlite)
 
     def enqueue_many(self, jobs: Sequence[Job]) -> None:
@@ -41,15 +45,13 @@ class Enqueueing(SqlQueueBase):
     def _enqueue_many(self, conn: Connection, jobs: Sequence[Job]) -> None:
         by_id = {job.id: job for job in jobs}  # one row per id: the last one wins
         batch = list(by_id.values())
+        rows = self._placement_dicts(batch)
         if self._copier.usable(conn):
-            rows = [{"id": str(job.id), **self._placement_values(job)} for job in batch]
             self._copier.put_many(conn, rows)
             return
         seqs = self._db.next_seqs(conn, JOB_COUNTER, len(batch))
-        rows = [
-            {"id": str(job.id), **self._placement_values(job), "seq": seq}
-            for job, seq in zip(batch, seqs, strict=True)
-        ]
+        for row, seq in zip(rows, seqs, strict=True):
+            row["seq"] = seq
         self._db.put_many(conn, rows, record=False)
 
     def enqueue_new(self, job: Job) -> Job | None:
@@ -78,7 +80,7 @@ class Enqueueing(SqlQueueBase):
     def enqueue_new_in_tx(self, conn: Any, job: Job) -> Job | None:
         """`enqueue_new` inside the caller's open transaction on `conn` (checked as by
         `enqueue_in_tx`); a job already there leaves the caller's writes as they were."""
-        _check_outbox(conn)
+        check_outbox(conn)
         self._same_database.check(conn)
         return rerun_on_contention(lambda: self._add(conn, job))
 
@@ -87,7 +89,7 @@ class Enqueueing(SqlQueueBase):
         commits or rolls back with the caller's own writes. `conn` must be a SQLAlchemy
         `Connection` to this queue's database with a transaction begun (a connection
         to another database is refused, see `same_database`)."""
-        _check_outbox(conn)
+        check_outbox(conn)
         self._same_database.check(conn)
         self._enqueue(conn, job)
 
@@ -104,12 +106,13 @@ class Enqueueing(SqlQueueBase):
                 return False
             self._enqueue(conn, fresh)
             write_record(self._db, conn, fresh)
+            mark_awaited(self._db, conn, fresh.id)  # jobs may still wait for it
             return True
 
         return self._db.run(work)
 
 
-def _check_outbox(conn: Any) -> None:
+def check_outbox(conn: Any) -> None:
     """Refuse anything but a Connection with a transaction begun: the job would
     otherwise commit apart from the caller's change (the dual-write window)."""
     if not isinstance(conn, Connection):

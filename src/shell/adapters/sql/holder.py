@@ -8,11 +8,12 @@ refused while a cancel request stands for its job (see `core.cancellation`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, select, update
+from sqlalchemy import ColumnElement, Connection, Executable, select, update
 
 from ....core import Job
 from ...ports import BadClaim, Claim
@@ -129,7 +130,17 @@ class HolderWrites(SqlQueueBase):
                 return True
 
             done = self._db.run(work)
-        return done or (tries > 1 and self._finished_before(job_id, token, record))
+        if done or (tries > 1 and self._finished_before(job_id, token, record)):
+            return True
+        # Refused: the claim is lost, or jobs wait for this one (the plain statements
+        # take no such row). The second is finished with its dependents settled.
+        return self._finish_settling(claim, record, abandoned_before)
+
+    def _finish_settling(
+        self, claim: Claim | BadClaim, record: Job, abandoned_before: datetime | None
+    ) -> bool:
+        """`finish` of a row that jobs wait for (the workflow role has it)."""
+        return False
 
     def finish_many(self, items: Sequence[tuple[Claim, Job]]) -> list[bool]:
         """`finish` for several claims in one transaction; one answer per item. Each
@@ -148,7 +159,33 @@ class HolderWrites(SqlQueueBase):
             write_records(self._db, conn, [r for (_, r), ok in zip(items, done, strict=True) if ok])
             return done
 
-        return self._db.run(work)
+        if sql.finish_many is not None:
+            done = self._finish_many_in_one(sql.finish_many, items)
+        else:
+            done = self._db.run(work)
+        # A row jobs wait for is not taken by the batch: it is finished on its own.
+        return [
+            ok or self._finish_settling(c, r, None) for (c, r), ok in zip(items, done, strict=True)
+        ]
+
+    def _finish_many_in_one(
+        self, statement: Executable, items: Sequence[tuple[Claim, Job]]
+    ) -> list[bool]:
+        """PostgreSQL's `finish_many`: one statement, in autocommit (see
+        `statements._finish_many`). A re-send after a lost answer finds the rows it
+        deleted gone and answers False for them, as the transaction path does."""
+        rows = []
+        for ord_, (claim, record) in enumerate(items):
+            row = record_values(record)
+            row["token"], row["ord"] = claim.token, ord_
+            rows.append(row)
+        params = {"rows": json.dumps(rows, ensure_ascii=False)}
+
+        def statement_(conn: Connection) -> set[str]:
+            return {str(r[0]) for r in conn.execute(statement, params)}
+
+        recorded = self._db.run(statement_, single=True)
+        return [str(claim.job.id) in recorded for claim, _ in items]
 
     def abandoned(self, cutoff: datetime, limit: int = 100) -> list[Claim | BadClaim]:
         """Claims whose lease was taken or last extended before `cutoff`, oldest first,

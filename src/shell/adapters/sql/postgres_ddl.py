@@ -8,8 +8,13 @@ from .schema import SCHEMA, Schema, dialect_of
 
 #: The PostgreSQL channel on which a job becoming ready is announced (payload: its queue).
 NOTIFY_CHANNEL = "conveyor_ready"
-#: The channel on which a finished record is announced (payload: the job's id).
+#: The channel on which a finished record is announced (payload: the job's id, then a
+#: newline and the record's body when it fits in `CARRIED_MAX_BYTES`).
 FINISHED_CHANNEL = "conveyor_finished"
+#: The largest finish announcement that carries the record. PostgreSQL refuses a
+#: NOTIFY payload of 8000 bytes or more; a longer record is announced by id alone,
+#: and its waiters read it from the store.
+CARRIED_MAX_BYTES = 7900
 
 
 def notify_ddl(schema: Schema = SCHEMA) -> list[str]:
@@ -35,14 +40,21 @@ def notify_ddl(schema: Schema = SCHEMA) -> list[str]:
 
 def _finished_ddl(schema: Schema) -> list[str]:
     """A trigger that NOTIFYs `FINISHED_CHANNEL` with the id of each record written
-    finished (completed, failed, cancelled), so a caller waiting for that job's outcome
-    wakes at once. Written in the finishing transaction, heard after its commit."""
+    finished (completed, failed, cancelled), and the record itself when the message
+    stays within `CARRIED_MAX_BYTES`, so a caller waiting for that job's outcome wakes
+    at once and need not read it. Written in the finishing transaction, heard after
+    its commit."""
     table = schema.job_store.name
     function = f"{table}_notify_finished"
     return [
         f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger AS $$\n"
         f"BEGIN\n"
-        f"    PERFORM pg_notify('{FINISHED_CHANNEL}', NEW.id);\n"
+        f"    IF octet_length(NEW.id) + 1 + octet_length(NEW.payload) <= {CARRIED_MAX_BYTES}"
+        f" THEN\n"
+        f"        PERFORM pg_notify('{FINISHED_CHANNEL}', NEW.id || chr(10) || NEW.payload);\n"
+        f"    ELSE\n"
+        f"        PERFORM pg_notify('{FINISHED_CHANNEL}', NEW.id);\n"
+        f"    END IF;\n"
         f"    RETURN NULL;\n"
         f"END;\n"
         f"$$ LANGUAGE plpgsql",

@@ -19,9 +19,7 @@ class ProgressNotes(SqlQueueBase):
         job_id, token = held_by(claim)
         params = {"job_id": job_id, "token": token, "at": to_micros(now), "note": note}
         stmt = self._db.sql.extend_with_progress
-        return self._db.run(
-            lambda conn: conn.execute(stmt, params).rowcount == 1, single=True
-        )
+        return self._db.run(lambda conn: conn.execute(stmt, params).rowcount == 1, single=True)
 
     def progress_note(self, job_id: UUID) -> str | None:
         """The `progress` column of `job_id`'s row (None: no row, or no report)."""

@@ -25,11 +25,13 @@ from .limits import LimitedClaiming
 from .progress import ProgressNotes
 from .reads import Reading
 from .wakeups import WaitingForWork, wakeups_for
+from .workflows import Workflows
 
 __all__ = ["SqlJobQueue"]
 
 
 class SqlJobQueue(
+    Workflows,
     Enqueueing,
     Claiming,
     LimitedClaiming,

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+import attrs
 from sqlalchemy import ColumnElement, Connection, Row, func, select
 
 from ....core import Priority
@@ -15,7 +16,7 @@ from ...lookup import queued_entry
 from ...ports import Place, PriorityCounts, QueueCounts, QueuedJob
 from .base import SqlQueueBase
 from .engine import from_micros
-from .schema import PROCESSING, READY, SCHEDULED
+from .schema import PROCESSING, READY, SCHEDULED, WAITING
 
 __all__ = ["Reading"]
 
@@ -54,14 +55,21 @@ class Reading(SqlQueueBase):
         rows, oldest = self._db.run(read, write=False)
         column = {READY: 0, SCHEDULED: 1, PROCESSING: 2}
         cells: dict[tuple[str, int], list[int]] = {}
+        waiting: dict[str, int] = {}
         for name, rank, status, n in rows:
+            if status == WAITING:
+                waiting[str(name)] = waiting.get(str(name), 0) + int(n)
+                continue
             cell = cells.setdefault((str(name), int(rank)), [0, 0, 0])
             if status in column:
                 cell[column[status]] += int(n)
         groups: dict[str, list[tuple[Any, ...]]] = {}
         for (name, rank), figures in sorted(cells.items()):
             groups.setdefault(name, []).append((name, rank, *figures, oldest.get(name)))
-        return {name: _fold_counts(group) for name, group in groups.items()}
+        folded = {name: _fold_counts(group) for name, group in groups.items()}
+        for name, n in waiting.items():
+            folded[name] = attrs.evolve(folded.get(name) or QueueCounts(), waiting=n)
+        return folded
 
     def _lookup_columns(self) -> list[ColumnElement[Any]]:
         t = self._t
@@ -82,6 +90,7 @@ class Reading(SqlQueueBase):
             Place.IN_FLIGHT: (t.c.locked_at, t.c.id),
             Place.READY: (t.c.queue, t.c.priority, t.c.seq, t.c.id),
             Place.SCHEDULED: (t.c.run_at, t.c.seq, t.c.id),
+            Place.WAITING: (t.c.seq, t.c.id),
         }
         for where in [place] if place is not None else list(Place):
             filters = [t.c.status == _STATUS_OF[where]]
@@ -111,7 +120,12 @@ class Reading(SqlQueueBase):
         return when.astimezone(UTC)
 
 
-_STATUS_OF = {Place.IN_FLIGHT: PROCESSING, Place.READY: READY, Place.SCHEDULED: SCHEDULED}
+_STATUS_OF = {
+    Place.IN_FLIGHT: PROCESSING,
+    Place.READY: READY,
+    Place.SCHEDULED: SCHEDULED,
+    Place.WAITING: WAITING,
+}
 _PLACE_OF = {status: place for place, status in _STATUS_OF.items()}
 
 

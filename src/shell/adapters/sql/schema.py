@@ -47,6 +47,8 @@ from ....core.validation import check_name
 READY = "ready"
 SCHEDULED = "scheduled"
 PROCESSING = "processing"
+#: A job waiting for others (`core.dependencies`): no claim or promotion reads it.
+WAITING = "waiting"
 
 #: Counter names in the counter table (databases without sequences only).
 JOB_COUNTER = "job_seq"
@@ -70,11 +72,14 @@ class Schema:
     unique_keys: Table
     limit_state: Table
     pruned: Table
+    edges: Table
+    workflows: Table
 
     def tables_for(self, dialect: Dialect) -> list[Table]:
         """The tables this dialect needs: the counter table only where sequences are missing."""
         tables = [self.job_queue, self.job_store, self.workers, self.cancel_requests]
         tables.extend((self.unique_keys, self.limit_state, self.pruned))
+        tables.extend((self.edges, self.workflows))
         if not dialect.supports_sequences:
             tables.append(self.counters)
         return tables
@@ -112,6 +117,9 @@ def make_schema(prefix: str = DEFAULT_PREFIX) -> Schema:
         # The newest progress report of the running attempt, written with its lease
         # renewal (`conveyor.shell.progress_notes`); NULL when none was made.
         Column("progress", Text, nullable=True),
+        # 1 when jobs wait for this one (`edges`): its finish then settles them in the
+        # same transaction; NULL, the plain finish, otherwise.
+        Column("dependents", SmallInteger, nullable=True),
     )
     # On PostgreSQL the next four indexes are partial, each holding the rows of the one
     # status its readers ask for: a row version enters the one that matches its status
@@ -247,6 +255,29 @@ def make_schema(prefix: str = DEFAULT_PREFIX) -> Schema:
         Column("pruned_at", BigInteger, nullable=False),
     )
     Index(f"{prefix}_pruned_at", pruned.c.pruned_at)
+    # Jobs that wait for other jobs (`core.dependencies.Edge`): one row per edge, read
+    # by the dependency when it ends and by the dependent to decide.
+    edges = Table(
+        f"{prefix}_edges",
+        md,
+        Column("dependency_id", String(36), primary_key=True),
+        Column("dependent_id", String(36), primary_key=True),
+        Column("position", SmallInteger, nullable=False),
+        Column("on_failure", String(8), nullable=False),
+        Column("name", String(200), nullable=True),
+    )
+    Index(f"{prefix}_edges_dependent", edges.c.dependent_id, edges.c.position)
+    # The members of each workflow, by name, in the order they were added.
+    workflows = Table(
+        f"{prefix}_workflows",
+        md,
+        Column("workflow_id", String(36), primary_key=True),
+        Column("position", BigInteger, primary_key=True),
+        Column("name", String(200), nullable=False),
+        Column("job_id", String(36), nullable=False),
+    )
+    # A job's workflow, for the pages that link a job back to it.
+    Index(f"{prefix}_workflows_job", workflows.c.job_id)
     return Schema(
         md,
         job_queue,
@@ -259,6 +290,8 @@ def make_schema(prefix: str = DEFAULT_PREFIX) -> Schema:
         unique_keys=unique_keys,
         limit_state=limit_state,
         pruned=pruned,
+        edges=edges,
+        workflows=workflows,
     )
 
 

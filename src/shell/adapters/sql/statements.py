@@ -184,8 +184,13 @@ class Statements:
         requests = schema.cancel_requests
         no_cancel = ~exists().where(requests.c.job_id == t.c.id)
         self.no_cancel: ColumnElement[bool] = no_cancel
-        self.finish_release: Delete = delete(t).where(*held, no_cancel)
-        self.finish_release_abandoned: Delete = delete(t).where(*stale, no_cancel)
+        # The plain finish takes only a row no job waits for; a row with dependents is
+        # finished by `settle_release*`, which settles them in the same transaction.
+        plain = t.c.dependents.is_(None)
+        self.finish_release: Delete = delete(t).where(*held, no_cancel, plain)
+        self.finish_release_abandoned: Delete = delete(t).where(*stale, no_cancel, plain)
+        self.settle_release: Delete = delete(t).where(*held, no_cancel, ~plain)
+        self.settle_release_abandoned: Delete = delete(t).where(*stale, no_cancel, ~plain)
         self.cancel_requested: Select[str] = select(requests.c.job_id).where(
             requests.c.job_id == bindparam("job_id")
         )
@@ -221,6 +226,7 @@ class Statements:
         self.claim: Executable | None = None
         self.finish: Executable | None = None
         self.finish_abandoned: Executable | None = None
+        self.finish_many: Executable | None = None
         self.server_time: Executable | None = None
         if dialect == "postgresql":
             self.claim = text(
@@ -231,8 +237,9 @@ class Statements:
                 " CAST(:per_job AS boolean), CAST(:promote AS integer),"
                 " CAST(:resend AS boolean))"
             )
-            self.finish = _finish(schema, (*held, no_cancel))
-            self.finish_abandoned = _finish(schema, (*stale, no_cancel))
+            self.finish = _finish(schema, (*held, no_cancel, plain))
+            self.finish_abandoned = _finish(schema, (*stale, no_cancel, plain))
+            self.finish_many = _finish_many(schema)
             self.server_time = select(func.clock_timestamp())
         self.release_many: Executable = (
             delete(t)
@@ -240,6 +247,7 @@ class Statements:
                 t.c.status == PROCESSING,
                 t.c.locked_by.in_(bindparam("tokens", expanding=True)),
                 no_cancel,
+                plain,
             )
             .returning(t.c.id, t.c.locked_by)
         )
@@ -262,6 +270,51 @@ def _finish(schema: Schema, held: tuple[ColumnElement[bool], ...]) -> Executable
         index_elements=[store.c.id], set_={c: insert.excluded[c] for c in updated}
     )
     return upserted.returning(store.c.id).add_cte(gone, nest_here=True)
+
+
+def _finish_many(schema: Schema) -> Executable:
+    """PostgreSQL: finish a batch in one statement (one round trip in autocommit).
+
+    `:rows` is one JSON array of `{id, token, ord, <record columns>}`. Each row is
+    deleted only while its own token holds it and no cancel request stands for it;
+    only the deleted ones are recorded, with fresh `recorded_seq` values in `ord`
+    order (the sorted subquery is scanned in order, so `nextval` follows it). Returns
+    the recorded ids. Ids and tokens travel in the JSON, not as an `IN` list, so the
+    statement's text is the same for every batch size: parsed and prepared once."""
+    q, store = schema.job_queue.name, schema.job_store.name
+    requests, seq = schema.cancel_requests.name, schema.store_seq.name
+    typed = ", ".join(f"{c} {_PG_TYPES[c]}" for c in RECORD_COLUMNS)
+    columns = ", ".join(RECORD_COLUMNS)
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in (*RECORD_COLUMNS[1:], "recorded_seq"))
+    return text(
+        f"WITH given AS (SELECT * FROM json_to_recordset(CAST(:rows AS json))"
+        f" AS given(token text, ord integer, {typed})),"
+        f" gone AS (DELETE FROM {q} USING given"
+        f" WHERE {q}.id = given.id AND {q}.locked_by = given.token"
+        f" AND {q}.status = '{PROCESSING}'"
+        f" AND NOT EXISTS (SELECT 1 FROM {requests} WHERE {requests}.job_id = {q}.id)"
+        # A row jobs wait for is left to the settling finish (see `finish_release`).
+        f" AND {q}.dependents IS NULL"
+        f" RETURNING {q}.id)"
+        f" INSERT INTO {store} ({columns}, recorded_seq)"
+        f" SELECT {columns}, nextval('{seq}') FROM"
+        f" (SELECT given.* FROM given JOIN gone ON gone.id = given.id"
+        f" ORDER BY given.ord OFFSET 0) AS done"
+        f" ON CONFLICT (id) DO UPDATE SET {updates}"
+        f" RETURNING {store}.id"
+    )
+
+
+#: The server-side types of the record columns in `_finish_many`'s JSON rows.
+_PG_TYPES = {
+    "id": "text",
+    "queue": "text",
+    "job_type": "text",
+    "status": "text",
+    "tenant_id": "text",
+    "finished_at": "bigint",
+    "payload": "text",
+}
 
 
 def _recordset_upsert(table: Table, columns: tuple[str, ...]) -> Executable:

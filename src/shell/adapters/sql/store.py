@@ -104,7 +104,7 @@ class SqlJobStore:
         (`FinishWatchingStore`): this process's one wake-up listener of the database
         hears it (see `wakeups`)."""
         engine = self._db.engine
-        return wakeups_for(engine).watch_finished(self, engine, job_id)
+        return wakeups_for(engine).watch_finished(self, engine, job_id, self._t.name)
 
     def get(self, job_id: UUID) -> Job | None:
         """The recorded job, or None (also when its record no longer decodes)."""

@@ -103,7 +103,7 @@ class SqlAdder:
         if queued is not None:
             return queued
         if job.unique is not None:
-            holder = self._lock(conn, job.unique, job_id, job.created_at)
+            holder = self.lock(conn, job.unique, job_id, job.created_at)
             if holder is not None:
                 return holder
         row = {"id": job_id, **self._placement(job)}
@@ -116,8 +116,9 @@ class SqlAdder:
             raise Found(recorded)
         return None
 
-    def _lock(self, conn: Connection, lock: UniqueLock, job_id: str, now: datetime) -> Job | None:
-        """Take `lock` for `job_id`, or return the job that holds it."""
+    def lock(self, conn: Connection, lock: UniqueLock, job_id: str, now: datetime) -> Job | None:
+        """Take `lock` for `job_id`, or return the job that holds it; may raise the
+        contention that `rerun_on_contention` reruns the transaction for."""
         expires = None if lock.expires_at is None else to_micros(lock.expires_at, "unique_for")
         mine = {"job_id": job_id, "states": state_names(lock), "expires_at": expires}
         if conn.execute(self._take_lock, {"key": lock.key, **mine}).first() is not None:

@@ -14,6 +14,7 @@ ADDED_COLUMNS = (
     ("job_type", "VARCHAR(128)"),
     ("partition_key", "VARCHAR(200)"),
     ("progress", "TEXT"),
+    ("dependents", "SMALLINT"),
 )
 
 

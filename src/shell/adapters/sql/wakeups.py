@@ -17,8 +17,11 @@ taken from it), and fans what it hears out to every waiting thread through a
 
 The same listener wakes the callers that wait for a job's outcome
 (`Runtime.result`, through `watch_finished`): on PostgreSQL a trigger on the store
-announces each finished record's id on `FINISHED_CHANNEL`, and only that job's
-watchers wake; on SQLite any commit wakes every watcher, to read its job again.
+announces each finished record's id on `FINISHED_CHANNEL`, with the record when it
+fits in a notification, and only that job's watchers wake. On SQLite, after each
+commit, the listener reads the finished records of every watched job in one query
+(`SQLITE_FINISHED_CHUNK` ids at a time) and hands each watcher its record, instead of
+waking every watcher to read its own.
 
 Each waiting thread remembers the last announcement it saw, so one that came while
 the thread was busy (between its empty claim and its wait) wakes it at once, as a
@@ -40,17 +43,26 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from typing import Any, Protocol
 from uuid import UUID
 
 from sqlalchemy import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
+from ....core import JobStatus
 from ..finish_signals import FinishSignals, FinishWatch
 from .base import SqlQueueBase
 from .postgres_ddl import FINISHED_CHANNEL, NOTIFY_CHANNEL
 
-__all__ = ["SQLITE_WATCH_S", "ServerWatch", "WaitingForWork", "Wakeups", "wakeups_for"]
+__all__ = [
+    "SQLITE_FINISHED_CHUNK",
+    "SQLITE_WATCH_S",
+    "ServerWatch",
+    "WaitingForWork",
+    "Wakeups",
+    "wakeups_for",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -62,6 +74,10 @@ _CHECK_S = 1.0
 _RECONNECT_S = (0.05, 5.0)
 #: The announcement key under which SQLite's "something committed" is counted.
 _ANY = ""
+#: How many watched ids one read of finished records names (SQLite before 3.32 takes
+#: at most 999 parameters in a statement).
+SQLITE_FINISHED_CHUNK = 500
+_FINAL = tuple(status.value for status in JobStatus if status.is_terminal)
 
 
 class ServerWatch(Protocol):
@@ -89,6 +105,8 @@ class Wakeups:
         self._local = threading.local()
         #: The callers waiting for a job's outcome, by job id.
         self.finishes = FinishSignals()
+        #: The store tables those callers' jobs are recorded in (SQLite reads them).
+        self._store_tables: set[str] = set()
 
     def _mark(self, key: str) -> tuple[int, int]:
         return self._heard.get(key, 0), self._epoch
@@ -116,10 +134,14 @@ class Wakeups:
             seen[key] = self._mark(key)
             return bool(woke)
 
-    def watch_finished(self, user: object, engine: Engine, job_id: UUID) -> FinishWatch:
-        """A watch woken when `job_id`'s record may have been written (see the module
-        docs); `user` (the store) keeps the listener alive as `wait`'s does."""
+    def watch_finished(
+        self, user: object, engine: Engine, job_id: UUID, store_table: str
+    ) -> FinishWatch:
+        """A watch woken when `job_id`'s record may have been written in `store_table`
+        (see the module docs); `user` (the store) keeps the listener alive as `wait`'s
+        does."""
         with self._cond:
+            self._store_tables.add(store_table)
             self._users.add(user)
             self._start(engine)
             watch = self.finishes.watch(job_id)
@@ -189,7 +211,7 @@ class Wakeups:
                 if now != version:
                     version = now
                     self._announce([_ANY])
-                    self.finishes.announce_all()
+                    self._announce_finished(cursor)
         except Exception:
             # Waiters fall back to their timeouts (polling); the next wait tries again.
             _log.warning("the SQLite wake-up watcher failed; idle workers poll", exc_info=True)
@@ -199,6 +221,32 @@ class Wakeups:
             if raw is not None:
                 raw.invalidate()
             pool.dispose()
+
+    def _announce_finished(self, cursor: Any) -> None:
+        """After a commit on SQLite: hand each watcher whose job is now recorded
+        finished its record, read with every other watched job's in one query."""
+        watched = [str(job_id) for job_id in self.finishes.watched()]
+        if not watched:
+            return
+        with self._cond:
+            tables = sorted(self._store_tables)
+        try:
+            found = []
+            for table in tables:
+                for at in range(0, len(watched), SQLITE_FINISHED_CHUNK):
+                    ids = watched[at : at + SQLITE_FINISHED_CHUNK]
+                    found += cursor.execute(
+                        f"SELECT id, payload FROM {table} WHERE status IN ({_marks(_FINAL)})"
+                        f" AND id IN ({_marks(ids)})",
+                        (*_FINAL, *ids),
+                    ).fetchall()
+        except Exception:
+            # The records could not be read here: every watcher reads its own.
+            _log.debug("reading the watched jobs' records failed", exc_info=True)
+            self.finishes.announce_all()
+            return
+        for job_id, payload in found:
+            self.finishes.announce(job_id, payload)
 
     def _listen_postgres(self, engine: Engine) -> None:
         pause = _RECONNECT_S[0]
@@ -222,7 +270,7 @@ class Wakeups:
                             return
                     for note in listener.notifies(timeout=_CHECK_S):
                         if note.channel == FINISHED_CHANNEL:
-                            self.finishes.announce(str(note.payload))
+                            self.finishes.announce_message(str(note.payload))
                         else:
                             self._announce([str(note.payload)])
             except Exception as exc:
@@ -247,6 +295,10 @@ class Wakeups:
                     return
             time.sleep(pause)
             pause = min(pause * 2, _RECONNECT_S[1])
+
+
+def _marks(values: Sequence[str]) -> str:
+    return ", ".join("?" * len(values))
 
 
 _REGISTRY: dict[str, Wakeups] = {}

@@ -23,6 +23,7 @@ from .revive import REVIVE_CASES
 from .timeouts import TIMEOUT_CASES
 from .unique import UNIQUE_CASES
 from .wire import WIRE_CASES
+from .workflows import WORKFLOW_CASES
 from .write_before_ack import WRITE_BEFORE_ACK_CASES
 
 AREAS: Mapping[str, tuple[Case, ...]] = {
@@ -45,6 +46,7 @@ AREAS: Mapping[str, tuple[Case, ...]] = {
     "limit_usage": LIMIT_USAGE_CASES,
     "facts": FACT_CASES,
     "wire": WIRE_CASES,
+    "workflows": WORKFLOW_CASES,
 }
 
 

@@ -39,10 +39,12 @@ end
 
 local function wake(queue, n)
   local k = key('wake', queue)
+  local length = 0
   for _ = 1, math.min(n, WAKE_CAP) do
-    redis.call('LPUSH', k, '1')
+    length = redis.call('LPUSH', k, '1')
   end
-  redis.call('LTRIM', k, 0, WAKE_CAP - 1)
+  -- Trimmed only when over the cap: most wakes find the list short (one command saved).
+  if length > WAKE_CAP then redis.call('LTRIM', k, 0, WAKE_CAP - 1) end
 end
 
 local function pad(digits, width)

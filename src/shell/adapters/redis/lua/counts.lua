@@ -1,7 +1,7 @@
 -- counts. ARGV: base, split_limit
 -- One consistent snapshot per known queue: {name, ready, scheduled, in_flight,
 -- oldest ready run_at in µs or nil, {ready per priority in PRIORITIES order},
--- {scheduled per priority} or false, {in flight per priority} or false}.
+-- {scheduled per priority} or false, {in flight per priority} or false, waiting}.
 -- Ready lists are per priority already (less the ghost copies a limited queue's lists
 -- hold: see index.lua). The scheduled and in-flight sets are per queue, so their
 -- split reads each member's hash: done only while the set holds at most split_limit
@@ -53,6 +53,7 @@ for _, queue in ipairs(redis.call('SMEMBERS', key('queues'))) do
     lanes,
     split(key('scheduled', queue), scheduled),
     split(key('inflight', queue), in_flight),
+    redis.call('ZCARD', key('waiting', queue)),
   })
 end
 return out

@@ -8,8 +8,11 @@
 local p = placement_at(2)
 local nonce = ARGV[2 + PLACEMENT_ARGS]
 local jk = key('job', p.id)
-if redis.call('HGET', jk, 'op') == nonce then return 1 end
-unplace(p.id, jk)
-place(jk, p)
-redis.call('HSET', jk, 'op', nonce)
+-- One look answers both: a re-send (its nonce is there) and a new job (no hash: nothing
+-- to take away, the common case).
+local seen = redis.call('HMGET', jk, 'op', 'status')
+if seen[1] == nonce then return 1 end
+local fresh = not seen[2]
+if not fresh then unplace(p.id, jk) end
+place(jk, p, nonce, fresh)
 return 1

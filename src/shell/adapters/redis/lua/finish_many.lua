@@ -6,7 +6,8 @@
 -- Each job's fence, record and release are one step, as in finish (the whole script
 -- is); the fence of prefetched claims and the index, in-flight, held-set and delete
 -- commands are shared by the batch.
--- Returns 1/0 per job.
+-- Returns 1/0 per job, or 2 (SETTLE, see dependents.lua) for a job others wait for,
+-- which is left as it is: its caller finishes it on its own with a settle section.
 local nonce = ARGV[2]
 local STEP = RECORD_ARGS + 2
 
@@ -52,7 +53,7 @@ local function record_many(items, ids)
     end
     finished[status] = finished[status] or {}
     finished[status][minute] = (finished[status][minute] or 0) + 1
-    redis.call('PUBLISH', key('finished'), id)
+    publish_finished(id, r.body)
   end
   for k, pairs_ in pairs(adds) do
     call_many('ZADD', k, pairs_)
@@ -109,7 +110,9 @@ for i = 3, #ARGV, STEP do
     -- A cancel request refuses the outcome: the holder records the cancel instead.
     holds, queue = f[1] == token and f[2] == 'processing' and not f[4], f[3]
   end
-  if holds then
+  if holds and has_dependents(ARGV[i]) then
+    table.insert(out, SETTLE)
+  elseif holds then
     table.insert(items, record_of(id, i + 2))
     table.insert(released, id)
     table.insert(hashes, jk)

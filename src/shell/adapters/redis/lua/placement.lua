@@ -43,6 +43,8 @@ local function unplace(id, jk)
     redis.call('ZREM', key('inflight'), id)
     redis.call('ZREM', key('inflight', queue), id)
     unhold(f[6], id)
+  elseif status == 'waiting' then
+    redis.call('ZREM', key('waiting', queue), id)
   end
 end
 
@@ -59,24 +61,37 @@ end
 -- Write the job unlocked and put it where `p.target` says (`p`: a placement_at table).
 -- Every placement takes the next enqueue sequence number: promotion breaks run_at
 -- ties by it. Then the queue's idle workers are woken: also for a parked job, which
--- changes how long they may sleep before it comes due.
-local function place(jk, p)
+-- changes how long they may sleep before it comes due. `op` (optional) is the
+-- enqueue's nonce, kept in the hash; `fresh` says the caller found no hash for the
+-- job, so no field of an earlier placement is left to take away.
+local function place(jk, p, op, fresh)
   local id, queue = p.id, p.queue
   local seq = tostring(redis.call('INCR', key('seq', 'queue')))
   redis.call('SADD', key('queues'), queue)
-  if p.target == 'scheduled' then
-    redis.call('HSET', jk, 'body', p.body, 'status', p.target, 'queue', queue,
-               'priority', p.priority, 'run_ms', p.run_ms, 'run_us', p.run_us, 'seq', seq,
-               'partition', p.part, 'job_type', p.jtype)
+  local fields = {'body', p.body, 'status', p.target, 'queue', queue, 'priority', p.priority,
+                  'run_ms', p.run_ms, 'run_us', p.run_us, 'seq', seq}
+  local parked = p.target == 'scheduled'
+  if parked then
+    fields[#fields + 1] = 'partition'
+    fields[#fields + 1] = p.part
+    fields[#fields + 1] = 'job_type'
+    fields[#fields + 1] = p.jtype
+  end
+  if op then
+    fields[#fields + 1] = 'op'
+    fields[#fields + 1] = op
+  end
+  redis.call('HSET', jk, unpack(fields))
+  if parked then
     -- `part` and `jtype` name an index entry, which a parked job has none of.
-    redis.call('HDEL', jk, 'token', 'locked_at', 'part', 'jtype')
+    if not fresh then redis.call('HDEL', jk, 'token', 'locked_at', 'part', 'jtype') end
     local member = sched_member(id, p.run_us, seq)
     redis.call('ZADD', key('scheduled'), p.run_ms, member)
     redis.call('ZADD', key('scheduled', queue), p.run_ms, member)
   else
-    redis.call('HSET', jk, 'body', p.body, 'status', p.target, 'queue', queue,
-               'priority', p.priority, 'run_ms', p.run_ms, 'run_us', p.run_us, 'seq', seq)
-    redis.call('HDEL', jk, 'token', 'locked_at', 'part', 'jtype', 'partition', 'job_type')
+    if not fresh then
+      redis.call('HDEL', jk, 'token', 'locked_at', 'part', 'jtype', 'partition', 'job_type')
+    end
     push_ready(id, queue, p.priority, p.run_us, seq, p.part, p.jtype)
   end
   wake(queue, 1)

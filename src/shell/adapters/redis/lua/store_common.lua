@@ -81,6 +81,12 @@ local function count_dead(queue, tenant, delta)
   end
 end
 
+-- The message that wakes the callers waiting for job `id`: its id, a newline, then the
+-- record's body (finish_signals.py reads it).
+local function publish_finished(id, body)
+  redis.call('PUBLISH', key('finished'), id .. '\n' .. body)
+end
+
 -- Remove the record `id` (if any) from every index and counter; returns its status.
 local function unindex(id)
   local f = redis.call('HMGET', key('store', id), 'status', 'queue', 'tenant', 'type', 'minute')
@@ -127,7 +133,8 @@ local function record(r, ...)
     count_dead(queue, tenant, 1)
   end
   count_finished(status, r.minute, 1)
-  -- Callers waiting for this job's outcome (`Runtime.result`) are subscribed here.
-  redis.call('PUBLISH', key('finished'), id)
+  -- Callers waiting for this job's outcome (`Runtime.result`) are subscribed here; the
+  -- record rides along so that they need not read it back.
+  publish_finished(id, r.body)
   return seq
 end

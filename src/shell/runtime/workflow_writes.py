@@ -1,0 +1,111 @@
+"""Enqueueing jobs that wait for others: `enqueue(after=...)` and `enqueue(workflow)`.
+
+Only a call that names dependencies comes here, so the plain enqueue path pays
+nothing for workflows. The graph is written by the queue's `enqueue_graph` in one
+atomic step (`conveyor.shell.ports.workflows`); a backend without it refuses, naming
+the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+from uuid import UUID
+
+import attrs
+
+from ...core import Job, ValidationError
+from ..ports import Clock, JobQueue
+from ..ports.workflows import Graph, Member, TransactionalWorkflowJobQueue, WorkflowJobQueue
+from .enqueue_options import EnqueueOptions
+from .workflows import AfterEntry, Workflow, check_waiting_options, edges_for
+
+
+class GraphEnqueuer(Protocol):
+    """What these writes take of `enqueueing.Enqueuer`."""
+
+    @property
+    def queue(self) -> JobQueue: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def new_jobs(
+        self, job_type: str, args_list: Sequence[Mapping[str, Any] | None], options: EnqueueOptions
+    ) -> list[Job]: ...
+
+    def _written(self, jobs: Sequence[Job]) -> None: ...
+
+
+def workflow_queue(queue: JobQueue, provider: str, field: str = "after") -> WorkflowJobQueue:
+    """`queue` when it can hold jobs that wait for others; else why not, naming `field`."""
+    if not isinstance(queue, WorkflowJobQueue):
+        raise ValidationError.of(
+            field,
+            f"the {provider!r} backend does not support workflows (jobs that wait for "
+            "other jobs) yet; use the memory, sqlite or postgres backend",
+        )
+    return queue
+
+
+@attrs.frozen(slots=True)
+class WorkflowWrites:
+    """The enqueues of jobs that wait for others, through one call's `Enqueuer`."""
+
+    enqueuer: GraphEnqueuer
+    provider: str
+
+    def _write(self, graph: Graph, field: str) -> list[Job]:
+        queue = workflow_queue(self.enqueuer.queue, self.provider, field)
+        written = queue.enqueue_graph(graph)
+        # A workflow id already stored gives back that workflow's jobs: none of them
+        # was enqueued by this call.
+        mine = {m.job.id for m in graph.members}
+        self.enqueuer._written([j for j in written if j.id in mine and not j.status.is_terminal])
+        return written
+
+    def enqueue_workflow(self, workflow: Workflow) -> UUID:
+        """See `WorkflowMethods.enqueue_workflow`."""
+        return _written_id(workflow, self.write_workflow(workflow))
+
+    def write_workflow(self, workflow: Workflow) -> list[Job]:
+        """Write `workflow`, or find it stored under its id; its members as stored."""
+        return self._write(workflow.graph(self.enqueuer.clock.now()), "workflow")
+
+    def enqueue_workflow_in_tx(self, conn: Any, workflow: Workflow) -> UUID:
+        """See `WorkflowMethods.enqueue_workflow_in_tx`."""
+        queue = self.enqueuer.queue
+        if not isinstance(queue, TransactionalWorkflowJobQueue):
+            raise ValidationError.of(
+                "provider",
+                f"{self.provider!r} cannot enqueue a workflow in a transaction; use provider 'db'",
+            )
+        written = queue.enqueue_graph_in_tx(conn, workflow.graph(self.enqueuer.clock.now()))
+        return _written_id(workflow, written)
+
+    def enqueue_after(
+        self,
+        job_type: str,
+        args: Mapping[str, Any] | None,
+        options: EnqueueOptions,
+        after: Iterable[AfterEntry],
+    ) -> Job:
+        """`Runtime.enqueue` of one job that waits for `after` (jobs already enqueued)."""
+        check_waiting_options(options, "enqueue")
+        if options.id is not None:
+            raise ValidationError.of("id", "a job that waits for others cannot be given an id")
+        (job,) = self.enqueuer.new_jobs(job_type, [args], options)
+        edges = edges_for(job.id, after, "after")
+        (written,) = self._write(Graph((Member(job, edges, "after"),)), "after")
+        return written
+
+
+def _written_id(workflow: Workflow, written: Sequence[Job]) -> UUID:
+    """The id `enqueue(workflow)` answers: the workflow's, or, when its root's unique
+    key was held, the holder's (which is its workflow's id when a workflow holds it)."""
+    keys = {step.options.unique_key for step in workflow.steps} - {None}
+    if len(written) == 1 and written[0].id != workflow.id:
+        holder = written[0].unique
+        if holder is not None and holder.key in keys:
+            return written[0].id
+    return workflow.id

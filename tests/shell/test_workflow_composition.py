@@ -1,0 +1,175 @@
+"""Workflows with cron and unique keys, on every backend: a cron slot may start a
+workflow, written once however many nodes tick (a workflow id is written once, also
+by callers racing it); a workflow's root may hold a unique key, which keeps a second
+workflow out while it is held."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from backends import Backend
+from conveyor.core import JobStatus, ValidationError
+from conveyor.core.cron import slot_id
+from conveyor.shell.config import Config
+from conveyor.shell.registry import Registry
+from conveyor.shell.runtime import Runtime
+from conveyor.shell.runtime.workflows import Workflow
+from conveyor.testing.clock import ManualClock
+
+T0 = datetime(2026, 6, 1, 10, 0, 30, tzinfo=UTC)
+SLOT = T0.replace(second=0) + timedelta(minutes=1)
+BUILT: list[datetime] = []
+
+
+def nightly(wf: Workflow, slot: datetime) -> None:
+    """Fetch, render two parts, then mail: the shape of a report run."""
+    BUILT.append(slot)
+    fetch = wf.add("report", {"day": slot.isoformat()}, name="fetch")
+    parts = [wf.add("report", {"part": n}, after=[fetch], name=f"part{n}") for n in (1, 2)]
+    wf.add("report", {"step": "mail"}, after=parts, name="mail")
+
+
+def node(queue: object, store: object, clock: ManualClock) -> Runtime:
+    config = Config(provider="memory")
+    return Runtime(config, queue, store, Registry({"report": lambda args: "ok"}), clock=clock)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def two_nodes(backend: Backend) -> Iterator[tuple[Runtime, Runtime]]:
+    """Two runtimes on one backend with one clock, each with its own connections where
+    the backend crosses processes (memory: one process, so one queue)."""
+    clock = ManualClock(T0)
+    other = backend.peer() if backend.peer is not None else (backend.queue, backend.store)
+    nodes = node(backend.queue, backend.store, clock), node(*other, clock)
+    for rt in nodes:
+        rt.cron.add_workflow("nightly", "* * * * *", nightly)
+        assert rt.cron.tick() == [], "a starting node skips the slots before its start"
+    clock.set(SLOT)
+    yield nodes
+
+
+def test_two_nodes_ticking_one_slot_store_one_workflow_under_the_slot_s_id(
+    two_nodes: tuple[Runtime, Runtime],
+) -> None:
+    first, second = two_nodes
+    wrote = first.cron.tick()
+    found = second.cron.tick()
+    assert [j.id for j in found] == [j.id for j in wrote], "the second node got another copy"
+    assert [j.status for j in wrote] == [JobStatus.PENDING, *[JobStatus.WAITING] * 3]
+    state = first.workflow(slot_id("nightly", SLOT))
+    assert state is not None
+    assert [m.name for m in state.members] == ["fetch", "part1", "part2", "mail"]
+    assert [m.job_id for m in state.members] == [j.id for j in wrote]
+    queued = sorted(q.job_id for q in first.queue.scan())
+    assert queued == sorted(str(j.id) for j in wrote), "a second workflow's jobs were queued"
+    assert first.cron.tick() == [] and second.cron.tick() == []
+
+
+def test_cron_list_shows_the_slot_s_workflow_by_its_last_step_and_run_starts_a_fresh_one(
+    two_nodes: tuple[Runtime, Runtime],
+) -> None:
+    rt, _ = two_nodes
+    rt.cron.tick()
+    (row,) = rt.cron.list()
+    assert row.last_job_id == str(slot_id("nightly", SLOT))
+    assert row.last_state is JobStatus.WAITING, "the mail step waits for the others"
+    assert row.job_type == "nightly"
+    started = rt.cron.run("nightly")
+    assert started.status is JobStatus.PENDING and started.args["day"] == SLOT.isoformat()
+    assert started.id not in {m.job_id for m in rt.workflow(slot_id("nightly", SLOT)).members}  # type: ignore[union-attr]
+
+
+def test_callers_racing_one_workflow_id_store_it_once(backend: Backend) -> None:
+    clock = ManualClock(T0)
+    peers = [backend.peer() if backend.peer is not None else None for _ in range(3)]
+    nodes = [node(backend.queue, backend.store, clock)] + [
+        node(*p, clock) if p is not None else node(backend.queue, backend.store, clock)
+        for p in peers
+    ]
+    workflow_id = uuid4()
+    gate = threading.Barrier(len(nodes))
+    answers: list[list[Any]] = []
+
+    def enqueue(rt: Runtime) -> None:
+        wf = Workflow(id=workflow_id)
+        nightly(wf, SLOT)
+        gate.wait(timeout=30)
+        answers.append([j.id for j in rt._workflows().write_workflow(wf)])
+
+    threads = [threading.Thread(target=enqueue, args=(rt,)) for rt in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(answers) == len(nodes), "a racing enqueue failed"
+    assert all(a == answers[0] for a in answers), "two callers stored two workflows"
+    stored = nodes[0].workflow(workflow_id)
+    assert stored is not None and [m.job_id for m in stored.members] == answers[0]
+    assert len(list(nodes[0].queue.scan())) == 4, "jobs of a losing copy were left queued"
+
+
+def test_a_workflow_entry_is_checked_as_any_entry() -> None:
+    clock = ManualClock(T0)
+    from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
+
+    store = MemoryJobStore()
+    rt = node(MemoryJobQueue(store), store, clock)
+    with pytest.raises(ValidationError) as bad:
+        rt.cron.add_workflow("nightly", "61 * * * *", nightly)
+    assert "schedule" in str(bad.value)
+    with pytest.raises(ValidationError) as not_callable:
+        rt.cron.add_workflow("nightly", "* * * * *", "nightly")  # type: ignore[arg-type]
+    assert not_callable.value.fields == ("cron.build",)
+    rt.cron.add_workflow("nightly", "* * * * *", nightly)
+    with pytest.raises(ValidationError) as taken:
+        rt.cron.add_workflow("nightly", "* * * * *", nightly)
+    assert taken.value.fields == ("cron.name",)
+
+
+def keyed(key: str) -> Workflow:
+    wf = Workflow()
+    root = wf.add("report", {"step": "fetch"}, name="fetch", unique_key=key)
+    wf.add("report", {"step": "mail"}, after=[root], name="mail")
+    return wf
+
+
+def test_a_root_s_unique_key_keeps_a_second_workflow_out_while_it_is_held(
+    backend: Backend,
+) -> None:
+    rt = node(backend.queue, backend.store, ManualClock(T0))
+    first, second = keyed("nightly"), keyed("nightly")
+    assert rt.enqueue_workflow(first) == first.id
+    assert rt.enqueue_workflow(second) == first.id, "the holder's workflow is the answer"
+    assert rt.workflow(second.id) is None, "the second workflow was written"
+    assert rt.get(first.id).state is JobStatus.PENDING, "the keyed root shares its workflow's id"
+    rt.drain()
+    assert rt.workflow(first.id).counts == {"completed": 2}  # type: ignore[union-attr]
+    third = keyed("nightly")
+    assert rt.enqueue_workflow(third) == third.id, "a finished root frees the key"
+
+
+def test_a_refused_graph_leaves_the_key_free(backend: Backend) -> None:
+    rt = node(backend.queue, backend.store, ManualClock(T0))
+    bad = keyed("import-7")
+    bad.add("report", after=[uuid4()], name="ghost")
+    with pytest.raises(ValidationError):
+        rt.enqueue_workflow(bad)
+    good = keyed("import-7")
+    assert rt.enqueue_workflow(good) == good.id
+
+
+def test_only_one_root_of_a_workflow_holds_a_key() -> None:
+    wf = Workflow()
+    root = wf.add("report", name="fetch", unique_key="k")
+    with pytest.raises(ValidationError) as waits:
+        wf.add("report", after=[root], name="mail", unique_key="k2")
+    assert waits.value.fields == ("steps['mail'].unique_key",)
+    with pytest.raises(ValidationError) as second:
+        wf.add("report", name="other", unique_key="k3")
+    assert second.value.fields == ("steps['other'].unique_key",)
+    assert "'fetch' already holds" in str(second.value)
