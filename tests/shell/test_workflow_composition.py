@@ -173,3 +173,17 @@ def test_only_one_root_of_a_workflow_holds_a_key() -> None:
         wf.add("report", name="other", unique_key="k3")
     assert second.value.fields == ("steps['other'].unique_key",)
     assert "'fetch' already holds" in str(second.value)
+
+
+def test_enqueue_many_after_writes_every_waiting_job_or_none(backend: Backend) -> None:
+    rt = node(backend.queue, backend.store, ManualClock(T0))
+    first = rt.enqueue("report", {"n": 0})
+    waiting = rt.enqueue_many("report", [{"n": n} for n in (1, 2, 3)], after=[first])
+    assert [job.status for job in waiting] == [JobStatus.WAITING] * 3
+    for job in waiting:
+        assert [e.dependency for e in rt.queue.dependencies_of(job.id)] == [first.id]
+    gone = uuid4()
+    with pytest.raises(ValidationError) as caught:
+        rt.enqueue_many("report", [{"n": 4}, {"n": 5}], after=[first, gone])
+    assert "after[1]" in str(caught.value)
+    assert rt.queue.counts(T0)["default"].waiting == 3, "a refused list wrote some of its jobs"

@@ -233,3 +233,62 @@ def test_a_handler_run_in_a_child_process_reads_its_inputs() -> None:
     [summed] = [m for m in rt.workflow(wf.id).members if m.name == "sum"]
     assert rt.get(summed.job_id).job.result == 7
     assert not multiprocessing.active_children()
+
+
+def test_enqueue_many_after_makes_every_job_wait_for_the_same_dependencies(
+    where: dict[str, Any],
+) -> None:
+    seen: list[Any] = []
+
+    def merge(args: Any, ctx: JobContext) -> None:
+        seen.append((args["k"], ctx.inputs()[first.id]))
+
+    rt = _runtime(where, {"part": lambda a: a["n"], "merge": merge})
+    first = rt.enqueue("part", {"n": 7})
+    waiting = rt.enqueue_many("merge", [{"k": k} for k in range(3)], after=[first])
+    assert [job.status for job in waiting] == [JobStatus.WAITING] * 3
+    assert rt.queue.counts(rt.clock.now())["default"].waiting == 3
+    rt.drain()
+    assert sorted(seen) == [(0, 7), (1, 7), (2, 7)]
+    assert {rt.get(job.id).state for job in waiting} == {JobStatus.COMPLETED}
+
+
+def test_enqueue_many_after_refuses_what_a_waiting_job_cannot_have_and_writes_nothing(
+    where: dict[str, Any],
+) -> None:
+    rt = _runtime(where, {"part": lambda a: None})
+    first = rt.enqueue("part", {})
+    with pytest.raises(ValidationError) as caught:
+        rt.enqueue_many("part", [{}, {}], after=[first], delay=5)
+    assert "enqueue_many.delay" in str(caught.value)
+    with pytest.raises(ValidationError) as caught:
+        rt.enqueue_many("part", [{}, {}], after=[first], id="00000000-0000-4000-8000-000000000001")
+    assert "id" in str(caught.value)
+    with pytest.raises(ValidationError) as caught:
+        rt.enqueue_many("part", [{}, {}], after=["not a job id"])
+    assert "after[0]" in str(caught.value)
+    assert rt.queue.counts(rt.clock.now())["default"].waiting == 0
+
+
+def test_aenqueue_takes_after_and_a_workflow_as_enqueue_does(where: dict[str, Any]) -> None:
+    import asyncio
+
+    rt = _runtime(where, {"part": lambda a: a["n"], "merge": lambda a: None})
+    first = rt.enqueue("part", {"n": 1})
+    wf = Workflow()
+    wf.add("merge", after=[wf.add("part", {"n": 2})])
+
+    async def main() -> tuple[Any, Any, Any]:
+        one = await rt.aenqueue("merge", {}, after=[first])
+        many = await rt.aenqueue_many("merge", [{}, {}], after=[first])
+        workflow_id = await rt.aenqueue(wf)
+        return one, many, workflow_id
+
+    one, many, workflow_id = asyncio.run(main())
+    assert one.status is JobStatus.WAITING
+    assert [job.status for job in many] == [JobStatus.WAITING] * 2
+    assert workflow_id == wf.id
+    assert rt.workflow(workflow_id).counts == {"pending": 1, "waiting": 1}
+    rt.drain()
+    assert {rt.get(job.id).state for job in [one, *many]} == {JobStatus.COMPLETED}
+    assert rt.workflow(workflow_id).counts == {"completed": 2}

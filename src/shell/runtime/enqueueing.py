@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -325,7 +326,10 @@ class EnqueueMethods:
         `id` or `unique_key`, every job of the list shares it, so the first one written
         holds it and the others come back as that job (one entry per args mapping).
         """
+        after = options.pop("after", None)
         chosen = EnqueueOptions.of(options)
+        if after is not None:
+            return self._workflows().enqueue_many_after(job_type, args_list, chosen, after)
         return self._enqueuer().enqueue_many(job_type, args_list, chosen)
 
     def _native(self, options: EnqueueOptions) -> bool:
@@ -337,7 +341,11 @@ class EnqueueMethods:
         self, job_type: str, args: Mapping[str, Any] | None = None, **options: Any
     ) -> Job:
         """`enqueue` for asyncio code: the same job, validation and options, written
-        without blocking the event loop (see docs/asyncio.md for each backend's path)."""
+        without blocking the event loop (see docs/asyncio.md for each backend's path).
+        A workflow, or a job `after` others, is written by `enqueue` in a thread."""
+        if not isinstance(job_type, str) or "after" in options:
+            call = functools.partial(self.enqueue, job_type, args, **options)
+            return await asyncio.to_thread(call)
         chosen, enqueuer = EnqueueOptions.of(options), self._enqueuer()
         if not self._native(chosen):
             return await asyncio.to_thread(enqueuer.enqueue, job_type, args, chosen)
@@ -349,6 +357,9 @@ class EnqueueMethods:
     ) -> list[Job]:
         """`enqueue_many` for asyncio code: all jobs checked before any is written, then
         written in one round trip without blocking the event loop."""
+        if "after" in options:
+            call = functools.partial(self.enqueue_many, job_type, args_list, **options)
+            return await asyncio.to_thread(call)
         chosen, enqueuer = EnqueueOptions.of(options), self._enqueuer()
         if not self._native(chosen):
             return await asyncio.to_thread(enqueuer.enqueue_many, job_type, args_list, chosen)

@@ -99,6 +99,27 @@ class WorkflowWrites:
         (written,) = self._write(Graph((Member(job, edges, "after"),)), "after")
         return written
 
+    def enqueue_many_after(
+        self,
+        job_type: str,
+        args_list: Sequence[Mapping[str, Any] | None],
+        options: EnqueueOptions,
+        after: Iterable[AfterEntry],
+    ) -> list[Job]:
+        """`Runtime.enqueue_many` of jobs that each wait for `after`, written as one
+        graph: all of them or none."""
+        check_waiting_options(options, "enqueue_many")
+        if options.id is not None:
+            raise ValidationError.of("id", "a job that waits for others cannot be given an id")
+        # Read once: `after` may be a generator, and every job waits on the same entries.
+        entries = after if isinstance(after, (str, bytes)) else list(after)
+        jobs = self.enqueuer.new_jobs(job_type, args_list, options)
+        if not jobs:
+            edges_for(UUID(int=0), entries, "after")  # still refuse a bad `after`
+            return []
+        members = tuple(Member(job, edges_for(job.id, entries, "after"), "after") for job in jobs)
+        return self._write(Graph(members), "after")
+
 
 def _written_id(workflow: Workflow, written: Sequence[Job]) -> UUID:
     """The id `enqueue(workflow)` answers: the workflow's, or, when its root's unique
