@@ -8,7 +8,7 @@ from uuid import UUID
 
 import attrs
 
-from .ports import JobStore
+from .ports import JobStore, records_of
 from .ports.workflows import WorkflowJobQueue
 
 
@@ -42,8 +42,10 @@ def read_inputs(queue: object, store: JobStore, job_id: UUID) -> Inputs:
         return NO_INPUTS
     by_name: dict[str, Any] = {}
     by_id: dict[UUID, Any] = {}
-    for edge in queue.dependencies_of(job_id):
-        record = store.get(edge.dependency)
+    edges = queue.dependencies_of(job_id)
+    records = records_of(store, [edge.dependency for edge in edges])
+    for edge in edges:
+        record = records.get(edge.dependency)
         result = None if record is None else record.result
         by_id[edge.dependency] = result
         if edge.name is not None:

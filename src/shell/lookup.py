@@ -14,7 +14,7 @@ What is found is a `JobView` (`job_view`); `job_text` prints it for the CLI.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from uuid import UUID
 
@@ -33,6 +33,7 @@ from .ports import (
     Place,
     ProgressJobQueue,
     QueuedJob,
+    records_of,
 )
 from .progress_notes import report_of
 
@@ -125,6 +126,22 @@ def find_job(queue: JobQueue, store: JobStore, job_id: UUID, lease: timedelta) -
         if entry is not None:
             return view_of_entry(entry, lease)
     return view_of_record(record)
+
+
+def find_jobs(
+    queue: JobQueue, store: JobStore, job_ids: Sequence[UUID], lease: timedelta
+) -> dict[UUID, JobView | None]:
+    """`find_job` of each of `job_ids`, the finished ones read from the store together
+    (one round trip where the store can); the others one by one, queue first."""
+    records = records_of(store, job_ids)
+    found: dict[UUID, JobView | None] = {}
+    for job_id in job_ids:
+        record = records.get(job_id)
+        if record is not None and record.status.is_terminal:
+            found[job_id] = view_of_record(record)
+        else:
+            found[job_id] = find_job(queue, store, job_id, lease)
+    return found
 
 
 def list_jobs(

@@ -20,6 +20,7 @@ from typing import Any
 
 from conveyor.core import JobStatus
 from conveyor.shell.context import JobContext
+from conveyor.shell.ports import records_of
 from conveyor.shell.registry import Registry
 from conveyor.shell.worker.loop import Worker
 from fault_worker import open_backend, worker_options
@@ -38,7 +39,8 @@ def main() -> int:
     def fan_in(args: dict[str, Any], ctx: JobContext) -> str:
         inputs = ctx.inputs()
         edges = queue.dependencies_of(ctx.job_id)
-        records = [store.get(edge.dependency) for edge in edges]
+        held = records_of(store, [edge.dependency for edge in edges])
+        records = [held.get(edge.dependency) for edge in edges]
         unfinished = sum(1 for r in records if r is None or r.status is not JobStatus.COMPLETED)
         line = {
             "pid": os.getpid(),

@@ -292,3 +292,43 @@ def test_aenqueue_takes_after_and_a_workflow_as_enqueue_does(where: dict[str, An
     rt.drain()
     assert {rt.get(job.id).state for job in [one, *many]} == {JobStatus.COMPLETED}
     assert rt.workflow(workflow_id).counts == {"completed": 2}
+
+
+class _CountingStore:
+    """The runtime's own store, with its reads counted; `many=False` hides
+    `get_many`, as a store of a user's own may lack it."""
+
+    def __init__(self, store: Any, many: bool) -> None:
+        self._store, self._many = store, many
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "get_many" and not self._many:
+            raise AttributeError(name)
+        found = getattr(self._store, name)
+        if name in ("get", "get_many"):
+
+            def counted(*args: Any) -> Any:
+                self.calls.append(name)
+                return found(*args)
+
+            return counted
+        return found
+
+
+@pytest.mark.parametrize("many", [True, False], ids=["get_many", "get"])
+def test_a_fan_in_reads_its_inputs_in_one_store_read_where_the_store_can(
+    where: dict[str, Any], many: bool
+) -> None:
+    from conveyor.shell.inputs import read_inputs
+
+    rt = _runtime(where, {"part": lambda a: a["n"] * 10, "merge": lambda a: None})
+    wf = Workflow()
+    parts = [wf.add("part", {"n": n}, name=f"p{n}") for n in range(30)]
+    merge = wf.add("merge", after=parts, name="m")
+    rt.enqueue(wf)
+    rt.drain()
+    store = _CountingStore(rt.store, many)
+    inputs = read_inputs(rt.queue, store, merge.job_id)
+    assert [inputs[f"p{n}"] for n in range(30)] == [n * 10 for n in range(30)]
+    assert store.calls == (["get_many"] if many else ["get"] * 30)

@@ -44,7 +44,7 @@ from .reads import (
     QueueCounts,
     QueuedJob,
 )
-from .store import JobStore, PruneRememberingStore
+from .store import JobStore, ManyReadingStore, PruneRememberingStore, records_of
 
 __all__ = [
     "HISTORY_FILTER_SCAN",
@@ -69,6 +69,7 @@ __all__ = [
     "LimitUsage",
     "LimitedClaims",
     "LimitedJobQueue",
+    "ManyReadingStore",
     "Place",
     "PriorityCounts",
     "ProgressJobQueue",
@@ -82,6 +83,7 @@ __all__ = [
     "is_prefetched",
     "is_transactional",
     "prefetch_token",
+    "records_of",
 ]
 
 

@@ -70,6 +70,25 @@ class JobStore(Protocol):
 
 
 @runtime_checkable
+class ManyReadingStore(JobStore, Protocol):
+    """A store that reads many records in one round trip (a fan-in's inputs, a
+    workflow's members); `records_of` falls back to one `get` per id without it."""
+
+    def get_many(self, job_ids: Sequence[UUID]) -> Mapping[UUID, Job]:
+        """The records held among `job_ids`, by id; an id without one (never recorded,
+        pruned, or a record that no longer decodes) is absent."""
+        ...
+
+
+def records_of(store: JobStore, job_ids: Sequence[UUID]) -> dict[UUID, Job]:
+    """The records `store` holds among `job_ids`, in one read where it can."""
+    if isinstance(store, ManyReadingStore):
+        return dict(store.get_many(job_ids))
+    found = {job_id: store.get(job_id) for job_id in dict.fromkeys(job_ids)}
+    return {job_id: job for job_id, job in found.items() if job is not None}
+
+
+@runtime_checkable
 class PruneRememberingStore(JobStore, Protocol):
     """A store whose `prune` leaves a tombstone per record it deletes, when the order
     asks for them (`PruneOrder.pruned_at`), each kept `PruneOrder.remember_ms`: so

@@ -9,7 +9,7 @@ graph is written by the queue's `enqueue_graph` in one atomic step
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -18,6 +18,7 @@ import attrs
 from ...core import CancelResult, Job, JobStatus, ValidationError
 from ...core.dependencies import Edge
 from ..inputs import Inputs, read_inputs
+from ..lookup import find_jobs
 from ..ports import JobQueue, JobStore
 from ..ports.workflows import supports_workflows
 from .workflow_writes import WorkflowWrites, workflow_queue
@@ -86,6 +87,8 @@ class WorkflowMethods:
 
         def get(self, job_id: UUID | str) -> JobView | None: ...
 
+        def _lease(self) -> timedelta: ...
+
         def cancel(self, job_id: UUID | str) -> CancelResult: ...
 
     def enqueue_workflow(self, workflow: Workflow) -> UUID:
@@ -111,9 +114,10 @@ class WorkflowMethods:
         waits: dict[UUID, list[Edge]] = {}
         for edge in found.edges:
             waits.setdefault(edge.dependent, []).append(edge)
+        views = find_jobs(self.queue, self.store, list(found.names.values()), self._lease())
         members = []
         for name, job_id in found.names.items():
-            view = self.get(job_id)
+            view = views[job_id]
             error = None
             if view is not None and view.job is not None and view.job.last_error is not None:
                 error = f"{view.job.last_error.type}: {view.job.last_error.message}"

@@ -49,6 +49,11 @@ class MemoryJobStore:
             entry = self._jobs.get(job_id)
             return entry[1] if entry else None
 
+    def get_many(self, job_ids: Sequence[UUID]) -> Mapping[UUID, Job]:
+        with self._lock:
+            found = ((job_id, self._jobs.get(job_id)) for job_id in job_ids)
+            return {job_id: entry[1] for job_id, entry in found if entry is not None}
+
     def list_history(
         self,
         *,

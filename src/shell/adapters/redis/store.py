@@ -89,6 +89,26 @@ class RedisJobStore:
         body = retrying(self.retry_budget_s, lambda: self._client.hget(key, "body"))
         return None if body is None else _decoded(body)
 
+    def get_many(self, job_ids: Sequence[UUID]) -> Mapping[UUID, Job]:
+        """The records held among `job_ids` (`ManyReadingStore`), read in one
+        pipelined round trip."""
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return {}
+
+        def read() -> list[Any]:
+            with self._client.pipeline(transaction=False) as pipe:
+                for job_id in ids:
+                    pipe.hget(self.keys.store(str(job_id)), "body")
+                return list(pipe.execute())
+
+        bodies = retrying(self.retry_budget_s, read)
+        found = (
+            (job_id, None if body is None else _decoded(body))
+            for job_id, body in zip(ids, bodies, strict=True)
+        )
+        return {job_id: job for job_id, job in found if job is not None}
+
     def list_history(
         self,
         *,

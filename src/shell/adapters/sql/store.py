@@ -112,6 +112,29 @@ class SqlJobStore:
         payload = self._db.run(lambda conn: conn.execute(stmt).scalar_one_or_none(), write=False)
         return None if payload is None else _decoded_record(str(job_id), str(payload))
 
+    def get_many(self, job_ids: Sequence[UUID]) -> Mapping[UUID, Job]:
+        """The records held among `job_ids` (`ManyReadingStore`): one query per
+        `_MANY_CHUNK` ids, in one transaction."""
+        ids = list(dict.fromkeys(str(job_id) for job_id in job_ids))
+
+        def read(conn: Connection) -> list[Any]:
+            rows: list[Any] = []
+            for at in range(0, len(ids), _MANY_CHUNK):
+                chunk = ids[at : at + _MANY_CHUNK]
+                stmt = select(self._t.c.id, self._t.c.payload).where(self._t.c.id.in_(chunk))
+                rows.extend(conn.execute(stmt).all())
+            return rows
+
+        found = (
+            (
+                (str(r.id), _decoded_record(str(r.id), str(r.payload)))
+                for r in self._db.run(read, write=False)
+            )
+            if ids
+            else ()
+        )
+        return {UUID(job_id): job for job_id, job in found if job is not None}
+
     def list_history(
         self,
         *,
@@ -346,6 +369,10 @@ class SqlJobStore:
 
 def _rules(order: PruneOrder) -> list[tuple[JobStatus, datetime | None, int | None]]:
     return list(order.rules)
+
+
+#: Ids per query of `get_many`: well under SQLite's bound on a statement's parameters.
+_MANY_CHUNK = 500
 
 
 def _decoded_record(job_id: str, payload: str) -> Job | None:

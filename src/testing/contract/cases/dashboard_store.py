@@ -11,7 +11,13 @@ import attrs
 
 from ....core import ErrorInfo, Job, JobStatus, Policies, Succeeded, dead_letter, decide, start
 from ....core.retention import PruneOrder
-from ....shell.ports import BatchingJobQueue, Claim, HistoryFilter
+from ....shell.ports import (
+    BatchingJobQueue,
+    Claim,
+    HistoryFilter,
+    ManyReadingStore,
+    records_of,
+)
 from ..case import case
 from ..subject import FINISHING, Subject
 from ..support import T0, make_job
@@ -184,7 +190,25 @@ def a_record_recorded_again_moves_between_the_filtered_reads(s: Subject) -> None
     assert (counts.completed, counts.failed) == ((0, 1), (0, 0))
 
 
+@case()
+def many_records_are_read_together_and_a_missing_id_is_left_out(s: Subject) -> None:
+    """`get_many` (a fan-in's inputs, a workflow's members in one read): each record
+    held among the ids, whatever queue it came from; an id without one is absent."""
+    assert isinstance(s.store, ManyReadingStore), "a bundled store reads many at once"
+    kept = [_recorded(s, queue=f"q{n}", dead=n == 3) for n in range(6)]
+    missing = make_job("work").id
+    asked = [kept[4].id, missing, kept[0].id, kept[3].id, kept[0].id]
+    found = s.store.get_many(asked)
+    assert set(found) == {kept[4].id, kept[0].id, kept[3].id}
+    for job_id, job in found.items():
+        assert job == s.store.get(job_id)
+    assert found[kept[3].id].status is JobStatus.FAILED
+    assert s.store.get_many([]) == {}
+    assert records_of(s.store, asked) == dict(found)
+
+
 DASHBOARD_STORE_CASES = (
+    many_records_are_read_together_and_a_missing_id_is_left_out,
     history_is_filtered_by_queue_and_type_in_the_store,
     history_listing_pages_by_offset,
     finished_per_minute_counts_completed_and_dead_by_minute,
