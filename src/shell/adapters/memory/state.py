@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -81,7 +82,7 @@ class QueueState:
         self._member_of: dict[UUID, UUID] = {}
         if store is not None:
             # So its prune spares the records of jobs still here.
-            store._attach(self._lock, self.holds)
+            store._attach(self._lock, self.holds, self.let_go_of_records)
 
     def holds(self, job_id: UUID) -> bool:
         """True while `job_id` is ready, parked or in flight (caller holds the lock)."""
@@ -91,6 +92,29 @@ class QueueState:
             or job_id in self._in_flight
             or job_id in self._waiting
         )
+
+    def let_go_of_records(self, job_ids: Sequence[UUID], recorded: Callable[[UUID], bool]) -> None:
+        """What records deleted from the store (pruned, purged) leave of workflows
+        (caller holds the lock): a job in no workflow lets go of its edges at once; a
+        workflow keeps its members, edges and names until none of its jobs is queued
+        or `recorded`, then all of them go."""
+        ended: set[UUID] = set()
+        for job_id in job_ids:
+            workflow_id = self._member_of.get(job_id)
+            if workflow_id is None:
+                self._edges.pop(job_id, None)
+                self._dependents.pop(job_id, None)
+            else:
+                ended.add(workflow_id)
+        for workflow_id in ended:
+            members = self._workflows[workflow_id].names.values()
+            if any(self.holds(m) or recorded(m) for m in members):
+                continue
+            for member in members:
+                self._edges.pop(member, None)
+                self._dependents.pop(member, None)
+                self._member_of.pop(member, None)
+            del self._workflows[workflow_id]
 
     def _lanes(self, queue: str) -> dict[Priority, deque[tuple[int, Job]]]:
         lanes = self._ready.get(queue)

@@ -24,14 +24,27 @@ class MemoryJobStore:
         self._queue_lock: threading.Lock | None = None
         #: Whether that queue still holds a job id (asked under its lock).
         self._queue_holds: Callable[[UUID], bool] | None = None
+        #: That queue's bookkeeping of workflows, told of deleted records (under its lock).
+        self._let_go: Callable[[Sequence[UUID], Callable[[UUID], bool]], None] | None = None
         #: The callers waiting for a job's outcome (`Runtime.result`).
         self._finishes = FinishSignals()
         #: Tombstones: the ids of pruned records, and when they were pruned.
         self._pruned: dict[UUID, datetime] = {}
 
-    def _attach(self, lock: threading.Lock, holds: Callable[[UUID], bool]) -> None:
-        """Work with the queue whose lock is `lock`: a prune spares what it `holds`."""
-        self._queue_lock, self._queue_holds = lock, holds
+    def _attach(
+        self,
+        lock: threading.Lock,
+        holds: Callable[[UUID], bool],
+        let_go: Callable[[Sequence[UUID], Callable[[UUID], bool]], None],
+    ) -> None:
+        """Work with the queue whose lock is `lock`: a prune spares what it `holds`,
+        and each deletion tells it which records went (`let_go`)."""
+        self._queue_lock, self._queue_holds, self._let_go = lock, holds, let_go
+
+    def _deleted(self, job_ids: Sequence[UUID]) -> None:
+        """Tell the queue (caller holds both locks) which records went."""
+        if self._let_go is not None and job_ids:
+            self._let_go(job_ids, self._jobs.__contains__)
 
     def record(self, job: Job) -> None:
         with self._lock:
@@ -119,7 +132,7 @@ class MemoryJobStore:
         return out
 
     def purge_dead(self, job_id: UUID | None = None) -> int:
-        with self._lock:
+        with self._locked():
             doomed = [
                 i
                 for i, (_, job) in self._jobs.items()
@@ -127,6 +140,7 @@ class MemoryJobStore:
             ]
             for i in doomed:
                 del self._jobs[i]
+            self._deleted(doomed)
             return len(doomed)
 
     @contextlib.contextmanager
@@ -159,6 +173,7 @@ class MemoryJobStore:
             doomed = self._prunable(order)[: order.limit]
             for i in doomed:
                 del self._jobs[i]
+            self._deleted(doomed)
             if order.pruned_at is not None and order.forget_before is not None:
                 forget = order.forget_before
                 for i in [i for i, at in self._pruned.items() if at < forget]:

@@ -38,6 +38,7 @@ from .schema import SCHEMA, STORE_COUNTER, Schema
 from .tombstones import pruned_at as tombstones_pruned_at
 from .tombstones import remember
 from .wakeups import wakeups_for
+from .workflow_pruning import let_go_of_records
 
 __all__ = ["SqlJobStore", "record_values", "write_record", "write_records"]
 
@@ -268,7 +269,13 @@ class SqlJobStore:
         stmt = delete(self._t).where(self._t.c.status == JobStatus.FAILED.value)
         if job_id is not None:
             stmt = stmt.where(self._t.c.id == str(job_id))
-        return self._db.run(lambda conn: int(conn.execute(stmt).rowcount))
+
+        def purge(conn: Connection) -> int:
+            gone = [str(i) for i in conn.execute(stmt.returning(self._t.c.id)).scalars()]
+            let_go_of_records(conn, self._db.schema, gone)
+            return len(gone)
+
+        return self._db.run(purge)
 
     def prune(self, order: PruneOrder) -> int:
         """Delete up to `order.limit` records the order lets go, in one transaction of
@@ -317,6 +324,7 @@ class SqlJobStore:
                 pruned.extend(gone)
                 left -= len(gone)
         remember(conn, self._db.schema.pruned, order, pruned)
+        let_go_of_records(conn, self._db.schema, pruned)
         return order.limit - left
 
     def _idle(self, t: FromClause) -> ColumnElement[bool]:

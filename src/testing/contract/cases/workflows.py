@@ -5,13 +5,17 @@ whole. A backend without workflows is reported as not applicable (`WORKFLOWS`)."
 
 from __future__ import annotations
 
+from datetime import timedelta
 from uuid import uuid4
+
+import attrs
 
 from ....core import (
     ErrorInfo,
     Job,
     JobStatus,
     Policies,
+    PruneOrder,
     Succeeded,
     ValidationError,
     dead_letter,
@@ -264,6 +268,53 @@ def a_root_s_unique_key_held_by_another_workflow_writes_nothing_until_it_is_free
     assert [j.id for j in written] == [m.job.id for m in later.members]
 
 
+@case(WORKFLOWS)
+def deleted_records_take_what_they_leave_of_workflows_with_them(s: Subject) -> None:
+    """A job in no workflow lets go of its edges with its record; a workflow stays
+    whole (names, edges, each member's workflow) while any of its jobs is queued or
+    recorded, and goes with its last record."""
+    root, leaf, alone = make_job("root"), make_job("leaf"), make_job("alone")
+    graph = _graph((root, []), (leaf, [(root, OnFailure.FAIL)]))
+    workflow_id = graph.workflow_id
+    s.queue.enqueue_graph(graph)
+    s.queue.enqueue_graph(_graph((alone, [(root, OnFailure.FAIL)]), workflow=False))
+    held = claim(s)
+    assert s.queue.finish(held, _done(held.job))
+    for _ in range(2):
+        held = claim(s, LATER)
+        if held.job.id == alone.id:
+            assert s.queue.finish(held, _dead(held.job))
+        else:
+            ran = start(held.job, LATER).unwrap()
+            assert s.queue.finish(held, decide(ran, Succeeded(1), LATER, Policies(), 0.5).job)
+
+    def whole() -> bool:
+        found = s.queue.workflow(workflow_id)
+        return (
+            found is not None
+            and list(found.names.values()) == [root.id, leaf.id]
+            and [e.dependency for e in s.queue.dependencies_of(leaf.id)] == [root.id]
+            and s.queue.workflow_of(root.id) == workflow_id
+        )
+
+    assert s.store.purge_dead(alone.id) == 1
+    assert list(s.queue.dependencies_of(alone.id)) == [], "a purged job kept its edges"
+    assert whole(), "a record of no workflow took the workflow's rows"
+    order = PruneOrder(
+        completed_before=T0 + timedelta(seconds=1),
+        dead_before=None,
+        keep_completed=None,
+        keep_dead=None,
+        limit=10,
+    )
+    assert s.store.prune(order) == 1  # the root's record, finished at T0
+    assert whole(), "the workflow went while its leaf was still recorded"
+    assert s.store.prune(attrs.evolve(order, completed_before=LATER + timedelta(days=1))) == 1
+    assert s.queue.workflow(workflow_id) is None, "the workflow outlived its last record"
+    assert s.queue.workflow_of(root.id) is None and s.queue.workflow_of(leaf.id) is None
+    assert list(s.queue.dependencies_of(leaf.id)) == [], "a member's edges outlived it"
+
+
 def _keyed_graph(key: str) -> Graph:
     """A root holding `key` (its id the workflow's, as `Workflow` gives it) and a leaf."""
     workflow_id = uuid4()
@@ -298,4 +349,5 @@ WORKFLOW_CASES = (
     a_job_names_the_workflow_it_was_written_in,
     a_workflow_whose_id_is_stored_is_not_written_again,
     a_root_s_unique_key_held_by_another_workflow_writes_nothing_until_it_is_free,
+    deleted_records_take_what_they_leave_of_workflows_with_them,
 )

@@ -56,6 +56,10 @@ for _ = 1, members do
     end
   end
 end
-if workflow ~= '' then redis.call('SET', key('workflow', workflow), doc) end
+if workflow ~= '' then
+  redis.call('SET', key('workflow', workflow), doc)
+  -- Counted down as members' records are deleted (`let_go_of_record`).
+  redis.call('SET', key('workflow_left', workflow), members)
+end
 if receipt_ms > 0 then redis.call('SET', receipt, '1', 'PX', receipt_ms) end
 return 1

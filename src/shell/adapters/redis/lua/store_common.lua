@@ -138,3 +138,27 @@ local function record(r, ...)
   publish_finished(id, r.body)
   return seq
 end
+
+-- What a deleted record (pruned, purged) leaves of workflows. A job in no workflow
+-- lets go of its edges and of the set of jobs that waited for it at once. A member
+-- counts down its workflow's {base}:workflow_left:<wid> (written with the workflow);
+-- the last one takes every member's edges, set and member key, and the workflow's
+-- document. A workflow written before that count existed is kept whole.
+local function let_go_of_record(id)
+  local mk = key('member', id)
+  local workflow = redis.call('GET', mk)
+  if not workflow then
+    redis.call('DEL', key('edges', id), key('dependents', id))
+    return
+  end
+  local lk = key('workflow_left', workflow)
+  if redis.call('EXISTS', lk) == 0 or redis.call('DECR', lk) > 0 then return end
+  local workflow_doc = redis.call('GET', key('workflow', workflow))
+  if workflow_doc then
+    for _, pair in ipairs(cjson.decode(workflow_doc).names) do
+      local m = pair[2]
+      redis.call('DEL', key('edges', m), key('dependents', m), key('member', m))
+    end
+  end
+  redis.call('DEL', lk, key('workflow', workflow), mk)
+end

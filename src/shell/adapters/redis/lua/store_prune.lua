@@ -93,6 +93,7 @@ if not dry then
   for _, id in ipairs(picked) do
     unindex(id)
     redis.call('DEL', key('store', id))
+    let_go_of_record(id)
     if remember and remember > 0 then
       redis.call('SET', key('pruned', id), pruned_us, 'PX', remember)
     end

@@ -14,6 +14,7 @@ for _, victim in ipairs(ids) do
   if redis.call('HGET', key('store', victim), 'status') == 'failed' then
     unindex(victim)
     redis.call('DEL', key('store', victim))
+    let_go_of_record(victim)
     purged = purged + 1
   end
 end
