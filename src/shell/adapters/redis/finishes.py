@@ -21,6 +21,11 @@ from ..finish_signals import FinishSignals, FinishWatch
 from .client import log, text
 from .cluster import Client
 
+#: The largest message (id, newline, record) a finish publishes with its record: a
+#: larger record is announced by its id alone, and its waiter reads it. Every process
+#: that waits for any result hears every finish, so this bounds what one finish sends
+#: to each of them.
+CARRIED_MAX_BYTES = 65_536
 #: How long the subscriber blocks before it looks whether anyone still waits.
 _CHECK_S = 1.0
 #: Waits between attempts to subscribe again after a failure.

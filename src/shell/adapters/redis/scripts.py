@@ -21,6 +21,7 @@ from typing import Any, cast
 from ....core import PRIORITY_ORDER
 from ....core.throughput import FINISH_COUNT_RETENTION_S
 from .cluster import Client
+from .finishes import CARRIED_MAX_BYTES
 from .limits import RANK_SCALE
 
 Script = Callable[..., Any]
@@ -40,8 +41,9 @@ SETTLING = (*QUEUE_AND_STORE, "dependents")
 
 def core_values() -> str:
     """The Lua locals every script is given from the core: `PRIORITIES` (claim
-    order), `RANK` (priority name -> rank) and `FINISH_COUNT_KEEP_S`; and from the
-    partition index's layout (`limits.RANK_SCALE`), `SEQ_DIGITS`."""
+    order), `RANK` (priority name -> rank) and `FINISH_COUNT_KEEP_S`; from the
+    partition index's layout (`limits.RANK_SCALE`), `SEQ_DIGITS`; and the largest
+    finish message that carries its record (`finishes.CARRIED_MAX_BYTES`)."""
     names = ", ".join(f"'{p.value}'" for p in PRIORITY_ORDER)
     ranks = ", ".join(f"{p.value} = {p.rank}" for p in PRIORITY_ORDER)
     return (
@@ -50,6 +52,7 @@ def core_values() -> str:
         f"local RANK = {{{ranks}}}\n"
         f"local FINISH_COUNT_KEEP_S = {FINISH_COUNT_RETENTION_S}\n"
         f"local SEQ_DIGITS = {len(str(RANK_SCALE)) - 1}\n"
+        f"local CARRIED_MAX_BYTES = {CARRIED_MAX_BYTES}\n"
     )
 
 

@@ -82,8 +82,10 @@ local function count_dead(queue, tenant, delta)
 end
 
 -- The message that wakes the callers waiting for job `id`: its id, a newline, then the
--- record's body (finish_signals.py reads it).
+-- record's body (finish_signals.py reads it); the id alone when the whole would pass
+-- CARRIED_MAX_BYTES (rendered from finishes.py), and the waiter reads the record.
 local function publish_finished(id, body)
+  if #id + 1 + #body > CARRIED_MAX_BYTES then body = '' end
   redis.call('PUBLISH', key('finished'), id .. '\n' .. body)
 end
 
