@@ -11,7 +11,6 @@ test gets the dedicated database 14, flushed.
 
 from __future__ import annotations
 
-import collections
 import logging
 import pickle
 import re
@@ -56,6 +55,7 @@ from conveyor.shell.codec import encode
 from conveyor.shell.ports import BadClaim, Claim
 from conveyor.shell.ports.workflows import Graph, Member
 from conveyor.testing.redis_server import RedisServer, redis_url
+from helpers import CountingRedis
 from redis.crc import key_slot
 
 TEST_DB = 14
@@ -67,17 +67,6 @@ def make_job(queue: str = "jobs", *, now: datetime = T0, **options: Any) -> Job:
     return create_job(
         id=options.pop("id", None) or uuid4(), job_type="work", now=now, queue=queue, **options
     ).unwrap()
-
-
-class CountingRedis(redis.Redis):
-    """A real client that also tallies the commands it sends (to count round trips)."""
-
-    sent: collections.Counter[str]
-
-    def execute_command(self, *args: Any, **options: Any) -> Any:
-        self.sent = getattr(self, "sent", collections.Counter())
-        self.sent[str(args[0]).upper()] += 1
-        return super().execute_command(*args, **options)
 
 
 @pytest.fixture

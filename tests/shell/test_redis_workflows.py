@@ -10,7 +10,6 @@ import collections
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -36,23 +35,13 @@ from conveyor.shell.adapters.redis_queue import RedisJobQueue, RedisJobStore
 from conveyor.shell.ports import Claim, Place
 from conveyor.shell.ports.workflows import Graph, Member
 from conveyor.testing.redis_server import redis_url
+from helpers import CountingRedis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 TEST_DB = 14
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LATER = T0 + timedelta(seconds=10)
-
-
-class CountingRedis(redis.Redis):
-    """A real client that also tallies the commands it sends."""
-
-    sent: collections.Counter[str]
-
-    def execute_command(self, *args: Any, **options: Any) -> Any:
-        self.sent = getattr(self, "sent", collections.Counter())
-        self.sent[str(args[0]).upper()] += 1
-        return super().execute_command(*args, **options)
 
 
 @pytest.fixture
