@@ -220,11 +220,12 @@ def test_a_wait_whose_reply_was_lost_returns_the_same_claims_once(
 
 
 def test_an_idle_worker_runs_the_job_its_wake_up_claimed(queue: RedisJobQueue) -> None:
-    ran = threading.Event()
+    ran, waiting = threading.Event(), threading.Event()
     handed: list[int] = []
     original = queue.wait_and_dequeue
 
     def spy(*args: Any) -> list[Claim | BadClaim]:
+        waiting.set()
         found = original(*args)
         handed.append(len(found))
         return found
@@ -235,10 +236,9 @@ def test_an_idle_worker_runs_the_job_its_wake_up_claimed(queue: RedisJobQueue) -
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
-        deadline = time.monotonic() + 5
-        while not handed:  # idle, in its wait
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        # Enqueue once the worker is in its wait (idle): a job enqueued after a wait
+        # returned would be taken by the worker's next ordinary claim instead.
+        assert waiting.wait(5)
         queue.enqueue(make_job(now=datetime.now(T0.tzinfo)))
         assert ran.wait(5)
     finally:
