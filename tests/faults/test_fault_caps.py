@@ -26,6 +26,9 @@ from fault_worker import JOB_TYPE
 pytestmark = pytest.mark.timeout(180)
 
 PER_PARTITION, PER_QUEUE = 2, 3
+#: Longer than an outcome write takes on a busy machine, shorter than the lease: a
+#: job whose handler returned this close before its worker was killed may run again.
+OUTCOME_WRITE_S = 0.5
 CAPS = {"max_running": PER_QUEUE, "caps": [{"per_partition": True, "max_running": PER_PARTITION}]}
 
 
@@ -113,15 +116,20 @@ def test_caps_hold_at_every_instant_while_workers_are_killed(limited: Site) -> N
     for partition in ("a", "b", "c"):
         mine = [(r.started, end) for r, end in spans if partition_of[r.job_id] == partition]
         assert most_at_once(mine) <= PER_PARTITION, partition
-    # Every job completed; only a job a killed worker was running ran twice (at least
-    # once, then: its first execution died with the worker and was reclaimed).
+    # Every job completed; only a job a killed worker held ran twice (at least once,
+    # then: the kill cut its execution short, or came after its handler returned but
+    # before its outcome write landed, and the job was reclaimed).
     assert set(site.ledger.effects()) == set(partition_of)
     for key in partition_of:
         record = site.store.get(UUID(key))
         assert record is not None and record.status is JobStatus.COMPLETED
-    cut = {r.job_id for r in runs if r.ended is None}
+    held_at_a_kill = {
+        r.job_id
+        for r in runs
+        if r.pid in deaths and (r.ended is None or deaths[r.pid] - r.ended < OUTCOME_WRITE_S)
+    }
     twice = {r.job_id for r in runs if sum(x.job_id == r.job_id for x in runs) > 1}
-    assert twice <= cut
+    assert twice <= held_at_a_kill
 
 
 @pytest.mark.slow
