@@ -12,8 +12,9 @@ taken from it), and fans what it hears out to every waiting thread through a
   every row that becomes ready with its queue name; a waiter wakes only for its own
   queue.
 * SQLite has no notifications: while anyone waits, the listener reads
-  `PRAGMA data_version` every `SQLITE_WATCH_S`; it changes when another connection
-  commits, and reading it touches no table. Any commit wakes every waiter.
+  `PRAGMA data_version` when the kernel reports a write to the database's files
+  (`file_changes`, Linux) and at least every `SQLITE_WATCH_S`; it changes when another
+  connection commits, and reading it touches no table. Any commit wakes every waiter.
 
 The same listener wakes the callers that wait for a job's outcome
 (`Runtime.result`, through `watch_finished`): on PostgreSQL a trigger on the store
@@ -53,6 +54,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from ....core import JobStatus
 from ..finish_signals import FinishSignals, FinishWatch
 from .base import SqlQueueBase
+from .file_changes import FileChanges
 from .postgres_ddl import FINISHED_CHANNEL, NOTIFY_CHANNEL
 
 __all__ = [
@@ -66,8 +68,15 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-#: How often the SQLite listener looks for another connection's commit while anyone waits.
+#: How often the SQLite listener looks for another connection's commit while anyone
+#: waits, at the latest: where the kernel reports writes to the database's files
+#: (`file_changes`), it looks as soon as one lands.
 SQLITE_WATCH_S = 0.002
+#: After a write whose commit `data_version` did not show yet (the WAL index is updated
+#: just after the frames are written), the listener looks again this often, this many
+#: times, before it goes back to waiting for the next write.
+SQLITE_LOOK_AGAIN_S = 0.0002
+SQLITE_LOOKS_AFTER_WRITE = 5
 #: How long the listener blocks before it looks whether anyone still uses it.
 _CHECK_S = 1.0
 #: Waits between attempts to reconnect a listener whose connection broke.
@@ -196,20 +205,29 @@ class Wakeups:
     def _watch_sqlite(self, engine: Engine) -> None:
         raw: PoolProxiedConnection | None = None
         pool = engine.pool.recreate()  # beside the engine's pool, configured the same
+        changes = FileChanges.open(engine.url.database or "")
         try:
             raw = pool.connect()
             cursor = raw.driver_connection.cursor()  # type: ignore[union-attr]
             version = cursor.execute("PRAGMA data_version").fetchone()[0]
+            looks_left = 0  # quick looks after a write whose commit was not yet visible
             while True:
                 with self._cond:
                     while not self._anyone_waits():
                         if not self._in_use():
                             return
                         self._cond.wait(_CHECK_S)
-                time.sleep(SQLITE_WATCH_S)
+                if changes is None:
+                    time.sleep(SQLITE_WATCH_S)
+                elif looks_left:
+                    time.sleep(SQLITE_LOOK_AGAIN_S)
+                    changes.written()
+                    looks_left -= 1
+                elif changes.wait(SQLITE_WATCH_S):
+                    looks_left = SQLITE_LOOKS_AFTER_WRITE
                 now = cursor.execute("PRAGMA data_version").fetchone()[0]
                 if now != version:
-                    version = now
+                    version, looks_left = now, 0
                     self._announce([_ANY])
                     self._announce_finished(cursor)
         except Exception:
@@ -218,6 +236,8 @@ class Wakeups:
             with self._cond:
                 self._thread = None
         finally:
+            if changes is not None:
+                changes.close()
             if raw is not None:
                 raw.invalidate()
             pool.dispose()

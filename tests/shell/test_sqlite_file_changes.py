@@ -1,0 +1,82 @@
+"""SQLite wake-ups heard from the kernel: a commit by another connection wakes the
+process's waiters as it lands (inotify, Linux), not at the listener's next timed look;
+where the kernel cannot tell, the timed look stands alone."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conveyor.shell.adapters.sql import SqlJobQueue, make_engine, wakeups
+from conveyor.shell.adapters.sql.file_changes import FileChanges
+from conveyor.shell.adapters.sql.migration import create_tables
+from test_sql_backend import make_job
+
+linux_only = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="inotify is Linux's; elsewhere the timer alone"
+)
+
+
+@linux_only
+def test_a_write_to_the_database_or_its_wal_is_heard_and_other_files_are_not(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "jobs.db"
+    sqlite3.connect(path).close()
+    changes = FileChanges.open(str(path))
+    assert changes is not None
+    try:
+        assert changes.wait(0.01) is False
+        (tmp_path / "notes.txt").write_text("not the database")
+        assert changes.wait(0.05) is False
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE t (x)")
+        conn.commit()
+        assert changes.wait(1.0) is True
+        assert changes.written() is False, "what was heard is read once"
+        conn.execute("INSERT INTO t VALUES (1)")
+        conn.commit()
+        assert changes.written() is True
+        conn.close()
+    finally:
+        changes.close()
+
+
+def test_no_watch_for_a_database_that_is_no_file(tmp_path: Path) -> None:
+    assert FileChanges.open(":memory:") is None
+    assert FileChanges.open("") is None
+    assert FileChanges.open(str(tmp_path / "not-yet.db")) is None
+
+
+@linux_only
+def test_a_waiter_hears_another_connections_commit_as_it_lands_not_at_the_next_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The timed look comes every 30 s here: only the kernel's report can wake the
+    # waiter within the 10 s it waits.
+    monkeypatch.setattr(wakeups, "SQLITE_WATCH_S", 30.0)
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    engine, other = make_engine(url), make_engine(url)
+    create_tables(engine)
+    waiter, producer = SqlJobQueue(engine), SqlJobQueue(other)
+    woke: list[tuple[bool, float]] = []
+    thread = threading.Thread(
+        target=lambda: woke.append((waiter.wait_for_work("default", 10.0), time.monotonic()))
+    )
+    thread.start()
+    time.sleep(0.5)  # the listener is up and in its wait
+    committed = time.monotonic()
+    producer.enqueue(make_job())
+    thread.join(15)
+    [(heard, at)] = woke
+    assert heard is True
+    assert at - committed < 5.0
+    waiter.close()
+    producer.close()
+    engine.dispose()
+    other.dispose()
