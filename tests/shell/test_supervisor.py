@@ -9,13 +9,15 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import conveyor
 import pytest
 from conveyor.shell.cli import main
-from conveyor.shell.cli.supervisor import child_argv
+from conveyor.shell.cli.supervisor import Supervisor, child_argv
+from conveyor.shell.worker.signals import RECYCLED_EXIT
 
 CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
 
@@ -182,3 +184,47 @@ def _alive(pid: int) -> bool:
     # A zombie (exited, not yet reaped by its dead parent's init) counts as gone.
     status = Path(f"/proc/{pid}/stat")
     return status.exists() and status.read_text().split()[2] != "Z"
+
+
+class _StopLandsAtTheReplacement(Supervisor):
+    """Copy 0 recycles at once; the stop signal lands just as the supervisor starts
+    its replacement (in the signal handler, between the loop's look and the start)."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__([], count=1)
+        self.folder, self.starts = folder, 0
+
+    def command(self, index: int) -> list[str]:
+        if self.starts == 1:
+            return [sys.executable, "-c", f"raise SystemExit({RECYCLED_EXIT})"]
+        # The replacement: ready for SIGTERM, exits 0 on it, else lives a minute.
+        ready = self.folder / "ready"
+        script = (
+            "import pathlib, signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+            f"pathlib.Path({str(ready)!r}).touch()\n"
+            "time.sleep(60)\n"
+        )
+        return [sys.executable, "-c", script]
+
+    def _start(self, index: int) -> None:
+        self.starts += 1
+        if self.starts == 2:
+            self.stop()
+        super()._start(index)
+
+
+def test_a_copy_started_as_the_stop_signal_lands_is_told_to_stop_too(tmp_path: Path) -> None:
+    supervisor = _StopLandsAtTheReplacement(tmp_path)
+    codes: list[int] = []
+    runner = threading.Thread(target=lambda: codes.append(supervisor.run()), daemon=True)
+    runner.start()
+    runner.join(20)
+    children = list(supervisor._children.values())
+    for child in children:  # a copy left running is not left behind by the test
+        if child.poll() is None:
+            child.kill()
+            subprocess.Popen.wait(child)
+    assert not runner.is_alive(), "the supervisor waited for a copy nobody told to stop"
+    assert codes == [0]
+    assert supervisor.recycled == 1

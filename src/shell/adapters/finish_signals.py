@@ -35,6 +35,11 @@ from ..codec import decode
 CARRIED_SEPARATOR = "\n"
 
 
+def _settle(woken: asyncio.Future[None]) -> None:
+    if not woken.done():  # a second signal, or the wait ran out meanwhile
+        woken.set_result(None)
+
+
 class FinishWatch:
     """One caller's watch on one job id: woken when the job may have finished.
 
@@ -46,7 +51,7 @@ class FinishWatch:
         self._signals, self.job_id = signals, job_id
         self._lock = threading.Lock()
         self._event = threading.Event()
-        self._loops: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._loops: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._carried: Job | None = None
 
     def _fire(self, carried: Job | None) -> None:
@@ -54,9 +59,9 @@ class FinishWatch:
             # Only the newest signal counts: one that carries nothing means "read".
             self._carried = carried
             self._event.set()
-            for loop, event in self._loops:
+            for loop, woken in self._loops:
                 with contextlib.suppress(RuntimeError):  # a closed loop: its waiter is gone
-                    loop.call_soon_threadsafe(event.set)
+                    loop.call_soon_threadsafe(_settle, woken)
 
     def wait(self, timeout_s: float) -> bool:
         """Block until a signal or `timeout_s` passes; True when signalled (a signal
@@ -68,20 +73,23 @@ class FinishWatch:
     async def wait_async(self, timeout_s: float) -> bool:
         """`wait` for an event loop: the loop keeps running while it waits."""
         loop = asyncio.get_running_loop()
-        event = asyncio.Event()
+        # A bare future, not an Event under `wait_for`: no task of its own, so the
+        # waiter resumes in the loop iteration that hears the signal.
+        woken: asyncio.Future[None] = loop.create_future()
         with self._lock:
             if self._event.is_set():
                 self._event.clear()
                 return True
-            self._loops.append((loop, event))
+            self._loops.append((loop, woken))
         try:
-            await asyncio.wait_for(event.wait(), max(0.0, timeout_s))
+            async with asyncio.timeout(max(0.0, timeout_s)):
+                await woken
             return True
         except TimeoutError:
             return False
         finally:
             with self._lock:
-                self._loops.remove((loop, event))
+                self._loops.remove((loop, woken))
                 self._event.clear()
 
     def take_carried(self) -> Job | None:

@@ -104,10 +104,18 @@ class Supervisor:
         #: Set by a second signal: the copies were told to stop at once.
         self.forced = threading.Event()
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+        #: The stop signals received, in order (`stop`), and how many of them each
+        #: copy (by pid) was sent: the run loop passes them on (`_pass_on_stops`).
+        self._stops: list[int] = []
+        self._told: dict[int, int] = {}
         self._started: dict[int, float] = {}
         self._delay: dict[int, float] = {}
         #: Copies replaced after they stopped to be recycled.
         self.recycled = 0
+
+    def command(self, index: int) -> list[str]:
+        """The command line of copy `index`."""
+        return [sys.executable, "-m", "conveyor.shell.cli", *child_argv(self.argv, index)]
 
     def _start(self, index: int) -> None:
         env = {**os.environ, PROCESS_INDEX_ENV: str(index)}
@@ -115,21 +123,33 @@ class Supervisor:
             mark = self._marks / str(index)
             mark.unlink(missing_ok=True)  # the copy makes it once it is live
             env[LIVENESS_FILE_ENV] = str(mark)
-        command = [sys.executable, "-m", "conveyor.shell.cli", *child_argv(self.argv, index)]
         # A group of its own: signals come from the supervisor, once each.
-        self._children[index] = subprocess.Popen(command, env=env, process_group=0)
+        self._children[index] = subprocess.Popen(self.command(index), env=env, process_group=0)
         self._started[index] = time.monotonic()
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
-        """Pass `signum` on to every copy: the first asks them to stop gracefully (they
-        finish or hand back their jobs), a second to stop at once."""
+        """Ask every copy to stop with `signum`: the first asks them to stop gracefully
+        (they finish or hand back their jobs), a second to stop at once. Safe in a
+        signal handler: it only notes the request, which the run loop passes on
+        within 0.2 s, to every copy alive then, including one it was starting when
+        the signal came."""
         if self.stopping.is_set():
             self.forced.set()
+        self._stops.append(signum)
         self.stopping.set()
+
+    def _pass_on_stops(self) -> None:
+        """Send each running copy the stop signals it has not been sent yet, in order.
+        Only the run loop sends, so no copy hears one signal twice (a second would
+        mean "at once")."""
         for child in list(self._children.values()):
-            if child.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    child.send_signal(signum)
+            told = self._told.get(child.pid, 0)
+            for signum in self._stops[told:]:
+                if child.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        child.send_signal(signum)
+                told += 1
+            self._told[child.pid] = told
 
     def run(self) -> int:
         """Start the copies and watch them; after `stop`, wait for all of them. Returns
@@ -195,7 +215,9 @@ class Supervisor:
         self._stalled.clear()
         # Still watched while they stop: a copy stopped by SIGSTOP would never act on
         # the signal, and one that stalls while draining would never end its drain.
+        self._pass_on_stops()
         while running := [i for i, c in self._children.items() if c.poll() is None]:
+            self._pass_on_stops()
             now = time.monotonic()
             for index in running:
                 self._watch(index, self._children[index], now)
