@@ -80,3 +80,24 @@ def test_a_waiter_hears_another_connections_commit_as_it_lands_not_at_the_next_l
     producer.close()
     engine.dispose()
     other.dispose()
+
+
+@linux_only
+def test_a_database_reached_through_a_symlink_is_heard_where_it_is_written(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "data").mkdir()
+    real = tmp_path / "data" / "jobs.db"
+    sqlite3.connect(real).close()
+    link = tmp_path / "link.db"
+    link.symlink_to(real)
+    changes = FileChanges.open(str(link))
+    assert changes is not None
+    try:
+        conn = sqlite3.connect(link)
+        conn.execute("CREATE TABLE t (x)")
+        conn.commit()
+        conn.close()
+        assert changes.wait(1.0) is True
+    finally:
+        changes.close()

@@ -58,11 +58,11 @@ class FileChanges:
         fd = init(_IN_NONBLOCK | _IN_CLOEXEC)
         if fd < 0:
             return None
-        folder = os.fsencode(path.resolve().parent)
-        if add(fd, folder, _IN_MODIFY) < 0:
+        real = path.resolve()  # a symlinked database is written where it really is
+        if add(fd, os.fsencode(real.parent), _IN_MODIFY) < 0:
             os.close(fd)
             return None
-        base = os.fsencode(path.name)
+        base = os.fsencode(real.name)
         return cls(fd, frozenset({base, base + b"-wal", base + b"-journal"}))
 
     def wait(self, timeout_s: float) -> bool:
