@@ -20,6 +20,10 @@ one machine, one clock). Two figures per job:
   by the signal on PostgreSQL and Redis, read once per commit for every waiter on
   SQLite; a waiter reads the record itself only when it was not handed it).
 
+With `--split`, each wake is also timed step by step in this process
+(`benchmarks.wake_split`): from the handler's end until this process hears the
+finish, then the hand-over to the waiter, until it runs, until it has settled.
+
 The check is that every waiter returns the value its job returned (none lost, none
 wrong) and that wake stays within pickup: a waiter hears a finish as fast as a worker
 hears an enqueue. Times are reported as p50 / p95 / p99 / max in ms; figures from a
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -126,7 +131,7 @@ def _warm_up(rt: Any, timeout_s: float = 60.0) -> None:
 def _run_async(rt: Any, jobs: int, rate: float) -> list[dict[str, float]]:
     async def wait_one(job_id: Any, enqueued: float) -> dict[str, float]:
         value = await rt.aresult(job_id, timeout=120)
-        return {**value, "enqueued": enqueued, "woke": time.time()}
+        return {**value, "id": str(job_id), "enqueued": enqueued, "woke": time.time()}
 
     async def main() -> list[dict[str, float]]:
         waits = []
@@ -154,7 +159,7 @@ def _run_threads(rt: Any, jobs: int, rate: float) -> list[dict[str, float]]:
                 errors.append(exc)
             return
         with lock:
-            got.append({**value, "enqueued": enqueued, "woke": time.time()})
+            got.append({**value, "id": str(job_id), "enqueued": enqueued, "woke": time.time()})
 
     threads = []
     start = time.monotonic()
@@ -183,8 +188,14 @@ def _quantiles(values: list[float]) -> dict[str, float]:
     }  # fmt: skip
 
 
-def measure(backend: str, mode: str, jobs: int, processes: int, rate: float) -> dict[str, Any]:
+def measure(
+    backend: str, mode: str, jobs: int, processes: int, rate: float, split: bool = False
+) -> dict[str, Any]:
     import conveyor
+
+    from .wake_split import WakeSplit
+
+    stamps = WakeSplit()
 
     with tempfile.TemporaryDirectory(prefix="conveyor-results-bench-") as tmp:
         folder = Path(tmp)
@@ -202,7 +213,8 @@ def measure(backend: str, mode: str, jobs: int, processes: int, rate: float) -> 
         try:
             _warm_up(rt)
             began = time.monotonic()
-            got = (_run_async if mode == "async" else _run_threads)(rt, jobs, rate)
+            with stamps.installed() if split else contextlib.nullcontext():
+                got = (_run_async if mode == "async" else _run_threads)(rt, jobs, rate)
             elapsed = time.monotonic() - began
         finally:
             workers.stop()
@@ -219,6 +231,8 @@ def measure(backend: str, mode: str, jobs: int, processes: int, rate: float) -> 
                       _quantiles([v["started"] - v["enqueued"] for v in got]).items()},
         "wake_ms": {k: round(v * 1000, 1) for k, v in
                     _quantiles([v["woke"] - v["ended"] for v in got]).items()},
+        **({"wake_split_ms": stamps.segments({v["id"]: v["ended"] for v in got})}
+           if split else {}),
     }  # fmt: skip
 
 
@@ -240,6 +254,9 @@ def main() -> None:
     p.add_argument("--processes", type=int, default=4)
     p.add_argument("--rate", type=float, default=100.0, help="jobs enqueued per second")
     p.add_argument("--out", type=Path, default=None, help="also write the results as JSON")
+    p.add_argument(
+        "--split", action="store_true", help="also time each step of a wake in this process"
+    )
     args = p.parse_args()
     load = os.getloadavg()[0]
     print(f"{args.jobs} jobs at {args.rate:g}/s, {args.processes} worker processes x 2 workers, "
@@ -249,9 +266,11 @@ def main() -> None:
     results = []
     for backend in args.backends.split(","):
         for mode in args.mode.split(","):
-            result = measure(backend, mode, args.jobs, args.processes, args.rate)
+            result = measure(backend, mode, args.jobs, args.processes, args.rate, args.split)
             results.append(result)
             print(_line(result), flush=True)
+            if "wake_split_ms" in result:
+                print(f"|   split, median ms | {result['wake_split_ms']} |", flush=True)
     if args.out:
         args.out.write_text(json.dumps({"load": load, "results": results}, indent=2) + "\n")
 
