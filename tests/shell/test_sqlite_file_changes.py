@@ -101,3 +101,46 @@ def test_a_database_reached_through_a_symlink_is_heard_where_it_is_written(
         assert changes.wait(1.0) is True
     finally:
         changes.close()
+
+
+@linux_only
+def test_a_database_written_without_pause_is_looked_at_2000_times_a_second_at_most(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    engine = make_engine(url)
+    create_tables(engine)
+    waiter = SqlJobQueue(engine)
+    looks: list[float] = []
+    real = wakeups.Wakeups._announce_finished
+
+    def counted(self: wakeups.Wakeups, cursor: object) -> None:
+        looks.append(time.monotonic())
+        real(self, cursor)
+
+    monkeypatch.setattr(wakeups.Wakeups, "_announce_finished", counted)
+    writer = sqlite3.connect(tmp_path / "jobs.db", isolation_level=None)
+    writer.execute("CREATE TABLE churn (x)")
+    stop = threading.Event()
+
+    def wait_all_along() -> None:  # an idle worker: it waits again after each wake-up
+        while not stop.is_set():
+            waiter.wait_for_work("default", 0.05)
+
+    waiting = threading.Thread(target=wait_all_along)
+    waiting.start()
+    time.sleep(0.2)  # the listener is up
+    commits = 0
+    began = time.monotonic()
+    while time.monotonic() - began < 1.0:
+        writer.execute("INSERT INTO churn VALUES (1)")  # one commit each (autocommit)
+        commits += 1
+    stop.set()
+    looked = [t for t in looks if began + 0.1 <= t <= began + 1.0]
+    waiting.join(5)
+    writer.close()
+    waiter.close()
+    engine.dispose()
+    if commits < 2500:
+        pytest.skip(f"the writer committed {commits} times in 1 s here: too few to tell")
+    assert len(looked) <= 0.9 * 2000 * 1.1, f"{len(looked)} looks in 0.9 s"

@@ -73,10 +73,13 @@ _log = logging.getLogger(__name__)
 #: (`file_changes`), it looks as soon as one lands.
 SQLITE_WATCH_S = 0.002
 #: After a write whose commit `data_version` did not show yet (the WAL index is updated
-#: just after the frames are written), the listener looks again this often, this many
-#: times, before it goes back to waiting for the next write.
-SQLITE_LOOK_AGAIN_S = 0.0002
-SQLITE_LOOKS_AFTER_WRITE = 5
+#: just after the frames are written), the listener looks again this many times before
+#: it goes back to waiting for the next write.
+SQLITE_LOOKS_AFTER_WRITE = 4
+#: The least time between two looks: on a database written thousands of times a
+#: second, the looks (and the read of watched results each commit brings) stay at
+#: 2,000 a second at most.
+SQLITE_LOOK_GAP_S = 0.0005
 #: How long the listener blocks before it looks whether anyone still uses it.
 _CHECK_S = 1.0
 #: Waits between attempts to reconnect a listener whose connection broke.
@@ -211,6 +214,7 @@ class Wakeups:
             cursor = raw.driver_connection.cursor()  # type: ignore[union-attr]
             version = cursor.execute("PRAGMA data_version").fetchone()[0]
             looks_left = 0  # quick looks after a write whose commit was not yet visible
+            looked = 0.0
             while True:
                 with self._cond:
                     while not self._anyone_waits():
@@ -220,11 +224,14 @@ class Wakeups:
                 if changes is None:
                     time.sleep(SQLITE_WATCH_S)
                 elif looks_left:
-                    time.sleep(SQLITE_LOOK_AGAIN_S)
                     changes.written()
                     looks_left -= 1
                 elif changes.wait(SQLITE_WATCH_S):
                     looks_left = SQLITE_LOOKS_AFTER_WRITE
+                rest = SQLITE_LOOK_GAP_S - (time.monotonic() - looked)
+                if rest > 0:
+                    time.sleep(rest)
+                looked = time.monotonic()
                 now = cursor.execute("PRAGMA data_version").fetchone()[0]
                 if now != version:
                     version, looks_left = now, 0
