@@ -104,9 +104,12 @@ def test_a_database_reached_through_a_symlink_is_heard_where_it_is_written(
 
 
 @linux_only
-def test_a_database_written_without_pause_is_looked_at_2000_times_a_second_at_most(
+def test_a_database_written_without_pause_is_looked_at_no_more_often_than_the_gap_allows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A gap of 2 ms (500 looks a second) rather than the 0.5 ms default: a writer on a
+    # busy machine still commits more often than that, so the test can tell.
+    monkeypatch.setattr(wakeups, "SQLITE_LOOK_GAP_S", 0.002)
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
     engine = make_engine(url)
     create_tables(engine)
@@ -141,6 +144,6 @@ def test_a_database_written_without_pause_is_looked_at_2000_times_a_second_at_mo
     writer.close()
     waiter.close()
     engine.dispose()
-    if commits < 2500:
+    if commits < 1000:
         pytest.skip(f"the writer committed {commits} times in 1 s here: too few to tell")
-    assert len(looked) <= 0.9 * 2000 * 1.1, f"{len(looked)} looks in 0.9 s"
+    assert len(looked) <= 0.9 * 500 * 1.1, f"{len(looked)} looks in 0.9 s, {commits} commits"
