@@ -8,6 +8,7 @@ import sqlite3
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,17 @@ from test_sql_backend import make_job
 linux_only = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="inotify is Linux's; elsewhere the timer alone"
 )
+
+
+@pytest.fixture
+def waiter(tmp_path: Path) -> Iterator[SqlJobQueue]:
+    """A queue on `tmp_path / "jobs.db"`, its tables made, for an idle worker's waits."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'jobs.db'}")
+    create_tables(engine)
+    queue = SqlJobQueue(engine)
+    yield queue
+    queue.close()
+    engine.dispose()
 
 
 @linux_only
@@ -55,15 +67,13 @@ def test_no_watch_for_a_database_that_is_no_file(tmp_path: Path) -> None:
 
 @linux_only
 def test_a_waiter_hears_another_connections_commit_as_it_lands_not_at_the_next_look(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, waiter: SqlJobQueue
 ) -> None:
     # The timed look comes every 30 s here: only the kernel's report can wake the
     # waiter within the 10 s it waits.
     monkeypatch.setattr(wakeups, "SQLITE_WATCH_S", 30.0)
-    url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    engine, other = make_engine(url), make_engine(url)
-    create_tables(engine)
-    waiter, producer = SqlJobQueue(engine), SqlJobQueue(other)
+    other = make_engine(f"sqlite:///{tmp_path / 'jobs.db'}")
+    producer = SqlJobQueue(other)
     woke: list[tuple[bool, float]] = []
     thread = threading.Thread(
         target=lambda: woke.append((waiter.wait_for_work("default", 10.0), time.monotonic()))
@@ -76,9 +86,7 @@ def test_a_waiter_hears_another_connections_commit_as_it_lands_not_at_the_next_l
     [(heard, at)] = woke
     assert heard is True
     assert at - committed < 5.0
-    waiter.close()
     producer.close()
-    engine.dispose()
     other.dispose()
 
 
@@ -105,15 +113,11 @@ def test_a_database_reached_through_a_symlink_is_heard_where_it_is_written(
 
 @linux_only
 def test_a_database_written_without_pause_is_looked_at_no_more_often_than_the_gap_allows(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, waiter: SqlJobQueue
 ) -> None:
     # A gap of 2 ms (500 looks a second) rather than the 0.5 ms default: a writer on a
     # busy machine still commits more often than that, so the test can tell.
     monkeypatch.setattr(wakeups, "SQLITE_LOOK_GAP_S", 0.002)
-    url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    engine = make_engine(url)
-    create_tables(engine)
-    waiter = SqlJobQueue(engine)
     looks: list[float] = []
     real = wakeups.Wakeups._announce_finished
 
@@ -142,8 +146,6 @@ def test_a_database_written_without_pause_is_looked_at_no_more_often_than_the_ga
     looked = [t for t in looks if began + 0.1 <= t <= began + 1.0]
     waiting.join(5)
     writer.close()
-    waiter.close()
-    engine.dispose()
     if commits < 1000:
         pytest.skip(f"the writer committed {commits} times in 1 s here: too few to tell")
     assert len(looked) <= 0.9 * 500 * 1.1, f"{len(looked)} looks in 0.9 s, {commits} commits"
