@@ -79,7 +79,9 @@ from .recycling import RecyclePolicy, recycle_reason
 from .results import (
     DEFAULT_MAX_RESULT_BYTES,
     RESULT_TOO_LARGE,
+    CarriedOutcome,
     ResultPolicy,
+    carried_outcome_of,
     carried_record_settles,
     oversized_result,
 )
@@ -121,6 +123,7 @@ __all__ = [
     "CancelClaim",
     "CancelCounts",
     "CancelResult",
+    "CarriedOutcome",
     "Complete",
     "CronEntry",
     "DeadLetter",
@@ -168,6 +171,7 @@ __all__ = [
     "cancel_claimed",
     "cap_message",
     "cap_traceback",
+    "carried_outcome_of",
     "carried_record_settles",
     "check_name",
     "claim_order",

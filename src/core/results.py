@@ -8,9 +8,12 @@ the job is dead-lettered with `result-too-large`, never retried (running it agai
 would return as much), and its error names the job, the size and the cap.
 
 A caller waiting for an outcome is woken by the write of the job's record, and the
-signal may carry that record (`carried_record_settles`). Signals arrive late and out
-of order with the reads: a record written before the caller's last read (an earlier
-attempt's, before the job was revived or retried) must not end the wait.
+signal may carry that record. A waiter needs only what the record says of the
+outcome (`CarriedOutcome`: read from the record's text without building the whole
+job, which would cost a woken waiter more than everything else it does). Signals
+arrive late and out of order with the reads: a record written before the caller's
+last read (an earlier attempt's, before the job was revived or retried) must not end
+the wait (`carried_record_settles`).
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from uuid import UUID
 import attrs
 
 from .field_checks import integer_at_least
-from .frozen import json_size
-from .job import ErrorInfo, Job
+from .frozen import json_size, thaw
+from .job import ErrorInfo, Job, JobStatus
 
 #: The error type of a job whose result is larger than the cap.
 RESULT_TOO_LARGE = "result-too-large"
@@ -60,7 +63,27 @@ def oversized_result(job_id: UUID, result: Any, policy: ResultPolicy) -> ErrorIn
     return ErrorInfo(RESULT_TOO_LARGE, message, retryable=False)
 
 
-def carried_record_settles(seen: Job | None, carried: Job) -> bool:
+@attrs.frozen(slots=True)
+class CarriedOutcome:
+    """What a record carried by a finish signal says of its job's outcome: the job's
+    `id`, its `status` and `attempt`, its `result` (plain JSON values) and its
+    `last_error`."""
+
+    id: UUID
+    status: JobStatus
+    attempt: int
+    result: Any = None
+    last_error: ErrorInfo | None = None
+
+
+def carried_outcome_of(record: Job) -> CarriedOutcome:
+    """The `CarriedOutcome` of a record already read as a job."""
+    return CarriedOutcome(
+        record.id, record.status, record.attempt, thaw(record.result), record.last_error
+    )
+
+
+def carried_record_settles(seen: Job | None, carried: CarriedOutcome) -> bool:
     """Whether `carried`, a record a finish signal brought, is the outcome a caller
     waits for, so that it need not read the store: the caller's last read showed the
     job unfinished as `seen` (None: it could not tell the attempt, its payload did not

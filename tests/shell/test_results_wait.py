@@ -326,6 +326,27 @@ def test_a_waiter_handed_its_record_does_not_read_the_store(handing: Backend, mo
     assert counting.finished_reads[job.id] == 0, "the record came with the signal"
 
 
+@pytest.mark.parametrize("mode", ["result", "aresult"])
+def test_a_waiter_handed_a_dead_letter_raises_its_last_error_without_a_read(
+    handing: Backend, mode: str
+) -> None:
+    counting = CountingStore(handing.store)
+    waiter = runtime_on(handing, store=counting)
+    worker = runtime_on(handing, *handing.peer())
+    job = waiter.enqueue("boom", {})
+    finishing = drain_soon(worker)
+    with pytest.raises(JobFailed, match="the printer is on fire") as raised:
+        if mode == "result":
+            waiter.result(job.id, timeout=30)
+        else:
+            asyncio.run(waiter.aresult(job.id, timeout=30))
+    finishing.join()
+    error = raised.value.error
+    assert error is not None and (error.type, error.retryable) == ("Permanent", False)
+    assert error.traceback is not None and "the printer is on fire" in error.traceback
+    assert counting.finished_reads[job.id] == 0, "the record came with the signal"
+
+
 def test_a_carried_record_of_an_earlier_attempt_does_not_end_the_wait(carrying: Backend) -> None:
     runtime = runtime_on(carrying)
     job = runtime.enqueue("work", {}, delay=3600)  # parked: no attempt made yet

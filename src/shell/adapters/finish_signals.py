@@ -14,8 +14,10 @@ that lands between the read and the wait still wakes it.
 A signal may carry the record that was written (`announce_message`: the job's id,
 then a newline, then the record's body as the store holds it), so that the waiter
 can settle without reading the store (`FinishWatch.take_carried`); whether the record
-ends its wait is the core's to say (`carried_record_settles`). The body is decoded
-only for an id someone watches, once however many watch it.
+ends its wait is the core's to say (`carried_record_settles`). The listener hands the
+body on as it came: the woken waiter reads from it only what the outcome needs
+(`codec.read_outcome`), so the listener is back on its connection at once and no
+waiter waits for a whole job to be built.
 """
 
 from __future__ import annotations
@@ -26,10 +28,8 @@ import threading
 from collections.abc import Callable
 from uuid import UUID
 
-from returns.result import Success
-
-from ...core import Job
-from ..codec import decode
+from ...core import CarriedOutcome
+from ..codec import read_outcome
 
 #: Between the job's id and the record's body in a finish message.
 CARRIED_SEPARATOR = "\n"
@@ -52,9 +52,9 @@ class FinishWatch:
         self._lock = threading.Lock()
         self._event = threading.Event()
         self._loops: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-        self._carried: Job | None = None
+        self._carried: str | bytes | None = None
 
-    def _fire(self, carried: Job | None) -> None:
+    def _fire(self, carried: str | bytes | None) -> None:
         with self._lock:
             # Only the newest signal counts: one that carries nothing means "read".
             self._carried = carried
@@ -92,12 +92,12 @@ class FinishWatch:
                 self._loops.remove((loop, woken))
                 self._event.clear()
 
-    def take_carried(self) -> Job | None:
-        """The record the newest signal carried, if it carried one; the next call
-        returns None until another signal carries one."""
+    def take_carried(self) -> CarriedOutcome | None:
+        """The outcome the record the newest signal carried says, if it carried one
+        that reads; the next call returns None until another signal carries one."""
         with self._lock:
             carried, self._carried = self._carried, None
-            return carried
+        return None if carried is None else read_outcome(carried)
 
     def close(self) -> None:
         """Stop watching."""
@@ -150,8 +150,8 @@ class FinishSignals:
             return bool(self._watches)
 
     def announce(self, job_id: UUID | str, body: str | bytes | None = None) -> None:
-        """Job `job_id` may have finished: wake its watchers, handing each the record
-        `body` carries when it decodes (an id that is not a UUID, or that nobody
+        """Job `job_id` may have finished: wake its watchers, handing each the record's
+        `body` when the signal carried one (an id that is not a UUID, or that nobody
         watches, is ignored)."""
         try:
             key = job_id if isinstance(job_id, UUID) else UUID(job_id)
@@ -159,17 +159,8 @@ class FinishSignals:
             return
         with self._lock:
             found = list(self._watches.get(key, ()))
-        if not found:
-            return
-        carried = None
-        if body:
-            match decode(body):
-                case Success(job):
-                    carried = job
-                case _:
-                    pass  # the waiter reads the store, which says what went wrong
         for watch in found:
-            watch._fire(carried)
+            watch._fire(body or None)
 
     def announce_message(self, message: str) -> None:
         """`announce` of a finish message: a job id, alone or followed by

@@ -30,9 +30,9 @@ from typing import Any
 import attrs
 from returns.result import Failure, Result, Success
 
-from ...core import Job
+from ...core import CarriedOutcome, Job
 from .checks import forged_field
-from .read import Invalid, read_job, read_json
+from .read import Invalid, read_error, read_id, read_job, read_json, read_status
 from .write import FORMAT_VERSION, to_document, write_jobs, write_json
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "encode_many",
     "from_document",
     "peek_id",
+    "read_outcome",
     "to_document",
 ]
 
@@ -95,6 +96,30 @@ def decode(payload: str | bytes) -> Result[Job, DecodeError]:
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         return Failure(DecodeError(f"not JSON: {type(exc).__name__}: {str(exc)[:200]}"))
     return from_document(doc)
+
+
+def read_outcome(payload: str | bytes) -> CarriedOutcome | None:
+    """What a record's wire form says of its job's outcome (`CarriedOutcome`), read
+    without building the job; None when it is not a record this codec wrote (the
+    caller then reads the store, which says what went wrong). The result comes back
+    as the plain JSON values it was written as."""
+    try:
+        text = payload.decode("utf-8") if isinstance(payload, bytes) else payload
+        doc = read_json(text)
+        if type(doc) is not dict or doc.get("v") != FORMAT_VERSION:
+            return None
+        attempt, error = doc["attempt"], doc.get("last_error")
+        if type(attempt) is not int or attempt < 0:
+            return None
+        return CarriedOutcome(
+            read_id(doc["id"]),
+            read_status(doc["status"]),
+            attempt,
+            doc.get("result"),
+            None if error is None else read_error(error),
+        )
+    except (Invalid, KeyError, UnicodeDecodeError, ValueError, TypeError, RecursionError):
+        return None
 
 
 def peek_id(payload: str | bytes) -> str:

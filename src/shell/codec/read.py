@@ -16,7 +16,7 @@ from uuid import UUID
 
 import attrs
 
-from ...core import FrozenMap, Job, freeze
+from ...core import ErrorInfo, FrozenMap, Job, JobStatus, freeze
 from ...core.frozen import NotJson
 from .types import items_of, optional_of
 
@@ -215,6 +215,9 @@ def _record_decoder(cls: type) -> Parse:
 
 
 read_job = _record_decoder(Job)
+read_error = _record_decoder(ErrorInfo)
+read_status = _enum_parser(JobStatus)
+read_id = _parse_uuid
 
 
 def _reject_constant(name: str) -> Any:

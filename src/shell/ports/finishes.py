@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
-from ...core import Job
+from ...core import CarriedOutcome
 from .store import JobStore
 
 
@@ -38,8 +38,9 @@ class RecordCarryingWaiter(FinishWaiter, Protocol):
     caller can settle without reading the store (if the core says the record is the
     outcome it waits for: `carried_record_settles`)."""
 
-    def take_carried(self) -> Job | None:
-        """The record the newest signal carried, once; None when it carried none."""
+    def take_carried(self) -> CarriedOutcome | None:
+        """What the record the newest signal carried says of the outcome, once; None
+        when it carried none (or one that does not read)."""
         ...
 
 

@@ -132,8 +132,11 @@ class ResultMethods:
         carried = watch.take_carried()
         if carried is None or not carried_record_settles(seen, carried):
             return None
-        done, value = outcome(job_id, view_of_record(carried))
-        return done, value, carried.status, carried
+        if carried.status is JobStatus.FAILED:
+            raise JobFailed(job_id, carried.last_error)
+        if carried.status is JobStatus.CANCELLED:
+            raise JobCancelled(job_id)
+        return True, carried.result, carried.status, seen
 
     def _not_found(self, job_id: UUID) -> JobNotFound:
         """`JobNotFound`, saying whether retention pruned the record where the store
