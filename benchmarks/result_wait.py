@@ -7,8 +7,10 @@
 enqueues `--jobs` jobs at a steady `--rate` per second (below the workers' capacity,
 so a job waits for nothing but its pickup), and waits for every one of them at once:
 
-* `async`: one `await runtime.aresult(id)` per job, all on one event loop;
-* `threads`: one thread per job calling `runtime.result(id)`.
+* `async`: each job enqueued with `await runtime.aenqueue(...)` and waited for with
+  one `await runtime.aresult(id)`, all on one event loop;
+* `threads`: each job enqueued with `runtime.enqueue(...)` and waited for by a thread
+  of its own calling `runtime.result(id)`.
 
 Each handler sleeps 5-25 ms and returns when it started and ended (`time.time()`,
 one machine, one clock). Two figures per job:
@@ -139,7 +141,7 @@ def _run_async(rt: Any, jobs: int, rate: float) -> list[dict[str, float]]:
         for i in range(jobs):
             await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
             enqueued = time.time()
-            job = await asyncio.to_thread(rt.enqueue, "sleepy", {"i": i}, queue=QUEUE)
+            job = await rt.aenqueue("sleepy", {"i": i}, queue=QUEUE)
             waits.append(asyncio.create_task(wait_one(job.id, enqueued)))
         return list(await asyncio.gather(*waits))
 
