@@ -79,6 +79,12 @@ class _Polling:
 _Read = tuple[bool, Any, JobStatus | None, Job | None]
 
 
+def _carrying(watch: FinishWaiter) -> RecordCarryingWaiter | None:
+    """`watch`, when its signals may carry records. Asked once per wait, before it
+    waits: a protocol check is slow, slower still in a thread that just woke."""
+    return watch if isinstance(watch, RecordCarryingWaiter) else None
+
+
 def _seconds(timeout: float | timedelta | None) -> float | None:
     if isinstance(timeout, timedelta):
         return timeout.total_seconds()
@@ -124,10 +130,12 @@ class ResultMethods:
         done, value = outcome(job_id, view)
         return done, value, view.state, view.job
 
-    def _carried_outcome(self, job_id: UUID, watch: FinishWaiter, seen: Job | None) -> _Read | None:
+    def _carried_outcome(
+        self, job_id: UUID, watch: RecordCarryingWaiter | None, seen: Job | None
+    ) -> _Read | None:
         """The outcome the newest signal carried, when the core says it settles the
-        wait; None when the job must be read again."""
-        if not isinstance(watch, RecordCarryingWaiter):
+        wait; None when the job must be read again (or `watch` carries no records)."""
+        if watch is None:
             return None
         carried = watch.take_carried()
         if carried is None or not carried_record_settles(seen, carried):
@@ -169,13 +177,14 @@ class ResultMethods:
         limit = _seconds(timeout)
         deadline = None if limit is None else time.monotonic() + limit
         with self._watch(job_id) as watch:
+            carrying = _carrying(watch)
             done, value, state, seen = self._read_outcome(job_id)
             while not done:
                 left = FALLBACK_POLL_S if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     raise ResultTimeout(job_id, state, limit or 0.0)
                 watch.wait(min(left, FALLBACK_POLL_S))
-                carried = self._carried_outcome(job_id, watch, seen)
+                carried = self._carried_outcome(job_id, carrying, seen)
                 done, value, state, seen = carried or self._read_outcome(job_id)
             return value
 
@@ -190,13 +199,14 @@ class ResultMethods:
         deadline = None if limit is None else loop.time() + limit
         watch = await asyncio.to_thread(self._watch, job_id)
         with watch:
+            carrying = _carrying(watch)
             done, value, state, seen = await asyncio.to_thread(self._read_outcome, job_id)
             while not done:
                 left = FALLBACK_POLL_S if deadline is None else deadline - loop.time()
                 if left <= 0:
                     raise ResultTimeout(job_id, state, limit or 0.0)
                 await watch.wait_async(min(left, FALLBACK_POLL_S))
-                carried = self._carried_outcome(job_id, watch, seen)
+                carried = self._carried_outcome(job_id, carrying, seen)
                 if carried is None:
                     carried = await asyncio.to_thread(self._read_outcome, job_id)
                 done, value, state, seen = carried
