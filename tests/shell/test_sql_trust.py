@@ -360,3 +360,37 @@ def test_the_listener_stops_when_its_queues_are_closed(db: Db) -> None:
     while wakeups.listening and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not wakeups.listening
+
+
+def test_a_postgresql_listener_that_fails_before_it_connects_is_started_again() -> None:
+    # A failure outside the listener's connection (here: making its pool) must not
+    # leave a dead thread that the next wait takes for a live one.
+    from conveyor.testing.postgres_server import drop_database, fresh_database
+
+    url = fresh_database(prefix="conveyor_listener_restart")
+    engine = make_engine(url)
+    create_tables(engine)
+    queue = SqlJobQueue(engine)
+    real = engine.pool.recreate
+    made: list[int] = []
+
+    def recreate_failing_once() -> Any:
+        made.append(1)
+        if len(made) == 1:
+            raise RuntimeError("no pool this time")
+        return real()
+
+    engine.pool.recreate = recreate_failing_once  # type: ignore[method-assign]
+    try:
+        queue.wait_for_work("default", 0.2)  # starts the listener, which fails at once
+        deadline = time.monotonic() + 15
+        woke = False
+        while not woke and time.monotonic() < deadline:
+            queue.enqueue(make_job("default"))
+            woke = queue.wait_for_work("default", 1.0)
+        assert woke, "no waiter was woken: the listener was never started again"
+        assert len(made) >= 2
+    finally:
+        queue.close()
+        engine.dispose()
+        drop_database(url)

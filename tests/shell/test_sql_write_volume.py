@@ -48,12 +48,26 @@ def test_a_claim_on_postgresql_rewrites_its_row_on_the_same_page(pg: Backend) ->
     assert moved == []
 
 
+def _until_listening(pg: Backend, timeout_s: float = 30.0) -> None:
+    """Return once the process's wake-up listener is heard from: connected (which
+    wakes every waiter) or passing on a probe job's NOTIFY. Under load it may still be
+    connecting, or reconnecting after an earlier test cut its session."""
+    pg.queue.wait_for_work("probe", 0.01)  # the first wait starts the listener
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pg.queue.enqueue(make_job(queue="probe"))
+        if pg.queue.wait_for_work("probe", 1.0):
+            return
+    raise AssertionError(f"the wake-up listener was not heard from in {timeout_s} s")
+
+
 def test_a_bulk_enqueue_wakes_the_waiters_of_every_queue_it_wrote_to(pg: Backend) -> None:
     woke: dict[str, Any] = {}
     waiting = threading.Barrier(3)
+    _until_listening(pg)
 
     def waiter(queue: str) -> None:
-        pg.queue.wait_for_work(queue, 0.01)  # the first wait starts the listener
+        pg.queue.wait_for_work(queue, 0.01)  # what this thread has seen so far
         waiting.wait(5)
         began = time.monotonic()
         woke[queue] = (pg.queue.wait_for_work(queue, 5.0), time.monotonic() - began)

@@ -276,6 +276,19 @@ class Wakeups:
             self.finishes.announce(job_id, payload)
 
     def _listen_postgres(self, engine: Engine) -> None:
+        try:
+            self._listen_postgres_until_unused(engine)
+        except Exception:
+            # Failed outside a connection's life (which reconnects on its own): waiters
+            # fall back to their timeouts, and the next wait starts a new listener.
+            _log.warning(
+                "the PostgreSQL wake-up listener stopped; the next wait starts it again",
+                exc_info=True,
+            )
+            with self._cond:
+                self._thread = None
+
+    def _listen_postgres_until_unused(self, engine: Engine) -> None:
         pause = _RECONNECT_S[0]
         failing = False
         while True:
