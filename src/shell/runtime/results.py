@@ -22,7 +22,15 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from ...core import Job, JobStatus, Policies, ValidationError, carried_record_settles, thaw
+from ...core import (
+    ErrorInfo,
+    Job,
+    JobStatus,
+    Policies,
+    ValidationError,
+    carried_record_settles,
+    thaw,
+)
 from ..job_view import JobView, view_of_record
 from ..lookup import find_job
 from ..ports import (
@@ -99,11 +107,23 @@ def outcome(job_id: UUID, view: JobView | None, pruned: bool | None = None) -> t
     (`pruned` as the store knows it)."""
     if view is None:
         raise JobNotFound(job_id, pruned)
-    if view.state is JobStatus.COMPLETED:
-        return True, None if view.job is None else thaw(view.job.result)
-    if view.state is JobStatus.FAILED:
-        raise JobFailed(job_id, None if view.job is None else view.job.last_error)
-    if view.state is JobStatus.CANCELLED:
+    job = view.job
+    if job is None or view.state is not JobStatus.COMPLETED:
+        return settled(job_id, view.state, None, None if job is None else job.last_error)
+    return settled(job_id, view.state, thaw(job.result), job.last_error)
+
+
+def settled(
+    job_id: UUID, state: JobStatus, result: Any, last_error: ErrorInfo | None
+) -> tuple[bool, Any]:
+    """What a job in `state` gives its waiter: (True, `result`) when completed, (False,
+    None) while it is not finished; raises `JobFailed` with `last_error` for a dead
+    letter and `JobCancelled` for a cancelled job."""
+    if state is JobStatus.COMPLETED:
+        return True, result
+    if state is JobStatus.FAILED:
+        raise JobFailed(job_id, last_error)
+    if state is JobStatus.CANCELLED:
         raise JobCancelled(job_id)
     return False, None
 
@@ -140,11 +160,8 @@ class ResultMethods:
         carried = watch.take_carried()
         if carried is None or not carried_record_settles(seen, carried):
             return None
-        if carried.status is JobStatus.FAILED:
-            raise JobFailed(job_id, carried.last_error)
-        if carried.status is JobStatus.CANCELLED:
-            raise JobCancelled(job_id)
-        return True, carried.result, carried.status, seen
+        done, value = settled(job_id, carried.status, carried.result, carried.last_error)
+        return done, value, carried.status, seen
 
     def _not_found(self, job_id: UUID) -> JobNotFound:
         """`JobNotFound`, saying whether retention pruned the record where the store
