@@ -42,6 +42,7 @@ from pathlib import Path
 from ...core import StallPolicy
 from ..liveness import LIVENESS_FILE_ENV, read_mark
 from ..notices import notice
+from ..wakeup import Flag, Wakeup
 from ..worker.signals import FORCED_EXIT, RECYCLED_EXIT, UNFINISHED_EXIT
 
 log = logging.getLogger("conveyor.supervisor")
@@ -55,6 +56,9 @@ RESTART_DELAY_S = 1.0
 MAX_RESTART_DELAY_S = 30.0
 #: A copy that ran at least this long died of something new: restart it promptly.
 STABLE_AFTER_S = 60.0
+#: How often the supervisor looks at liveness marks and restart delays; a copy's
+#: exit and a stop signal wake it at once.
+LOOK_S = 0.2
 
 
 def child_argv(argv: Sequence[str], index: int) -> list[str]:
@@ -100,9 +104,12 @@ class Supervisor:
         self._stalled: set[int] = set()
         #: Copies replaced after they stalled.
         self.replaced = 0
-        self.stopping = threading.Event()
+        # Set in signal handlers, so lock-free flags; `_wakeup` wakes the run loop.
+        self.stopping = Flag()
         #: Set by a second signal: the copies were told to stop at once.
-        self.forced = threading.Event()
+        self.forced = Flag()
+        self._wakeup = Wakeup()
+        self._exit_watches: list[threading.Thread] = []
         self._children: dict[int, subprocess.Popen[bytes]] = {}
         #: The stop signals received, in order (`stop`), and how many of them each
         #: copy (by pid) was sent: the run loop passes them on (`_pass_on_stops`).
@@ -124,19 +131,37 @@ class Supervisor:
             mark.unlink(missing_ok=True)  # the copy makes it once it is live
             env[LIVENESS_FILE_ENV] = str(mark)
         # A group of its own: signals come from the supervisor, once each.
-        self._children[index] = subprocess.Popen(self.command(index), env=env, process_group=0)
+        child = subprocess.Popen(self.command(index), env=env, process_group=0)
+        self._children[index] = child
         self._started[index] = time.monotonic()
+        if hasattr(os, "waitid"):
+            watch = threading.Thread(
+                target=self._wake_on_exit, args=(child.pid,), name="conveyor-child-exit",
+                daemon=True,
+            )  # fmt: skip
+            watch.start()
+            self._exit_watches = [w for w in self._exit_watches if w.is_alive()] + [watch]
+
+    def _wake_on_exit(self, pid: int) -> None:
+        """Wake the run loop when copy `pid` exits. WNOWAIT leaves the exit status to
+        the loop's `poll`, so the `Popen` stays the one that reaps its process."""
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        self._wakeup.wake()
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
         """Ask every copy to stop with `signum`: the first asks them to stop gracefully
         (they finish or hand back their jobs), a second to stop at once. Safe in a
-        signal handler: it only notes the request, which the run loop passes on
-        within 0.2 s, to every copy alive then, including one it was starting when
-        the signal came."""
-        if self.stopping.is_set():
-            self.forced.set()
+        signal handler: it only notes the request and wakes the run loop, which
+        passes it on at once, to every copy alive then, including one it was starting
+        when the signal came."""
+        # The append first, one step: a second signal landing anywhere in this
+        # handler still finds the first one counted, or is counted before it.
         self._stops.append(signum)
+        if len(self._stops) > 1:
+            self.forced.set()
         self.stopping.set()
+        self._wakeup.wake()
 
     def _pass_on_stops(self) -> None:
         """Send each running copy the stop signals it has not been sent yet, in order.
@@ -157,6 +182,7 @@ class Supervisor:
         try:
             return self._run()
         finally:
+            self._close_wakeup()
             if self._marks is not None:
                 shutil.rmtree(self._marks, ignore_errors=True)
 
@@ -164,7 +190,7 @@ class Supervisor:
         for index in range(self.count):
             self._start(index)
         due: dict[int, float] = {}
-        while not self.stopping.wait(0.2):
+        while not self._woken_to_stop():
             now = time.monotonic()
             for index, child in list(self._children.items()):
                 code = child.poll()
@@ -221,7 +247,7 @@ class Supervisor:
             now = time.monotonic()
             for index in running:
                 self._watch(index, self._children[index], now)
-            time.sleep(0.2)
+            self._wakeup.wait(LOOK_S)
         codes = [
             0 if index in replaced else _as_stopped(child.wait())
             for index, child in self._children.items()
@@ -233,6 +259,21 @@ class Supervisor:
         if self._stalled:
             return UNFINISHED_EXIT
         return next((code for code in codes if code not in (0, RECYCLED_EXIT)), 0)
+
+    def _close_wakeup(self) -> None:
+        """Close the wake-up pipe once no exit watch can write to it (every copy has
+        exited by now, so each watch is ending); a watch still alive keeps it open,
+        lest its write land in a file that took the pipe's number."""
+        for watch in self._exit_watches:
+            watch.join(1.0)
+        if not any(watch.is_alive() for watch in self._exit_watches):
+            self._wakeup.close()
+
+    def _woken_to_stop(self) -> bool:
+        """Sleep until a copy exits, a signal comes or `LOOK_S` passes; True once a
+        stop was asked for."""
+        self._wakeup.wait(LOOK_S)
+        return self.stopping.is_set()
 
     def _watch(self, index: int, child: subprocess.Popen[bytes], now: float) -> None:
         """SIGKILL copy `index` when its liveness mark says it stalled, or is older

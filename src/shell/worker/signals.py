@@ -24,6 +24,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..notices import notice
+from ..wakeup import Wakeup
 
 if TYPE_CHECKING:
     from ..health import ProcessHealth
@@ -32,17 +33,35 @@ if TYPE_CHECKING:
 
 #: The exit status of a stop forced by a second signal (128 + SIGINT, as shells use).
 FORCED_EXIT = 130
-#: How often the main thread looks at the signals while it waits.
+#: How often the main thread looks at what it is not woken for (a reason to recycle,
+#: the drain timeout) while it waits.
 TICK_S = 0.1
 
 
 class StopSignals:
-    """SIGINT and SIGTERM handlers that count: once asks to stop, twice insists."""
+    """SIGINT and SIGTERM handlers that count: once asks to stop, twice insists.
+
+    The handlers only set flags and wake the waiting loop (`wakeup`): they take no
+    lock, so a signal that lands while the main thread is in the middle of its wait
+    cannot deadlock it (`conveyor.shell.wakeup`)."""
 
     def __init__(self, name: str = "conveyor worker") -> None:
         self.name = name
-        self.graceful = threading.Event()
-        self.forced = threading.Event()
+        #: The signals heard, in order: an append is one step, so a second signal
+        #: landing inside the first one's handler still counts as a second.
+        self._heard: list[int] = []
+        #: Woken by each signal and by the end of the graceful stop.
+        self.wakeup = Wakeup()
+
+    @property
+    def graceful(self) -> bool:
+        """A first signal came: stop gracefully."""
+        return bool(self._heard)
+
+    @property
+    def forced(self) -> bool:
+        """A second one came: stop at once."""
+        return len(self._heard) > 1
 
     def install(self) -> StopSignals:
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -50,13 +69,14 @@ class StopSignals:
         return self
 
     def _on_signal(self, signum: int, _frame: object) -> None:
+        first = not self._heard
+        self._heard.append(signum)
+        self.wakeup.wake()
         name = signal.Signals(signum).name
-        if self.graceful.is_set():
-            self.say(f"{name} again, stopping at once")
-            self.forced.set()
-        else:
+        if first:
             self.say(f"{name}, stopping gracefully (once more to stop at once)")
-            self.graceful.set()
+        else:
+            self.say(f"{name} again, stopping at once")
 
     def say(self, line: str) -> None:
         notice(f"{self.name}: {line}")
@@ -89,22 +109,28 @@ def run_until_stopped(
         watchdog.start()
     runtime.start(job_budget=recycling)
     recycled = None
-    while not stops.graceful.wait(TICK_S):
+    while not stops.graceful:
         if recycling is not None and (recycled := recycling.reason()) is not None:
             stops.say(f"recycling: {recycled}; stopping gracefully, a fresh process follows")
             break
+        stops.wakeup.wait(TICK_S)
     # The graceful stop waits in a thread of its own, so a second signal (or the
     # drain timeout) is acted on while it waits. With a drain timeout that stop
     # waits longer than the timeout: the hand-back, not the grace, ends it.
     grace = grace_s if drain_timeout_s is None else drain_timeout_s + 60.0
     outcome: list[bool] = []
-    stopping = threading.Thread(
-        target=lambda: outcome.append(runtime.stop(grace)), name="conveyor-stop", daemon=True
-    )
+
+    def stop() -> None:
+        try:
+            outcome.append(runtime.stop(grace))
+        finally:
+            stops.wakeup.wake()  # the exit follows at once, not at the next tick
+
+    stopping = threading.Thread(target=stop, name="conveyor-stop", daemon=True)
     drain_ends = None if drain_timeout_s is None else time.monotonic() + drain_timeout_s
     stopping.start()
-    while stopping.is_alive():
-        if stops.forced.wait(TICK_S):
+    while not outcome and stopping.is_alive():
+        if stops.forced:
             stops.say(f"stopped at once: {runtime.stop_now().describe()}")
             # No close: handlers still running may hold connections; the exit ends them.
             return FORCED_EXIT
@@ -112,6 +138,7 @@ def run_until_stopped(
             handed = runtime.stop_now().describe()
             stops.say(f"drain timeout of {drain_timeout_s:g} s reached: {handed}")
             return UNFINISHED_EXIT
+        stops.wakeup.wait(TICK_S)
     runtime.close()
     if recycled is not None:
         return RECYCLED_EXIT
