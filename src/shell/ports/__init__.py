@@ -27,6 +27,7 @@ from __future__ import annotations
 from .capabilities import (
     CancellingJobQueue,
     ClaimOnWakeJobQueue,
+    InterruptibleWaitsJobQueue,
     ProgressJobQueue,
     WakingJobQueue,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "Handler",
     "HandlerRegistry",
     "HistoryFilter",
+    "InterruptibleWaitsJobQueue",
     "Jitter",
     "JobQueue",
     "JobStore",

@@ -1,5 +1,6 @@
 """Optional capabilities of a queue beyond claiming: cancelling jobs, waking an idle
-worker instead of being polled, and keeping a running job's progress. Callers ask
+worker instead of being polled (and ending its wait early), and keeping a running
+job's progress. Callers ask
 with `isinstance`."""
 
 from __future__ import annotations
@@ -54,6 +55,19 @@ class WakingJobQueue(JobQueue, Protocol):
     def wait_for_work(self, queue: str, timeout_s: float) -> bool:
         """Block until work may be ready on `queue` (True: try a claim) or `timeout_s`
         passes (False)."""
+        ...
+
+
+@runtime_checkable
+class InterruptibleWaitsJobQueue(WakingJobQueue, Protocol):
+    """A waking queue whose idle waits in this process can be ended early, so that a
+    worker told to stop leaves its wait at once instead of when it times out (an
+    in-process condition on SQL and in memory; a blocking pop on Redis cannot be)."""
+
+    def end_waits(self) -> None:
+        """End every `wait_for_work` on this queue's backend now waiting in this
+        process: each returns True ("try a claim"), which a stopping worker skips and
+        any other worker takes as a spare look."""
         ...
 
 

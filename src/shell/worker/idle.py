@@ -23,7 +23,15 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from ..outage import ConnectionState
-from ..ports import BadClaim, Claim, ClaimOnWakeJobQueue, Clock, JobQueue, WakingJobQueue
+from ..ports import (
+    BadClaim,
+    Claim,
+    ClaimOnWakeJobQueue,
+    Clock,
+    InterruptibleWaitsJobQueue,
+    JobQueue,
+    WakingJobQueue,
+)
 from .watch import LoopWatch
 
 log = logging.getLogger("conveyor.worker")
@@ -65,6 +73,12 @@ class Idle:
         self._last_work = time.monotonic()
         #: Claims a queue handed over with its wake-up, for the next round to run.
         self._handed: Sequence[Claim | BadClaim] = ()
+
+    def end_wait(self) -> None:
+        """The worker is told to stop: end its wait now where the queue can (the stop
+        event ends the waits that sleep on it)."""
+        if isinstance(self._waking, InterruptibleWaitsJobQueue):
+            self._waking.end_waits()
 
     def handed_over(self) -> Sequence[Claim | BadClaim]:
         """The claims a wake-up handed over since last asked (then forgotten here)."""

@@ -172,6 +172,7 @@ class Worker:
     def stop(self) -> None:
         """Finish the current job, hand back prefetched ones, then return from `run()`."""
         self._stop.set()
+        self._idle.end_wait()
 
     def give_up_claims(self, timeout_s: float) -> list[tuple[Claim, Job | None]]:
         """Stopping by force (`conveyor.shell.worker.forced_stop`): stop, and take every claim

@@ -64,6 +64,11 @@ class Claiming(QueueState):
                 return True
             return self._ready_signal.wait(timeout_s)
 
+    def end_waits(self) -> None:
+        """End every `wait_for_work` now waiting on this queue (each returns True)."""
+        with self._lock:
+            self._ready_signal.notify_all()
+
     def server_time(self) -> datetime | None:
         """None: this process's clock is the only one."""
         return None

@@ -168,6 +168,11 @@ class Wakeups:
         with self._cond:
             self._watch = watch
 
+    def end_waits(self) -> None:
+        """End every wait for work now waiting on this database in this process, as a
+        missed announcement does: each returns True, "try a claim"."""
+        self._announce(None)
+
     def leave(self, user: object) -> None:
         """`user` waits no more (its queue is closing)."""
         with self._cond:
@@ -364,6 +369,11 @@ class WaitingForWork(SqlQueueBase):
         outside the pool (see `wakeups`). A parked job is announced when it is
         placed, not when it comes due: ask `next_due` how long to sleep."""
         return wakeups_for(self._db.engine).wait(self, self._db.engine, queue, timeout_s)
+
+    def end_waits(self) -> None:
+        """End every `wait_for_work` on this database now waiting in this process (a
+        worker told to stop leaves its wait at once)."""
+        wakeups_for(self._db.engine).end_waits()
 
     def report_outages_to(self, watch: ServerWatch) -> None:
         """Tell the failures of this database's wake-up listener through `watch`, the
