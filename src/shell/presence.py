@@ -12,12 +12,12 @@ import json
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
-import sqlalchemy as sa
 
-from .adapters.sql.schema import SCHEMA
+if TYPE_CHECKING:  # loaded by the SQL presence only: a Redis process never needs it
+    import sqlalchemy as sa
 
 #: At most this many running jobs' ids go in one heartbeat, to keep it small.
 MAX_BEAT_JOBS = 100
@@ -92,8 +92,18 @@ class MemoryPresence:
             return [w for w in self._workers.values() if w.last_seen >= now - ttl]
 
 
-#: The heartbeat table, `conveyor_workers`: part of the SQL schema `conveyor migrate` makes.
-WORKERS = SCHEMA.workers
+def __getattr__(name: str) -> Any:
+    # `WORKERS`, the heartbeat table (`conveyor_workers`, part of the SQL schema
+    # `conveyor migrate` makes), is built on first use, with SQLAlchemy.
+    if name == "WORKERS":
+        return _workers()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _workers() -> sa.Table:
+    from .adapters.sql.schema import SCHEMA
+
+    return SCHEMA.workers
 
 
 def _us(when: datetime) -> int:
@@ -116,15 +126,16 @@ class SqlPresence:
         return conn.execution_options(**{SQLITE_BEGIN_OPTION: "DEFERRED"})
 
     def beat(self, info: WorkerInfo) -> None:
+        workers = _workers()
         with self.engine.begin() as conn:
             updated = conn.execute(
-                WORKERS.update()
-                .where(WORKERS.c.worker_id == info.worker_id)
+                workers.update()
+                .where(workers.c.worker_id == info.worker_id)
                 .values(last_seen_us=_us(info.last_seen), info=info.to_json())
             )
             if updated.rowcount == 0:
                 conn.execute(
-                    WORKERS.insert().values(
+                    workers.insert().values(
                         worker_id=info.worker_id,
                         last_seen_us=_us(info.last_seen),
                         info=info.to_json(),
@@ -132,13 +143,17 @@ class SqlPresence:
                 )
 
     def leave(self, worker_id: str) -> None:
+        workers = _workers()
         with self.engine.begin() as conn:
-            conn.execute(WORKERS.delete().where(WORKERS.c.worker_id == worker_id))
+            conn.execute(workers.delete().where(workers.c.worker_id == worker_id))
 
     def live(self, now: datetime, ttl: timedelta) -> Sequence[WorkerInfo]:
+        import sqlalchemy as sa
+
+        workers = _workers()
         with self._reading() as conn:
             rows = conn.execute(
-                sa.select(WORKERS.c.info).where(WORKERS.c.last_seen_us >= _us(now - ttl))
+                sa.select(workers.c.info).where(workers.c.last_seen_us >= _us(now - ttl))
             ).all()
         return [w for (text,) in rows if (w := WorkerInfo.from_json(text)) is not None]
 

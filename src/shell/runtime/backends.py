@@ -20,11 +20,11 @@ from ..endpoints import BackendSettings, backend_label, backend_url, retry_budge
 from ..migrate import SchemaNotCurrent, auto_migrates, prepare_schema
 from ..presence import MemoryPresence, Presence
 from ..redact import guarded, mask_url
-from ..tenancy import TenantResolver, TenantScope
 
 if TYPE_CHECKING:
     from ..config import Config, TenancyConfig
     from ..ports import JobQueue, JobStore
+    from ..tenancy import TenantResolver, TenantScope
 
 T = TypeVar("T")
 
@@ -119,7 +119,7 @@ def make_tenancy(tenancy: TenancyConfig | None, url: str) -> TenantScope | None:
         return None
     from ..adapters.sql import make_engine
     from ..handlers import import_attr
-    from ..tenancy import SchemaPerTenant, SharedTables, TableTenantResolver
+    from ..tenancy import SchemaPerTenant, SharedTables, TableTenantResolver, TenantScope
 
     # The same engine settings as the job tables (WAL and busy timeout on SQLite).
     engine = make_engine(tenancy.url or url)

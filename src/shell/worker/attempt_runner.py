@@ -23,7 +23,7 @@ import inspect
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from ...core import (
@@ -42,10 +42,12 @@ from ..context import JobContext, check_progress
 from ..inputs import NO_INPUTS, Inputs, read_inputs
 from ..ports import Claim, JobQueue, JobStore
 from ..registry import Registration, Registry, catching, caught, run_handler
-from ..tenancy import Tenant, TenantScope
 from .async_jobs import awaitable_of
 from .attempts import Attempted, Awaiting
 from .timeouts import AttemptGate, DeadlineRunner
+
+if TYPE_CHECKING:  # SQL only: a Redis-only process never loads SQLAlchemy
+    from ..tenancy import Tenant, TenantScope
 
 log = logging.getLogger("conveyor.worker")
 

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import reduce
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core import Decision, Job, Policies
 from ...core.limits import QueueLimits
@@ -36,7 +36,6 @@ from ..hooks import Hooks
 from ..ports import BadClaim, Claim, Clock, Jitter, JobQueue, JobStore, SystemClock
 from ..registry import Registry
 from ..retention import Pruner
-from ..tenancy import TenantScope
 from .async_jobs import DEFAULT_CONCURRENCY, AsyncJobs
 from .attempt_runner import AttemptRunner, AttemptTracer
 from .batch import BatchRunner
@@ -48,6 +47,9 @@ from .lease_keeper import ClockSkewError, LeaseKeeper, check_clock
 from .reporting import Reporter, WorkerStats, add_stats
 from .timeouts import AttemptGate, DeadlineRunner
 from .watch import LoopWatch
+
+if TYPE_CHECKING:  # SQL only: a Redis-only process never loads SQLAlchemy
+    from ..tenancy import TenantScope
 
 __all__ = ["Worker", "WorkerPool", "WorkerStats"]
 
