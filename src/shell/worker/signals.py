@@ -41,9 +41,10 @@ TICK_S = 0.1
 class StopSignals:
     """SIGINT and SIGTERM handlers that count: once asks to stop, twice insists.
 
-    The handlers only set flags and wake the waiting loop (`wakeup`): they take no
-    lock, so a signal that lands while the main thread is in the middle of its wait
-    cannot deadlock it (`conveyor.shell.wakeup`)."""
+    A handler only notes its signal (one list append) and wakes the waiting loop
+    (`wakeup`): it takes no lock, so a signal that lands while the main thread is in
+    the middle of its wait, or of the handler of the signal before, cannot deadlock it
+    (`conveyor.shell.wakeup`)."""
 
     def __init__(self, name: str = "conveyor worker") -> None:
         self.name = name
