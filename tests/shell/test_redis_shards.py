@@ -5,6 +5,7 @@ own, and the runtime's reads and figures put together across them."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -317,3 +318,25 @@ def test_shards_offer_every_role_one_redis_offers() -> None:
     finally:
         close()
         client.close()
+
+
+def test_ending_the_waits_ends_an_idle_wait_on_any_shard_of_a_cluster(
+    client: redis.RedisCluster,
+) -> None:
+    """Each wait is a blocking pop on its queue's master; `end_waits` reaches them all."""
+    queue, _ = open_shards(client, "conveyor", ShardMap(3, PINS))
+    got: dict[str, bool] = {}
+    waiters = [
+        threading.Thread(target=lambda name=name: got.update({name: queue.wait_for_work(name, 30)}))
+        for name in PINS
+    ]
+    began = time.monotonic()
+    for waiter in waiters:
+        waiter.start()
+    # Asked again until all end: a wait that had not begun at the first ask is asked again.
+    while any(w.is_alive() for w in waiters) and time.monotonic() - began < 3:
+        queue.end_waits()
+        for waiter in waiters:
+            waiter.join(0.05)
+    assert not any(w.is_alive() for w in waiters), "a wait did not end within 3 s of 30"
+    assert got == dict.fromkeys(PINS, True)

@@ -62,7 +62,8 @@ class WakingJobQueue(JobQueue, Protocol):
 class InterruptibleWaitsJobQueue(WakingJobQueue, Protocol):
     """A waking queue whose idle waits in this process can be ended early, so that a
     worker told to stop leaves its wait at once instead of when it times out (an
-    in-process condition on SQL and in memory; a blocking pop on Redis cannot be)."""
+    in-process condition on SQL and in memory; on Redis, a token on a list of the
+    process's own that each blocking pop also waits on)."""
 
     def end_waits(self) -> None:
         """End every `wait_for_work` on this queue's backend now waiting in this

@@ -19,6 +19,7 @@ from .cluster import Client
 from .limits import RedisLimitedClaim
 from .replicas import NO_WAIT, ReplicaWait, ReplicaWaiter
 from .scripts import CLAIM, QUEUE, QUEUE_AND_STORE, SETTLING, Script, register
+from .waits import WaitsInFlight
 
 _T = TypeVar("_T")
 
@@ -44,6 +45,8 @@ class RedisQueueBase:
         self._receipt_ms = math.ceil(retry_budget_s * 1000) + 1000 if retry_budget_s else 0
         self._anchor = [self.keys.queues()]
         self.replicas = ReplicaWaiter(self._client, self._anchor[0], replica_wait)
+        #: The idle waits on the server now (`Claiming.end_waits` ends them).
+        self._waits = WaitsInFlight()
         script = functools.partial(register, self._client, QUEUE)
         self._enqueue = script("enqueue")
         self._enqueue_new = register(self._client, (*QUEUE, "unique_lock"), "enqueue_new")

@@ -4,10 +4,16 @@ queue's limits, and the start of a prefetched claim.
 Every claim script first promotes its queue's due parked jobs, then pops, in one
 step. A claim call's token is chosen here once, so a re-send of the call (its reply
 lost to a dropped connection) returns what the first send took: its receipt.
+
+An idle wait is a blocking pop on the server, which no thread of this process can
+interrupt; so each wait pops from two lists, the queue's wake list and one of this
+queue object's own (`RedisKeys.waits_ended`), and `end_waits` pushes a token onto the
+second for each wait in flight here.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -19,13 +25,44 @@ from ....core.limits import QueueLimits
 from ...ports import BadClaim, Claim, LimitedClaims, prefetch_token
 from .arguments import EPOCH, US, ms, ms_ceil, now_args, us
 from .base import RedisQueueBase
+from .client import log
 from .cluster import socket_timeout
 from .replies import batch_claims, single_claim
 from .scripts import Script
 
+#: How long tokens that ended no wait stay on the list (a wait that was about to
+#: begin when `end_waits` ran takes one): each costs a later wait one early return.
+ENDED_TOKENS_KEEP_MS = 5_000
+
 
 class Claiming(RedisQueueBase):
     """The claim half of the port, plus the idle worker's wait for work."""
+
+    def _wait_keys(self, queue: str) -> list[str]:
+        return [self.keys.wake(queue), self.keys.waits_ended(queue, self._waits.name)]
+
+    def end_waits(self) -> None:
+        """End every `wait_for_work` and `wait_and_dequeue` of this queue object now
+        waiting in this process (see the module docs): each returns as woken. The
+        tokens are pushed from a thread of their own, so that a stop never waits on
+        the server; if it cannot be reached, the waits end at their timeouts."""
+        waiting = self._waits.snapshot()
+        if waiting:
+            threading.Thread(
+                target=self._push_ends, args=(waiting,), name="conveyor-end-waits", daemon=True
+            ).start()
+
+    def _push_ends(self, waiting: dict[str, int]) -> None:
+        try:
+            with self._client.pipeline(transaction=False) as pipe:
+                for queue, count in waiting.items():
+                    key = self.keys.waits_ended(queue, self._waits.name)
+                    # One more than the waits counted: a wait about to begin takes it.
+                    pipe.rpush(key, *["end"] * (count + 1))
+                    pipe.pexpire(key, ENDED_TOKENS_KEEP_MS)
+                pipe.execute()
+        except redis.RedisError:
+            log.debug("could not end the idle waits; they end at their timeouts", exc_info=True)
 
     def dequeue(self, queue: str, now: datetime) -> Claim | BadClaim | None:
         """Claim the best ready job of `queue` in one round trip, or None; the queue's
@@ -127,8 +164,8 @@ class Claiming(RedisQueueBase):
         ordinary call instead, with the same token, since it did not run."""
         sha = cast(Any, script).sha
         argv = [self.keys.base, *args]
-        with self._client.pipeline(transaction=False) as pipe:
-            pipe.blpop([self.keys.wake(queue)], timeout=wait_s)
+        with self._waits.one(queue), self._client.pipeline(transaction=False) as pipe:
+            pipe.blpop(self._wait_keys(queue), timeout=wait_s)
             cast(Any, pipe).execute_command("EVALSHA", sha, len(self._anchor), *self._anchor, *argv)
             woken, reply = pipe.execute(raise_on_error=False)
         if isinstance(reply, redis.exceptions.NoScriptError):
@@ -155,11 +192,11 @@ class Claiming(RedisQueueBase):
         wakes on it at once instead of at its next poll. A token may be stale (the
         work already taken), so True means "try a dequeue", not "a job is yours".
         """
-        key = self.keys.wake(queue)
         if timeout_s <= 0:
-            return self._client.lpop(key) is not None
+            return self._client.lpop(self.keys.wake(queue)) is not None
         try:
-            return self._client.blpop([key], timeout=timeout_s) is not None
+            with self._waits.one(queue):
+                return self._client.blpop(self._wait_keys(queue), timeout=timeout_s) is not None
         except redis.TimeoutError:
             # The client's socket timeout was shorter than ours: nothing arrived.
             return False

@@ -97,6 +97,11 @@ class RedisKeys:
     def wake(self, queue: str) -> str:
         return f"{self.base}:wake:{queue}"
 
+    def waits_ended(self, queue: str, waiter: str) -> str:
+        """The list one process's queue pushes to, to end its own idle waits on `queue`
+        (`waiter` names that queue object); beside the wake list, in its slot."""
+        return f"{self.base}:wake:{queue}:ended:{waiter}"
+
     def store(self, job_id: str) -> str:
         return f"{self.base}:store:{job_id}"
 

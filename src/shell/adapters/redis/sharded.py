@@ -113,6 +113,10 @@ class ShardedJobQueue:
     def wait_for_work(self, queue: str, timeout_s: float) -> bool:
         return self.of(queue).wait_for_work(queue, timeout_s)
 
+    def end_waits(self) -> None:
+        for shard in self.shards:
+            shard.end_waits()
+
     def start_claim(self, claim: Claim, now: datetime) -> Claim | None:
         return self.of(claim.queue).start_claim(claim, now)
 
