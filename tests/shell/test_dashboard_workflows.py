@@ -14,7 +14,7 @@ import conveyor
 import pytest
 from backends import Backend
 from conveyor import JobStatus, Workflow, dep
-from conveyor.dashboard import CSRF_COOKIE, CSRF_FIELD, BasicAuth, create_app
+from conveyor.dashboard import CSRF_COOKIE, CSRF_FIELD, BasicAuth
 from conveyor.shell.config import Config
 from conveyor.shell.registry import Registry
 from conveyor.shell.runtime import Runtime
@@ -35,6 +35,16 @@ def ok(args: dict[str, Any]) -> str:
 
 def declined(args: dict[str, Any]) -> None:
     raise conveyor.Permanent("card declined <script>window.__xss=1</script>")
+
+
+def dashboard(rt: Runtime, **options: Any) -> Any:
+    """The dashboard app, its reads given 30 s instead of 2: a busy machine must not turn
+    a page under test into the "not answered" page (test_dashboard_outage.py tests the
+    deadline)."""
+    from conveyor.dashboard import create_app
+
+    options.setdefault("backend_timeout_s", 30.0)
+    return create_app(rt, **options)
 
 
 @pytest.fixture
@@ -102,7 +112,7 @@ def states(rt: Runtime, workflow_id: UUID) -> dict[str, JobStatus | None]:
 
 def test_the_page_draws_every_member_with_its_state_in_layers(rt: Runtime) -> None:
     wf = shape(rt)
-    page = TestClient(create_app(rt)).get(f"/workflows/{wf.workflow_id}")
+    page = TestClient(dashboard(rt)).get(f"/workflows/{wf.workflow_id}")
     assert page.status_code == 200
     assert f"Workflow <code>{wf.workflow_id}</code>" in page.text
     drawn = nodes(page.text)
@@ -119,7 +129,7 @@ def test_the_page_draws_every_member_with_its_state_in_layers(rt: Runtime) -> No
 def test_the_states_drawn_follow_the_jobs_as_they_run(rt: Runtime) -> None:
     wf = shape(rt)
     rt.drain()
-    page = TestClient(create_app(rt)).get(f"/workflows/{wf.workflow_id}").text
+    page = TestClient(dashboard(rt)).get(f"/workflows/{wf.workflow_id}").text
     drawn = {job: state for job, (_, state, _) in nodes(page).items()}
     assert drawn == {
         str(wf.ids["fetch"]): "completed",
@@ -139,7 +149,7 @@ def test_the_arrows_are_the_edges_with_their_policies_when_not_the_default(
     rt: Runtime,
 ) -> None:
     wf = shape(rt)
-    page = TestClient(create_app(rt)).get(f"/workflows/{wf.workflow_id}").text
+    page = TestClient(dashboard(rt)).get(f"/workflows/{wf.workflow_id}").text
     i = {name: str(job_id) for name, job_id in wf.ids.items()}
     assert edges(page) == {
         (i["fetch"], i["render"]): "",
@@ -163,7 +173,7 @@ def test_a_job_outside_the_workflow_that_a_member_waits_for_is_drawn_apart(
     wf = Workflow()
     wf.add("ok", after=[before], name="after-it")
     workflow_id = rt.enqueue(wf)
-    page = TestClient(create_app(rt)).get(f"/workflows/{workflow_id}").text
+    page = TestClient(dashboard(rt)).get(f"/workflows/{workflow_id}").text
     classes, state, layer = nodes(page)[str(before.id)]
     assert "outside" in classes.split() and (state, layer) == ("pending", 0)
     assert f'href="/jobs/{before.id}"' in page
@@ -174,13 +184,13 @@ def test_a_long_name_is_cut_in_its_box_and_whole_in_its_tooltip(rt: Runtime) -> 
     long = "reports.render-the-quarterly-summary-for-every-region"
     wf = Workflow()
     handle = wf.add("ok", name=long)
-    page = TestClient(create_app(rt)).get(f"/workflows/{rt.enqueue(wf)}").text
+    page = TestClient(dashboard(rt)).get(f"/workflows/{rt.enqueue(wf)}").text
     assert f'<text class="name" x="18" y="28">{long[:25]}…</text>' in page
     assert f"<title>{long} ({handle.job_id}): pending</title>" in page
 
 
 def test_an_unknown_workflow_is_a_404_page(rt: Runtime) -> None:
-    client = TestClient(create_app(rt))
+    client = TestClient(dashboard(rt))
     missing = uuid4()
     for path, shown in ((missing, str(missing)), ("not-an-id", "not-an-id")):
         answer = client.get(f"/workflows/{path}")
@@ -191,7 +201,7 @@ def test_an_unknown_workflow_is_a_404_page(rt: Runtime) -> None:
 
 def test_a_members_job_page_links_back_to_its_workflow(rt: Runtime) -> None:
     wf = shape(rt)
-    client = TestClient(create_app(rt))
+    client = TestClient(dashboard(rt))
     for job_id in wf.ids.values():
         page = client.get(f"/jobs/{job_id}").text
         assert f'<a id="workflow-link" href="/workflows/{wf.workflow_id}">' in page
@@ -201,7 +211,7 @@ def test_a_job_of_no_workflow_links_to_none(rt: Runtime) -> None:
     wf = shape(rt)
     alone = rt.enqueue("ok")
     after = rt.enqueue("ok", after=[wf.ids["fetch"]])
-    client = TestClient(create_app(rt))
+    client = TestClient(dashboard(rt))
     for job_id in (alone.id, after.id):
         page = client.get(f"/jobs/{job_id}")
         assert page.status_code == 200 and "workflow-link" not in page.text
@@ -209,7 +219,7 @@ def test_a_job_of_no_workflow_links_to_none(rt: Runtime) -> None:
 
 def test_the_overview_counts_the_jobs_that_wait_per_queue(rt: Runtime) -> None:
     shape(rt)
-    page = TestClient(create_app(rt)).get("/").text
+    page = TestClient(dashboard(rt)).get("/").text
     row = re.search(r'<tr data-queue="default"[^>]*>(.*?)</tr>', page, re.S)
     assert row is not None
     assert '<td class="num waiting">4</td>' in row.group(1)
@@ -221,7 +231,7 @@ def test_the_overview_counts_the_jobs_that_wait_per_queue(rt: Runtime) -> None:
 
 def test_cancel_cancels_every_unfinished_member(rt: Runtime) -> None:
     wf = shape(rt)
-    client = TestClient(create_app(rt))
+    client = TestClient(dashboard(rt))
     answer = cancel(client, wf.workflow_id)
     assert answer.status_code == 303
     where = f"/workflows/{wf.workflow_id}?done=wf-cancelled&n=6"
@@ -234,7 +244,7 @@ def test_cancel_cancels_every_unfinished_member(rt: Runtime) -> None:
 
 def test_cancel_without_the_csrf_token_is_refused(rt: Runtime) -> None:
     wf = shape(rt)
-    client = TestClient(create_app(rt))
+    client = TestClient(dashboard(rt))
     client.get("/")  # the cookie, without the form's token
     for form in ({}, {CSRF_FIELD: "forged"}):
         answer = client.post(
@@ -252,7 +262,7 @@ def test_cancel_from_another_origin_is_refused_with_a_valid_token(
     rt: Runtime, headers: dict[str, str]
 ) -> None:
     wf = shape(rt)
-    answer = cancel(TestClient(create_app(rt)), wf.workflow_id, **headers)
+    answer = cancel(TestClient(dashboard(rt)), wf.workflow_id, **headers)
     assert answer.status_code == 403 and "another origin" in answer.text
     assert JobStatus.CANCELLED not in states(rt, wf.workflow_id).values()
 
@@ -261,7 +271,7 @@ def test_cancel_is_refused_and_not_offered_when_the_dashboard_is_read_only(
     rt: Runtime,
 ) -> None:
     wf = shape(rt)
-    client = TestClient(create_app(rt, read_only=True))
+    client = TestClient(dashboard(rt, read_only=True))
     page = client.get(f"/workflows/{wf.workflow_id}").text
     assert "cancel-workflow" not in page and 'method="post"' not in page
     assert len(nodes(page)) == 6
@@ -272,7 +282,7 @@ def test_cancel_is_refused_and_not_offered_when_the_dashboard_is_read_only(
 
 def test_the_page_asks_for_login_as_every_page_does(rt: Runtime) -> None:
     wf = shape(rt)
-    client = TestClient(create_app(rt, auth=BasicAuth("ops", "s3cret")))
+    client = TestClient(dashboard(rt, auth=BasicAuth("ops", "s3cret")))
     assert client.get(f"/workflows/{wf.workflow_id}").status_code == 401
     assert client.post(f"/workflows/{wf.workflow_id}/cancel").status_code == 401
     page = client.get(f"/workflows/{wf.workflow_id}", auth=("ops", "s3cret"))

@@ -77,7 +77,8 @@ def test_a_report_shows_in_get_job_show_and_the_dashboard_while_the_job_runs(
         from conveyor.dashboard import create_app
         from starlette.testclient import TestClient
 
-        page = TestClient(create_app(runtime)).get(f"/jobs/{job.id}").text
+        # 30 s for the page's reads: a busy machine must not turn it into "not answered".
+        page = TestClient(create_app(runtime, backend_timeout_s=30.0)).get(f"/jobs/{job.id}").text
         assert 'id="progress"' in page and '<progress max="1" value="0.5">' in page
         assert "&lt;b&gt;" in page and "<b>" not in page, "escaped like every other text"
     finally:
@@ -180,9 +181,7 @@ def test_reporting_often_costs_at_most_one_write_more_per_heartbeat() -> None:
             ctx.progress(min(n / 100_000, 1.0), {"n": n})
             time.sleep(0.0005)
 
-    runtime = Runtime(
-        Config(lease_ms=LEASE_MS), counting, store, Registry({"busy": busy})
-    )
+    runtime = Runtime(Config(lease_ms=LEASE_MS), counting, store, Registry({"busy": busy}))
     runtime.enqueue("busy", {})
     runtime.drain(timeout_s=20)
     notes = [w for w in counting.writes if w != "extend"]
