@@ -120,6 +120,8 @@ class Registry:
         self._entries: dict[str, Registration] = {}
         #: Per-type timeouts from the config, in ms: they override the registered ones.
         self._configured_timeouts: dict[str, int] = {}
+        #: The enqueue defaults each task declares (`conveyor.shell.tasks`), by job type.
+        self._task_defaults: dict[str, Mapping[str, Any]] = {}
         for job_type, handler in (handlers or {}).items():
             self.register(job_type, handler)
 
@@ -186,6 +188,18 @@ class Registry:
             return fn
 
         return wrap
+
+    def note_task_defaults(self, job_type: str, defaults: Mapping[str, Any]) -> None:
+        """Keep the enqueue defaults the task of `job_type` declares (its queue,
+        priority, retries...), for enqueues by name that want them: the CLI's."""
+        with self._lock:
+            self._task_defaults[job_type] = dict(defaults)
+
+    def task_defaults(self, job_type: str) -> dict[str, Any]:
+        """The enqueue defaults the task of `job_type` declares; empty for a plain
+        handler or an unknown type."""
+        with self._lock:
+            return dict(self._task_defaults.get(job_type, {}))
 
     def lookup(self, job_type: str) -> Handler | None:
         entry = self.registration(job_type)

@@ -42,6 +42,7 @@ from .runtime.enqueue_options import ENQUEUE_OPTIONS, EnqueueOptions
 
 if TYPE_CHECKING:
     from ..core import Job
+    from .registry import Registry
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -244,8 +245,15 @@ class Tasks(Mapping[str, Callable[..., Any]]):
         return found
 
 
-def bind_collections(runtime: TaskRuntime, sources: Iterable[object]) -> None:
-    """Bind every `Tasks` collection among `sources` (handler mappings) to `runtime`."""
+def bind_collections(
+    runtime: TaskRuntime, sources: Iterable[object], registry: Registry | None = None
+) -> None:
+    """Bind every `Tasks` collection among `sources` (handler mappings) to `runtime`,
+    and note each task's enqueue defaults in `registry` (for the CLI's enqueue by
+    name)."""
     for source in sources:
         if isinstance(source, Tasks):
             source.bind(runtime)
+            if registry is not None:
+                for task in source.tasks():
+                    registry.note_task_defaults(task.job_type, task.defaults)

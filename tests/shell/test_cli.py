@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -155,6 +156,43 @@ def test_a_misspelt_job_type_warns_and_strict_refuses_it(cli, caplog) -> None:
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and "job_type" in lines[0] and "'ship'" in lines[0]
     assert cli("enqueue", "--strict", "ship", "{}").returncode == 0
+
+
+TASKS = """
+import conveyor
+tasks = conveyor.Tasks()
+@tasks.task(name="receipts.send", queue="emails", priority="high", max_retries=5, timeout=30)
+def send(args):
+    return None
+"""
+
+
+def test_enqueue_gives_a_task_its_own_defaults_and_flags_override_them(
+    cli_project, cli, monkeypatch
+) -> None:
+    (cli_project / "cli_tasks.py").write_text(TASKS)
+    config = cli_project / "conveyor.toml"
+    config.write_text(
+        config.read_text().replace(
+            'handlers = ["cli_handlers:HANDLERS"]',
+            'handlers = ["cli_handlers:HANDLERS", "cli_tasks:tasks"]',
+        )
+    )
+    monkeypatch.delitem(sys.modules, "cli_tasks", raising=False)
+
+    def shown(*args: str) -> tuple[str, str, int]:
+        job_id = cli("enqueue", "receipts.send", "{}", *args).stdout.split()[-1]
+        view = json.loads(cli("job", "show", job_id, "--json").stdout)
+        return view["queue"], view["priority"], view["max_retries"]
+
+    assert shown() == ("emails", "high", 5), "the task's defaults, as task.enqueue gives"
+    flags = ("--queue", "urgent", "--priority", "low", "--max-retries", "0", "--timeout", "5")
+    assert shown(*flags) == ("urgent", "low", 0), "each flag given wins over the task's"
+    assert shown("--queue", "urgent") == ("urgent", "high", 5), "the rest stay the task's"
+    # A plain handler keeps Runtime.enqueue's defaults.
+    job_id = cli("enqueue", "ship", "{}").stdout.split()[-1]
+    view = json.loads(cli("job", "show", job_id, "--json").stdout)
+    assert (view["queue"], view["priority"], view["max_retries"]) == ("default", "normal", 3)
 
 
 def test_a_reader_that_stops_early_gets_no_error(cli_project) -> None:

@@ -16,11 +16,17 @@ def add_enqueue_command(sub: Any) -> None:
     e = sub.add_parser("enqueue", help="enqueue one job and print its id")
     e.add_argument("job_type")
     e.add_argument("args", nargs="?", default="{}", help="job args as a JSON object")
-    e.add_argument("--queue", "-q", default="default")
+    # Unset, these three come from the task's own defaults (`@tasks.task(queue=...)`)
+    # when a configured handler module declares one, else from `Runtime.enqueue`'s.
+    e.add_argument("--queue", "-q", default=None, help="(default: the task's, else default)")
     e.add_argument(
-        "--priority", "-p", default="normal", choices=["critical", "high", "normal", "low"]
+        "--priority",
+        "-p",
+        default=None,
+        choices=["critical", "high", "normal", "low"],
+        help="(default: the task's, else normal)",
     )
-    e.add_argument("--max-retries", type=int, default=3)
+    e.add_argument("--max-retries", type=int, default=None, help="(default: the task's, else 3)")
     e.add_argument("--delay", type=float, default=None, help="seconds from now")
     e.add_argument("--tenant", default=None)
     e.add_argument(
@@ -66,21 +72,24 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         unknown = runtime.unknown_job_type(args.job_type)
         if unknown is not None and args.strict:
             raise ValidationError.of("job_type", unknown)
-        job = runtime.enqueue(
-            args.job_type,
-            payload,
-            queue=args.queue,
-            priority=args.priority,
-            max_retries=args.max_retries,
-            delay=delay,
-            tenant_id=args.tenant,
-            partition=args.partition,
-            timeout=args.timeout,
-            id=args.id,
-            unique_key=args.unique_key,
-            unique_for=args.unique_for,
-            unique_states=args.unique_state,
-        )
+        given = {
+            "queue": args.queue,
+            "priority": args.priority,
+            "max_retries": args.max_retries,
+            "delay": delay,
+            "tenant_id": args.tenant,
+            "partition": args.partition,
+            "timeout": args.timeout,
+            "id": args.id,
+            "unique_key": args.unique_key,
+            "unique_for": args.unique_for,
+            "unique_states": args.unique_state,
+        }
+        # The task's defaults, then whatever the command line says: as `task.enqueue`.
+        options = runtime.registry.task_defaults(args.job_type) | {
+            k: v for k, v in given.items() if v is not None
+        }
+        job = runtime.enqueue(args.job_type, payload, **options)
     finally:
         runtime.close()
     print(job.id)

@@ -217,5 +217,5 @@ def build(
     )
     from ..tasks import bind_collections
 
-    bind_collections(runtime, sources)
+    bind_collections(runtime, sources, registry)
     return runtime
