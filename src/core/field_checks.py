@@ -60,6 +60,28 @@ def number_at_least(minimum: float) -> Validator:
     return check
 
 
+#: The longest duration any `*_ms` setting may give: 100 years. Longer ones mean
+#: "never" in practice, and past a few thousand years a date computed from one is
+#: out of `datetime`'s range.
+MAX_DURATION_MS = 36_525 * 24 * 3600 * 1000  # 36,525 days
+
+
+def duration_ms(*, positive: bool = False) -> Validator:
+    """A duration in ms: a finite number from 0 (above 0 when `positive`) to
+    `MAX_DURATION_MS`."""
+    low = "> 0" if positive else ">= 0"
+
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not _is_number(value) or not (value > 0 if positive else value >= 0):  # type: ignore[operator]
+            refuse(instance, attribute, f"must be a number {low}, got {value!r}")
+        elif not value <= MAX_DURATION_MS:  # type: ignore[operator]
+            refuse(
+                instance, attribute, f"must be at most {MAX_DURATION_MS} (100 years), got {value!r}"
+            )
+
+    return check
+
+
 def positive_number(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """A finite number above zero."""
     if not _is_number(value) or not 0 < value < math.inf:  # type: ignore[operator]
@@ -76,5 +98,3 @@ def optional_name(instance: object, attribute: attrs.Attribute[Any], value: obje
     """None, or a non-empty string."""
     if value is not None and (not isinstance(value, str) or not value):
         refuse(instance, attribute, f"must be a non-empty string, got {value!r}")
-
-

@@ -11,20 +11,19 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from .field_checks import number_at_least, positive_or_infinite
+from .field_checks import duration_ms, number_at_least, positive_or_infinite
 from .job import Job
 from .results import ResultPolicy
 
 _non_negative = number_at_least(0)
-_positive = positive_or_infinite
 
 
 @attrs.frozen(slots=True)
 class RetryPolicy:
     """Exponential backoff: `initial_delay_ms * 2**retry_count`, capped, then ±10 % jitter."""
 
-    initial_delay_ms: int = attrs.field(default=1000, validator=_non_negative)
-    max_delay_ms: int = attrs.field(default=60_000, validator=_non_negative)
+    initial_delay_ms: int = attrs.field(default=1000, validator=duration_ms())
+    max_delay_ms: int = attrs.field(default=60_000, validator=duration_ms())
     jitter: bool = True
 
 
@@ -61,8 +60,8 @@ class RequeuePolicy:
     burn a budget before a slow owner polls. `max_requeues` is a runaway backstop.
     """
 
-    requeue_delay_ms: int = attrs.field(default=1000, validator=_non_negative)
-    max_requeue_age_ms: int = attrs.field(default=300_000, validator=_non_negative)
+    requeue_delay_ms: int = attrs.field(default=1000, validator=duration_ms())
+    max_requeue_age_ms: int = attrs.field(default=300_000, validator=duration_ms())
     max_requeues: int = attrs.field(default=10_000, validator=_non_negative)
 
 
@@ -93,7 +92,7 @@ class LeasePolicy:
     `max_retries`. Claims that expired before their job started are never charged.
     """
 
-    lease_ms: int = attrs.field(default=60_000, validator=_positive)
+    lease_ms: int = attrs.field(default=60_000, validator=duration_ms(positive=True))
     max_reclaims: int | None = 3
 
     @property

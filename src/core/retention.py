@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from .field_checks import number_at_least
+from .field_checks import duration_ms, number_at_least
 from .job import JobStatus
 
 DAY_MS = 86_400_000
@@ -56,14 +56,14 @@ class RetentionPolicy:
     "pruned" rather than "never existed" (0 = remember none).
     """
 
-    completed_ms: int = attrs.field(default=DEFAULT_COMPLETED_MS, validator=_non_negative)
-    dead_ms: int = attrs.field(default=DEFAULT_DEAD_MS, validator=_non_negative)
+    completed_ms: int = attrs.field(default=DEFAULT_COMPLETED_MS, validator=duration_ms())
+    dead_ms: int = attrs.field(default=DEFAULT_DEAD_MS, validator=duration_ms())
     max_completed: int = attrs.field(default=0, validator=_non_negative)
     max_dead: int = attrs.field(default=0, validator=_non_negative)
     batch: int = attrs.field(default=DEFAULT_PRUNE_BATCH, validator=_non_negative)
-    interval_ms: int = attrs.field(default=DEFAULT_PRUNE_INTERVAL_MS, validator=_non_negative)
+    interval_ms: int = attrs.field(default=DEFAULT_PRUNE_INTERVAL_MS, validator=duration_ms())
     remember_pruned_ms: int = attrs.field(
-        default=DEFAULT_REMEMBER_PRUNED_MS, validator=_non_negative
+        default=DEFAULT_REMEMBER_PRUNED_MS, validator=duration_ms()
     )
 
     @property

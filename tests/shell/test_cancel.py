@@ -156,6 +156,7 @@ def test_job_cancel_of_a_finished_job_exits_1(project: Path, cli: Callable[..., 
 def test_job_cancel_of_an_unknown_id_exits_1_and_of_a_malformed_one_exits_2(
     project: Path, cli: Callable[..., Ran]
 ) -> None:
+    assert cli(project, "migrate").returncode == 0  # a database, without that job
     unknown = cli(project, "job", "cancel", "00000000-0000-4000-8000-000000000009")
     assert unknown.returncode == 1 and "no job" in unknown.stderr
     bad = cli(project, "job", "cancel", "not-an-id")

@@ -116,11 +116,22 @@ READ_ONLY = [
     ("dead", "list"),
     ("dead", "show", "6f1c1b8e-2f7d-4a63-9a56-0d1f3c6c9b11"),
     ("cron", "list"),
+    # Commands that act only on jobs already stored: with no database, none is there.
+    ("prune",),
+    ("prune", "--dry-run"),
+    ("prune", "--older-than", "7d"),
+    ("jobs", "cancel", "--queue", "default"),
+    ("jobs", "cancel", "--queue", "default", "--dry-run"),
+    ("job", "cancel", "6f1c1b8e-2f7d-4a63-9a56-0d1f3c6c9b11"),
+    ("dead", "retry", "--all"),
+    ("dead", "retry", "6f1c1b8e-2f7d-4a63-9a56-0d1f3c6c9b11"),
+    ("dead", "purge", "--all", "--yes"),
+    ("dead", "purge", "6f1c1b8e-2f7d-4a63-9a56-0d1f3c6c9b11"),
 ]
 
 
 @pytest.mark.parametrize("argv", READ_ONLY, ids=[" ".join(a) for a in READ_ONLY])
-def test_a_command_that_only_reads_creates_no_database(project: Path, argv: tuple[str]) -> None:
+def test_a_command_on_stored_jobs_creates_no_database(project: Path, argv: tuple[str]) -> None:
     result = run(project, *argv)
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"no database at {project / 'jobs.db'}" in result.stderr

@@ -35,6 +35,9 @@ from .workflow import add_workflow_commands
 
 log = logging.getLogger("conveyor.cli")
 
+#: What `--log-level` takes, in any case.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
 
 class _Parser(argparse.ArgumentParser):
     """Usage errors on one line with exit status 2, like every other bad input."""
@@ -44,9 +47,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def cmd_dead(args: argparse.Namespace) -> int:
-    return run_dead(
-        args, lambda: command_runtime(args, reads_only=args.dead_command in ("list", "show"))
-    )
+    # Every dead command reads or acts on dead letters already stored: none creates a
+    # database (a mistyped url would otherwise get a new, empty one and "purged 0").
+    return run_dead(args, lambda: command_runtime(args, reads_only=True))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -62,7 +65,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--config", "-c", help="config file (default: nearest conveyor.toml or [tool.conveyor])"
     )
-    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,  # `debug` has always worked as well as `DEBUG`
+        choices=LOG_LEVELS,
+        help="logging level (default INFO)",
+    )
     p.add_argument(
         "--log-format",
         default="text",
@@ -96,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     for handler in logging.getLogger().handlers:

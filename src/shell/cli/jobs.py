@@ -86,7 +86,7 @@ def cmd_job_cancel(args: argparse.Namespace) -> int:
     from ...core import CancelResult
 
     job_id = job_id_arg(args.job_id)
-    runtime = command_runtime(args)
+    runtime = command_runtime(args, reads_only=True)  # cancels only what is stored
     try:
         result = runtime.cancel(job_id)
     finally:
@@ -113,7 +113,7 @@ def cmd_jobs_cancel(args: argparse.Namespace) -> int:
         None if args.queue is None else check_name("--queue", args.queue),
         None if args.type is None else check_name("--type", args.type),
     )
-    runtime = command_runtime(args)
+    runtime = command_runtime(args, reads_only=True)  # cancels only what is stored
     try:
         counts = runtime.cancel_many(queue=args.queue, job_type=args.type, dry_run=args.dry_run)
     finally:

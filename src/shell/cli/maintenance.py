@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 from ...core import ValidationError
 from ..config import load_config
 from ..endpoints import config_secrets
 from .runtime import REDACTING, command_runtime
+
+log = logging.getLogger("conveyor.cli")
 
 
 def add_maintenance_commands(sub: Any) -> None:
@@ -36,6 +39,7 @@ def add_maintenance_commands(sub: Any) -> None:
 
 def cmd_prune(args: argparse.Namespace) -> int:
     from ...core import parse_duration_ms
+    from ...core.field_checks import MAX_DURATION_MS
 
     older_than = None
     if args.older_than is not None:
@@ -43,7 +47,19 @@ def cmd_prune(args: argparse.Namespace) -> int:
         if older_than is None:
             example = "a duration such as 7d, 12h, 30m or 90s"
             raise ValidationError.of("--older-than", f"must be {example}, got {args.older_than!r}")
-    runtime = command_runtime(args)
+        if older_than > MAX_DURATION_MS:
+            raise ValidationError.of(
+                "--older-than", f"must be at most 100 years, got {args.older_than}"
+            )
+        if args.older_than.strip().isdigit():
+            # Deprecated: on a command that deletes, "7" read as seconds is easily meant
+            # as days. Taken as before for now, with a warning.
+            log.warning(
+                "prune --older-than %s is read as %s seconds; give the unit (%ss, %sd): "
+                "a bare number will be refused in a later release",
+                *(args.older_than.strip(),) * 4,
+            )
+    runtime = command_runtime(args, reads_only=True)  # prunes only what is stored
     try:
         count = runtime.prune(older_than_ms=older_than, dry_run=args.dry_run)
     finally:

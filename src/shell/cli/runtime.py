@@ -58,7 +58,8 @@ def command_runtime(
 ) -> Runtime:
     """The runtime of the config. An operator's command tries the server once
     (`startup_timeout_s` 0); a worker waits for it (None: the config's timeout). A
-    command that `reads_only` creates no database (see `cli_guards`)."""
+    command that `reads_only` (reads, or acts only on jobs already stored: cancel,
+    prune, dead letters) creates no database (see `cli_guards`)."""
     config = load_config(args.config)
     if args.command in OPERATOR_COMMANDS:
         config = without_handlers(config)

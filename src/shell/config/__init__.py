@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,13 +70,21 @@ ENV = {
 
 def parse_config(raw: Mapping[str, Any]) -> Config:
     """Validate a config mapping; raise `ValidationError` naming every bad key."""
-    errors: list[FieldError] = []
+    return _parse(raw, ())
+
+
+def _parse(raw: Mapping[str, Any], env_errors: Sequence[FieldError]) -> Config:
+    """`parse_config`, reporting the bad `CONVEYOR_*` variables with the mapping's own
+    problems. A key a bad variable names is that variable's to report: once it is
+    fixed, it replaces the mapping's value there, whose problems would never matter."""
+    overridden = {e.field for e in env_errors}
+    errors = list(env_errors)
     config: Config | None = None
     try:
         config = converter.structure(raw, Config)
     except (ClassValidationError, Bad) as exc:
-        errors.extend(problems(exc))
-    errors.extend(tied_problems(raw))
+        errors.extend(e for e in problems(exc) if e.field not in overridden)
+    errors.extend(e for e in tied_problems(raw) if e.field not in overridden)
     if errors or config is None:
         raise ValidationError(errors)
     warn_unused(raw)
@@ -92,8 +100,20 @@ def _set(raw: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def apply_env(raw: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-    """`raw` with `CONVEYOR_*` environment overrides applied."""
+    """`raw` with `CONVEYOR_*` environment overrides applied; `ValidationError` names
+    every bad variable."""
+    out, errors = _overridden(raw, env)
+    if errors:
+        raise ValidationError(errors)
+    return out
+
+
+def _overridden(
+    raw: Mapping[str, Any], env: Mapping[str, str]
+) -> tuple[dict[str, Any], list[FieldError]]:
+    """`raw` with the good overrides applied, and a problem for each bad one."""
     out: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in raw.items()}
+    errors: list[FieldError] = []
     for name, (key, kind) in ENV.items():
         if name not in env:
             continue
@@ -103,11 +123,12 @@ def apply_env(raw: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
             try:
                 value = int(text)
             except ValueError:
-                raise ValidationError.of(key, f"{name}={text!r} is not an integer") from None
+                errors.append(FieldError(key, f"{name}={text!r} is not an integer"))
+                continue
         elif kind is list:
             value = [part.strip() for part in text.split(",") if part.strip()]
         _set(out, key, value)
-    return out
+    return out, errors
 
 
 def find_file(start: Path | None = None) -> Path | None:
@@ -118,19 +139,21 @@ def find_file(start: Path | None = None) -> Path | None:
         if candidate.is_file():
             return candidate
         pyproject = folder / "pyproject.toml"
-        if pyproject.is_file() and "conveyor" in tomllib.loads(pyproject.read_text()).get(
-            "tool", {}
-        ):
+        if pyproject.is_file() and "conveyor" in _toml(pyproject).get("tool", {}):
             return pyproject
     return None
 
 
-def read_file(path: Path) -> dict[str, Any]:
-    """The raw config table of a TOML file (the `[tool.conveyor]` table of a pyproject)."""
+def _toml(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ValidationError.of(str(path), f"is not valid TOML: {exc}") from None
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """The raw config table of a TOML file (the `[tool.conveyor]` table of a pyproject)."""
+    data = _toml(path)
     if path.name == "pyproject.toml":
         return dict(data.get("tool", {}).get("conveyor", {}))
     return data
@@ -149,8 +172,10 @@ def load_config(
     env = os.environ if env is None else env
     path: Path | None = None
     if source is None:
-        found = env.get("CONVEYOR_CONFIG")
-        path = Path(found) if found else find_file()
+        named = env.get("CONVEYOR_CONFIG")
+        path = Path(named) if named else find_file()
+        if named and path is not None and not path.is_file():
+            raise ValidationError.of("config", f"no such file: {path} (from CONVEYOR_CONFIG)")
         raw: Mapping[str, Any] = read_file(path) if path else {}
     elif isinstance(source, str | Path):
         path = Path(source)
@@ -160,7 +185,8 @@ def load_config(
     else:
         raw = source
     if path is None:
-        return parse_config(apply_env(raw, env))
+        return _parse(*_overridden(raw, env))
     # A file's relative SQLite paths are read from its folder (see config_paths).
-    merged = apply_env(anchored(raw, path.parent), env)
-    return parse_config(with_default_database(merged, path.parent, DEFAULT_URL, DEFAULT_PROVIDER))
+    merged, env_errors = _overridden(anchored(raw, path.parent), env)
+    merged = with_default_database(merged, path.parent, DEFAULT_URL, DEFAULT_PROVIDER)
+    return _parse(merged, env_errors)

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from ...core.field_checks import refuse
+from ...core.field_checks import MAX_DURATION_MS, refuse
 from ...core.validation import MAX_RETRIES_LIMIT, check_name
 from ..cron_schedule import expression_problem, timezone_problem
 
@@ -49,6 +49,19 @@ def integer_at_least(minimum: int) -> Check:
         if value < minimum:  # type: ignore[operator]
             return f"must be >= {minimum}, got {value}"
         return None
+
+    return check
+
+
+def duration_ms(minimum: int) -> Check:
+    """A duration in ms: an integer from `minimum` to the core's `MAX_DURATION_MS`."""
+    at_least = integer_at_least(minimum)
+
+    def check(value: object) -> str | None:
+        reason = at_least(value)
+        if reason is None and value > MAX_DURATION_MS:  # type: ignore[operator]
+            return f"must be at most {MAX_DURATION_MS} (100 years), got {value}"
+        return reason
 
     return check
 

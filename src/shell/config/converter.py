@@ -38,6 +38,7 @@ from .checks import (
     Rule as checks_Rule,
 )
 from .checks import (
+    duration_ms,
     handler_spec,
     integer_at_least,
     optional,
@@ -171,6 +172,7 @@ def _register(cls: type[_T], hook: Callable[[Any, Any], _T]) -> None:
 
 _non_negative = checked(integer_at_least(0))
 _positive = checked(integer_at_least(1))
+_duration = checked(duration_ms(0))
 _name = checked(checks_name)
 _optional_name = checked(optional(checks_name))
 
@@ -178,14 +180,14 @@ _register(str, string)
 _register(bool, hooks_flag)
 # A table's field hooks are looked up when its hook is made: the tables inside first.
 _register(
-    RetryPolicy, _table(RetryPolicy, initial_delay_ms=_non_negative, max_delay_ms=_non_negative)
+    RetryPolicy, _table(RetryPolicy, initial_delay_ms=_duration, max_delay_ms=_duration)
 )
 _register(
     RequeuePolicy,
     _table(
         RequeuePolicy,
-        requeue_delay_ms=_non_negative,
-        max_requeue_age_ms=_non_negative,
+        requeue_delay_ms=_duration,
+        max_requeue_age_ms=_duration,
         max_requeues=_non_negative,
     ),
 )
@@ -195,11 +197,11 @@ _register(
         RetentionPolicy,
         order=("completed_ms", "dead_ms", "max_completed", "max_dead", "interval_ms", "batch"),
         renamed={"interval_ms": "prune_interval_ms"},
-        completed_ms=_non_negative,
-        dead_ms=_non_negative,
+        completed_ms=_duration,
+        dead_ms=_duration,
         max_completed=_non_negative,
         max_dead=_non_negative,
-        interval_ms=_non_negative,
+        interval_ms=_duration,
         batch=_positive,
     ),
 )
@@ -261,7 +263,7 @@ class _RedisTable:
     urls: tuple[str, ...] = ()
     replica_wait: int = attrs.field(default=0, validator=checks_Rule(integer_at_least(0)))
     replica_wait_timeout_ms: int = attrs.field(
-        default=1000, validator=checks_Rule(integer_at_least(1))
+        default=1000, validator=checks_Rule(duration_ms(1))
     )
     shards: int = attrs.field(default=1, validator=checks_Rule(integer_at_least(1)))
     #: `[redis.queue_shards]`: queue name = shard index; `shard_problems` checks them.

@@ -26,6 +26,7 @@ from .checks import (
     Rule,
     credentials,
     database_url,
+    duration_ms,
     integer_at_least,
     name,
     one_of,
@@ -50,6 +51,8 @@ _LEASE = attrs.fields(LeasePolicy)
 _NON_NEGATIVE = Rule(integer_at_least(0))
 _POSITIVE = Rule(integer_at_least(1))
 _NAME = Rule(name)
+_DURATION = Rule(duration_ms(0))
+_POSITIVE_DURATION = Rule(duration_ms(1))
 
 
 def _masked(url: str | None) -> str:
@@ -63,9 +66,9 @@ class WorkersConfig:
 
     count: int = attrs.field(default=1, validator=_NON_NEGATIVE)
     queues: tuple[str, ...] = ("default",)
-    poll_interval_ms: int = attrs.field(default=1000, validator=_POSITIVE)
-    promote_interval_ms: int = attrs.field(default=5000, validator=_POSITIVE)
-    grace_ms: int = attrs.field(default=30_000, validator=_NON_NEGATIVE)
+    poll_interval_ms: int = attrs.field(default=1000, validator=_POSITIVE_DURATION)
+    promote_interval_ms: int = attrs.field(default=5000, validator=_POSITIVE_DURATION)
+    grace_ms: int = attrs.field(default=30_000, validator=_DURATION)
     #: Jobs per claim: "auto" (batches sized to run in about 100 ms, from the jobs'
     #: running time; see `conveyor.core.prefetch`) or a fixed number (1: one at a time).
     prefetch: int | str = attrs.field(default="auto", validator=Rule(prefetch))
@@ -124,13 +127,13 @@ class Config:
     #: Replicas each enqueue and outcome write waits for (`[redis] replica_wait`,
     #: WAIT), and for how long at most; 0: no wait.
     redis_replica_wait: int = attrs.field(default=0, validator=_NON_NEGATIVE)
-    redis_replica_wait_timeout_ms: int = attrs.field(default=1000, validator=_POSITIVE)
+    redis_replica_wait_timeout_ms: int = attrs.field(default=1000, validator=_POSITIVE_DURATION)
     #: Shards of the deployment's keys (`[redis] shards`; 1: all under `{prefix}`) and
     #: the queues pinned to one (`[redis.queue_shards]`); see docs/redis.md, "Shards".
     redis_shards: int = attrs.field(default=1, validator=_POSITIVE)
     redis_queue_shards: tuple[tuple[str, int], ...] = ()
     #: How long a claim lives unrenewed (`conveyor.core.LeasePolicy`).
-    lease_ms: int = attrs.field(default=_LEASE.lease_ms.default, validator=_POSITIVE)
+    lease_ms: int = attrs.field(default=_LEASE.lease_ms.default, validator=_POSITIVE_DURATION)
     workers: WorkersConfig = WorkersConfig()
     retry: RetryPolicy = RetryPolicy()
     requeue: RequeuePolicy = RequeuePolicy()
@@ -143,7 +146,7 @@ class Config:
     #: Per-job-type attempt timeouts in ms (`[timeouts_ms]`), as (job type, ms) pairs.
     timeouts_ms: tuple[tuple[str, int], ...] = ()
     #: How long a starting worker waits for an unreachable server before giving up.
-    startup_timeout_ms: int = attrs.field(default=30_000, validator=_NON_NEGATIVE)
+    startup_timeout_ms: int = attrs.field(default=30_000, validator=_DURATION)
     retention: RetentionPolicy = RetentionPolicy()
     #: The largest result a handler may return, in bytes of compact JSON
     #: (`conveyor.core.ResultPolicy`): a larger one dead-letters the job.

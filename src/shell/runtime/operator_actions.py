@@ -29,6 +29,7 @@ from ...core import (
     decide_revive,
     prune_order,
 )
+from ...core.field_checks import MAX_DURATION_MS
 from ..cancellation import cancel_job, cancel_many
 from ..executor import Executor
 from ..ports import Clock, JobQueue, JobStore
@@ -106,6 +107,11 @@ class OperatorActions:
         replaces both of its ages), batch by batch; with `dry_run`, only count them."""
         if older_than_ms is not None and older_than_ms < 0:
             raise ValidationError.of("older_than", f"must be >= 0, got {older_than_ms}")
+        if older_than_ms is not None and older_than_ms > MAX_DURATION_MS:
+            longest = f"{MAX_DURATION_MS} (100 years)"
+            raise ValidationError.of(
+                "older_than", f"must be at most {longest}, got {older_than_ms}"
+            )
         order = prune_order(retention, self.clock.now(), older_than_ms=older_than_ms)
         return self.store.count_prunable(order) if dry_run else prune_all(self.executor, order)
 
