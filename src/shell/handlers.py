@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import traceback
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -28,6 +29,12 @@ def _mapping_of(where: str, value: Any) -> Mapping[str, Callable[..., Any]]:
     return value
 
 
+def _raised_importing(module_name: str, exc: Exception) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"importing {module_name!r} raised {type(exc).__name__}: {exc}{at}"
+
+
 def import_attr(spec: str, where: str) -> Any:
     """Import `package.module:attr` named in the config (never from a payload)."""
     module_name, _, attr = spec.partition(":")
@@ -35,6 +42,9 @@ def import_attr(spec: str, where: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValidationError.of(where, f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:
+        # The module's own code failed: say which module, what and where it raised.
+        raise ValidationError.of(where, _raised_importing(module_name, exc)) from None
     try:
         return getattr(module, attr)
     except AttributeError:
@@ -63,16 +73,17 @@ def contribute(
     sources: list[str] = []
     errors: list[FieldError] = []
     for i, spec in enumerate(specs):
+        where = f"handlers[{i}]"
         try:
-            mapping = load_spec(spec, f"handlers[{i}]")
+            mapping = load_spec(spec, where)
             for job_type, handler in mapping.items():
                 registry.register(job_type, handler)
             found.append(mapping)
             sources.append(spec)
         except ValidationError as exc:
-            errors.extend(exc.errors)
+            errors.extend(_under(where, exc.errors))
         except ValueError as exc:
-            errors.append(FieldError(f"handlers[{i}]", str(exc)))
+            errors.append(FieldError(where, str(exc)))
     if entry_points:
         for ep in importlib.metadata.entry_points(group=group):
             where = f"entry point {ep.name} ({ep.value})"
@@ -83,9 +94,20 @@ def contribute(
                 found.append(mapping)
                 sources.append(f"entry point {ep.name}")
             except ValidationError as exc:
-                errors.extend(exc.errors)
+                errors.extend(_under(where, exc.errors))
             except (ImportError, AttributeError, ValueError) as exc:
                 errors.append(FieldError(where, str(exc)))
+            except Exception as exc:
+                errors.append(FieldError(where, _raised_importing(ep.value, exc)))
     if errors:
         raise ValidationError(errors)
     return sources
+
+
+def _under(where: str, errors: Iterable[FieldError]) -> list[FieldError]:
+    """`errors` named under `where` (a registration's "handler: for 'a' is not
+    callable" becomes "handlers[0]: handler for 'a' is not callable")."""
+    return [
+        e if e.field.startswith(where) else FieldError(where, f"{e.field} {e.reason}")
+        for e in errors
+    ]
