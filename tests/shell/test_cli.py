@@ -88,6 +88,22 @@ def test_dead_letters_list_show_retry_and_purge(cli_project, cli) -> None:
     assert cli("dead", "purge", "--all").stdout.strip() == "purged 0"
 
 
+def test_dead_show_of_a_job_that_is_no_dead_letter_says_what_it_is(cli) -> None:
+    pending = cli("enqueue", "ship", "{}").stdout.strip()
+    cancelled = cli("enqueue", "ship", "{}").stdout.strip()
+    cli("job", "cancel", cancelled)
+    for job_id, state in ((pending, "pending"), (cancelled, "cancelled")):
+        shown = cli("dead", "show", job_id, check=False)
+        assert shown.returncode == 1 and shown.stdout == ""
+        assert shown.stderr == (
+            f"conveyor: job {job_id} is not a dead letter: it is {state} "
+            f"(conveyor job show {job_id})\n"
+        )
+    unknown = cli("dead", "show", "00000000-0000-4000-8000-000000000009", check=False)
+    assert unknown.returncode == 1
+    assert unknown.stderr == "conveyor: no job 00000000-0000-4000-8000-000000000009\n"
+
+
 def test_bad_input_exits_2_naming_the_field(cli_project, cli) -> None:
     result = run_process(cli_project, "enqueue", "bad type!", "{}", check=False)
     assert result.returncode == 2 and "job_type" in result.stderr

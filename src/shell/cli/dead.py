@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from ...core import FieldError, Job, ValidationError, check_name, thaw
+from ...core import FieldError, Job, JobStatus, ValidationError, check_name, thaw
 from ...core.validation import parse_job_id
 from ..dead_letters import count_dead, dead_filter, purge_matching, retry_matching
 from ..lookup import attempt_dict
@@ -170,8 +170,17 @@ def _list(runtime: Runtime, args: argparse.Namespace) -> int:
 
 def _show(runtime: Runtime, job_id: UUID, show_args: bool) -> int:
     job = runtime.store.get(job_id)
-    if job is None:
-        notice(f"conveyor: no job {job_id}", level=logging.ERROR)
+    if job is None or job.status is not JobStatus.FAILED:
+        # Not a dead letter: say what it is instead, if it is anything.
+        view = runtime.get(job_id)
+        if view is None:
+            notice(f"conveyor: no job {job_id}", level=logging.ERROR)
+        else:
+            notice(
+                f"conveyor: job {job_id} is not a dead letter: it is {view.state.value} "
+                f"(conveyor job show {job_id})",
+                level=logging.ERROR,
+            )
         return 1
     summary = job_summary(job)
     # The failing attempt's traceback, and what the attempts before it did.
