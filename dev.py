@@ -27,9 +27,9 @@ VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if sys.platform == "win32" else "bin")
 
 
-def run(*cmd: str | Path) -> None:
+def run(*cmd: str | Path, cwd: Path = ROOT) -> None:
     print("+", " ".join(str(c) for c in cmd), flush=True)
-    result = subprocess.run([str(c) for c in cmd], cwd=ROOT)
+    result = subprocess.run([str(c) for c in cmd], cwd=cwd)
     if result.returncode != 0:
         sys.exit(result.returncode)
 
@@ -119,7 +119,8 @@ def demo(args: list[str]) -> None:
     # Any install that holds the project will do; a fresh clone gets the bare project.
     if not any(_installed(extras) for extras in ("dev", "dev,bench")):
         ensure_env("")
-    run(BIN / "conveyor", "demo", *args)
+    # From the caller's folder: the commands it prints are to run from there.
+    run(BIN / "conveyor", "demo", *args, cwd=Path.cwd())
 
 
 def docs(args: list[str]) -> None:

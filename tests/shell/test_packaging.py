@@ -183,6 +183,31 @@ def test_the_demo_prints_commands_that_run_as_printed(tmp_path: Path) -> None:
     assert "default" in status.stdout
 
 
+@pytest.mark.slow
+def test_dev_py_demo_from_another_folder_prints_commands_that_run_there(tmp_path: Path) -> None:
+    if not (ROOT / ".venv" / "bin" / "conveyor").is_file():
+        pytest.skip("dev.py's environment (.venv) is not set up in this checkout")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    demo = subprocess.run(
+        [sys.executable, str(ROOT / "dev.py"), "demo", "--dir", str(tmp_path / "d"), "--jobs", "4"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=elsewhere,
+        env=env,
+    )
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    commands = re.findall(r"^  (CONVEYOR_URL=.* status)$", demo.stdout, re.M)
+    assert len(commands) == 1, demo.stdout
+    status = subprocess.run(
+        commands[0], shell=True, capture_output=True, text=True, timeout=60, cwd=elsewhere, env=env
+    )
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "default" in status.stdout
+
+
 def test_postgresql_runs_without_greenlet_and_aenqueue_takes_the_thread() -> None:
     # The `postgres` extra alone brings no greenlet, and SQLAlchemy's asyncio extension
     # then fails at import with a plain ImportError.
