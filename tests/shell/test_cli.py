@@ -104,6 +104,16 @@ def test_dead_show_of_a_job_that_is_no_dead_letter_says_what_it_is(cli) -> None:
     assert unknown.stderr == "conveyor: no job 00000000-0000-4000-8000-000000000009\n"
 
 
+def test_jobs_list_keeps_one_tenants_jobs(cli) -> None:
+    ours = [cli("enqueue", "ship", "{}", "--tenant", "acme").stdout.strip() for _ in range(2)]
+    cli("enqueue", "ship", "{}", "--tenant", "globex")
+    cli("enqueue", "ship", "{}")
+    listed = json.loads(cli("jobs", "list", "--tenant", "acme", "--json").stdout)
+    assert sorted(v["id"] for v in listed) == sorted(ours)
+    refused = cli("jobs", "list", "--tenant", "bad tenant!", check=False)
+    assert refused.returncode == 2 and "--tenant" in refused.stderr
+
+
 def test_bad_input_exits_2_naming_the_field(cli_project, cli) -> None:
     result = run_process(cli_project, "enqueue", "bad type!", "{}", check=False)
     assert result.returncode == 2 and "job_type" in result.stderr

@@ -46,6 +46,7 @@ def add_job_commands(sub: Any) -> None:
         ),
     )
     jll.add_argument("--type", default=None, help="only jobs of this job type")
+    jll.add_argument("--tenant", default=None, help="only this tenant's jobs")
     jll.add_argument("--limit", type=int, default=50)
     jll.add_argument("--json", action="store_true", help="machine-readable output")
     jlc = jlsub.add_parser(
@@ -132,6 +133,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     check(
         None if args.queue is None else check_name("--queue", args.queue),
         None if args.type is None else check_name("--type", args.type),
+        None if args.tenant is None else check_name("--tenant", args.tenant),
         state if isinstance(state, FieldError) else None,
         None if args.limit >= 0 else FieldError("--limit", f"must be >= 0, got {args.limit}"),
     )
@@ -139,7 +141,11 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     runtime = command_runtime(args, reads_only=True)
     try:
         views = runtime.list_jobs(
-            queue=args.queue, state=state, job_type=args.type, limit=args.limit
+            queue=args.queue,
+            state=state,
+            job_type=args.type,
+            tenant_id=args.tenant,
+            limit=args.limit,
         )
     finally:
         runtime.close()
