@@ -19,7 +19,7 @@ import conveyor
 import pytest
 import redis
 from backends import REDIS_TEST_DB, Backend
-from conveyor.core import CronEntry, JobStatus
+from conveyor.core import CronEntry, JobStatus, ValidationError
 from conveyor.core.limits import Cap, QueueLimits
 from conveyor.dashboard import CSRF_COOKIE, CSRF_FIELD, BasicAuth, create_app
 from conveyor.shell.config import Config
@@ -767,6 +767,13 @@ def test_list_jobs_keeps_only_the_tenants_jobs_queued_and_finished(rt: Runtime) 
     rt.enqueue("ok", {})
     listed = [v.job_id for v in rt.list_jobs(tenant_id="acme")]
     assert listed == [str(queued.id), str(done.id)]
+
+
+@pytest.mark.parametrize("limit", [-1, 2.5, True])
+def test_list_jobs_refuses_a_limit_that_is_no_count(rt: Runtime, limit: object) -> None:
+    rt.enqueue("ok", {})
+    with pytest.raises(ValidationError, match="limit: must be an integer >= 0"):
+        rt.list_jobs(limit=limit)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

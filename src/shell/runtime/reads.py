@@ -73,6 +73,8 @@ class ReadMethods:
         parked) first, then finished jobs, newest first. `state` may be a `JobStatus`
         or its name (`dead` for `failed`); a bad one is a `ValidationError`.
         `tenant_id` keeps only that tenant's jobs."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValidationError.of("limit", f"must be an integer >= 0, got {limit!r}")
         return list_jobs(
             self.queue,
             self.store,
