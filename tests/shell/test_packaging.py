@@ -154,6 +154,22 @@ def test_a_missing_driver_is_one_line_naming_its_extra(
     assert "s3cret" not in result.stderr
 
 
+def printed_status_runs(
+    demo: subprocess.CompletedProcess[str], cwd: Path, env: dict[str, str]
+) -> str:
+    """The `status` command a finished demo printed, run as printed from `cwd`: it
+    must show the demo's queue. Returns the command."""
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    commands = re.findall(r"^  (CONVEYOR_URL=.* status)$", demo.stdout, re.M)
+    assert len(commands) == 1, demo.stdout
+    status = subprocess.run(
+        commands[0], shell=True, capture_output=True, text=True, timeout=60, cwd=cwd, env=env
+    )
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "default" in status.stdout
+    return str(commands[0])
+
+
 @pytest.mark.slow
 def test_the_demo_prints_commands_that_run_as_printed(tmp_path: Path) -> None:
     script = Path(sys.executable).parent / "conveyor"
@@ -172,15 +188,8 @@ def test_the_demo_prints_commands_that_run_as_printed(tmp_path: Path) -> None:
         cwd=ROOT,
         env=env,
     )
-    assert demo.returncode == 0, demo.stdout + demo.stderr
-    commands = re.findall(r"^  (CONVEYOR_URL=.* status)$", demo.stdout, re.M)
-    assert len(commands) == 1, demo.stdout
-    assert shlex.split(commands[0])[1] != "conveyor"
-    status = subprocess.run(
-        commands[0], shell=True, capture_output=True, text=True, timeout=60, cwd=ROOT, env=env
-    )
-    assert status.returncode == 0, status.stdout + status.stderr
-    assert "default" in status.stdout
+    command = printed_status_runs(demo, ROOT, env)
+    assert shlex.split(command)[1] != "conveyor"
 
 
 @pytest.mark.slow
@@ -198,14 +207,7 @@ def test_dev_py_demo_from_another_folder_prints_commands_that_run_there(tmp_path
         cwd=elsewhere,
         env=env,
     )
-    assert demo.returncode == 0, demo.stdout + demo.stderr
-    commands = re.findall(r"^  (CONVEYOR_URL=.* status)$", demo.stdout, re.M)
-    assert len(commands) == 1, demo.stdout
-    status = subprocess.run(
-        commands[0], shell=True, capture_output=True, text=True, timeout=60, cwd=elsewhere, env=env
-    )
-    assert status.returncode == 0, status.stdout + status.stderr
-    assert "default" in status.stdout
+    printed_status_runs(demo, elsewhere, env)
 
 
 def test_postgresql_runs_without_greenlet_and_aenqueue_takes_the_thread() -> None:

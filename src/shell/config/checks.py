@@ -53,30 +53,28 @@ def integer_at_least(minimum: int) -> Check:
     return check
 
 
-def duration_ms(minimum: int) -> Check:
-    """A duration in ms: an integer from `minimum` to the core's `MAX_DURATION_MS`."""
+def integer_between(minimum: int, maximum: int, most: str | None = None) -> Check:
+    """An integer from `minimum` to `maximum` (`most` says the maximum in its message)."""
     at_least = integer_at_least(minimum)
+    too_big = f"must be <= {maximum}" if most is None else f"must be at most {most}"
 
     def check(value: object) -> str | None:
         reason = at_least(value)
-        if reason is None and value > MAX_DURATION_MS:  # type: ignore[operator]
-            return f"must be at most {MAX_DURATION_MS} (100 years), got {value}"
+        if reason is None and value > maximum:  # type: ignore[operator]
+            return f"{too_big}, got {value}"
         return reason
 
     return check
+
+
+def duration_ms(minimum: int) -> Check:
+    """A duration in ms: an integer from `minimum` to the core's `MAX_DURATION_MS`."""
+    return integer_between(minimum, MAX_DURATION_MS, f"{MAX_DURATION_MS} (100 years)")
 
 
 def integer_up_to(maximum: int) -> Check:
     """An integer from 0 to `maximum`."""
-    at_least_zero = integer_at_least(0)
-
-    def check(value: object) -> str | None:
-        reason = at_least_zero(value)
-        if reason is None and value > maximum:  # type: ignore[operator]
-            return f"must be <= {maximum}, got {value}"
-        return reason
-
-    return check
+    return integer_between(0, maximum)
 
 
 #: A periodic job's schedule and time zone, judged by the parser that reads them.
