@@ -237,8 +237,17 @@ MAX_MESSAGE = MAX_MESSAGE_CHARS
 
 
 def describe(exc: BaseException) -> str:
-    """`str(exc)`, or its repr when that is empty (`assert x > 0` has no message)."""
-    return str(exc) or repr(exc)
+    """`str(exc)`, or its repr when that is empty (`assert x > 0` has no message).
+    Never raises: an exception whose `__str__` itself raises is still a failure to
+    record, not a crash of the worker that caught it."""
+    for text in (str, repr):
+        try:
+            found = text(exc)
+        except Exception:
+            continue
+        if found:
+            return found
+    return f"<{type(exc).__name__}: its str() and repr() raised>"
 
 
 def error_from_exception(exc: BaseException) -> ErrorInfo:
@@ -247,7 +256,8 @@ def error_from_exception(exc: BaseException) -> ErrorInfo:
     message = cap_message(describe(exc))
     trace = "".join(format_exception(exc))
     if isinstance(exc, Permanent):
-        return ErrorInfo(exc.type or type(exc).__name__, message, False, trace)
+        # `type` is the handler's to give: text is what every store keeps.
+        return ErrorInfo(str(exc.type or type(exc).__name__), message, False, trace)
     return ErrorInfo(type(exc).__name__, message, True, trace)
 
 
@@ -305,7 +315,7 @@ def outcome_of(returned: Any) -> Outcome:
             if isinstance(reason, BaseException):
                 caught(reason)
                 return Failed(error_from_exception(reason))
-            return Failed(ErrorInfo("failure", cap_message(str(reason)), retryable=True))
+            return Failed(ErrorInfo("failure", cap_message(_text(reason)), retryable=True))
         case _:
             return Succeeded(returned)
 
@@ -327,7 +337,25 @@ def run_handler(handler: Callable[..., Any], *args: Any) -> Outcome:
     enclosing `catching()` block."""
     try:
         returned = handler(*args)
-    except Exception as exc:
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt | SystemExit) and _in_main_thread():
+            # Ctrl-C (or an exit) in the main thread, as during an inline job or a
+            # drain(): the process is being stopped, not this job failing.
+            raise
+        # Anything else a handler raises, BaseException subclasses included (in a
+        # worker's thread they would end the thread and strand the claim), is a
+        # failed attempt for the retry policy to judge, as on the event loop.
         caught(exc)
         return Failed(error_from_exception(exc))
     return outcome_of(returned)
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _text(value: object) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__}: its str() raised>"

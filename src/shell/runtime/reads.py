@@ -48,6 +48,7 @@ class ReadMethods:
     def list_dead(self, *, tenant_id: str | None = None, limit: int = 100) -> Sequence[Job]:
         """Up to `limit` dead letters (jobs in state `failed`), of `tenant_id` only when
         given; each carries its `last_error`, the reason it was given up on."""
+        _check_limit(limit)
         return self.store.list_dead(tenant_id=tenant_id, limit=limit)
 
     def get(self, job_id: UUID | str) -> JobView | None:
@@ -73,8 +74,7 @@ class ReadMethods:
         parked) first, then finished jobs, newest first. `state` may be a `JobStatus`
         or its name (`dead` for `failed`); a bad one is a `ValidationError`.
         `tenant_id` keeps only that tenant's jobs."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ValidationError.of("limit", f"must be an integer >= 0, got {limit!r}")
+        _check_limit(limit)
         return list_jobs(
             self.queue,
             self.store,
@@ -88,3 +88,9 @@ class ReadMethods:
 
     def _lease(self) -> timedelta:
         return timedelta(milliseconds=self.policies.lease.lease_ms)
+
+
+def _check_limit(limit: object) -> None:
+    """A listing's `limit`: a count (the stores would read -1 or 2.5 each their own way)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValidationError.of("limit", f"must be an integer >= 0, got {limit!r}")

@@ -94,11 +94,14 @@ def _carrying(watch: FinishWaiter) -> RecordCarryingWaiter | None:
 
 
 def _seconds(timeout: float | timedelta | None) -> float | None:
-    if isinstance(timeout, timedelta):
-        return timeout.total_seconds()
-    if timeout is not None and timeout < 0:
+    """`timeout` in seconds: None waits for ever; anything but a number from 0 up (a
+    timedelta, or seconds; NaN is no number) is refused."""
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
         raise ValidationError.of("timeout", f"must be >= 0 seconds or None, got {timeout!r}")
-    return timeout
+    return float(seconds)
 
 
 def outcome(job_id: UUID, view: JobView | None, pruned: bool | None = None) -> tuple[bool, Any]:

@@ -111,6 +111,11 @@ async def _attempt(
             caught(exc)
             outcome: Outcome = Failed(error_from_exception(exc))
         else:
+            if deadline.expired():
+                # The handler swallowed the cancel at its deadline and returned anyway:
+                # it still ran past its timeout, which is a Timeout failure.
+                assert timeout_ms is not None
+                return Failed(timeout_error(timeout_ms)), None, True
             outcome = outcome_of(returned)
     return outcome, found.exception, False
 

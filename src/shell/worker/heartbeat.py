@@ -209,6 +209,12 @@ class Heartbeat:
     def _beat(self) -> None:
         while True:
             time.sleep(max(self._interval / 4, 0.001))
+            with self._lock:
+                if not self._held:
+                    # Nothing to keep: end, so a stopped worker leaves no thread behind;
+                    # `hold` starts another (under this lock, so no claim goes unkept).
+                    self._thread = None
+                    return
             for claim in self._due():
                 try:
                     with self._renewing:

@@ -1,0 +1,177 @@
+"""Whatever a handler raises is its attempt's failure, recorded, and the worker goes
+on: an exception whose `str()` raises, a `BaseException` subclass raised in a
+worker's thread, a `Permanent` whose type is no text, an async handler that swallows
+the cancel at its deadline. Each used to strand the job in `running` (or lose it, or
+record it completed) and, for some, end the worker's thread."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import conveyor
+import pytest
+
+
+class StrRaises(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str fails")
+
+
+class Custom(BaseException):
+    pass
+
+
+def _config(where: str, tmp_path: Path, **more: Any) -> dict[str, Any]:
+    if where == "memory":
+        return {"provider": "memory", **more}
+    return {"provider": "db", "url": f"sqlite:///{tmp_path / 'jobs.db'}", **more}
+
+
+def _last_error(rt: conveyor.Runtime, job: conveyor.Job) -> tuple[str, dict[str, Any]]:
+    shown = rt.get(job.id)
+    assert shown is not None, "the job is still there"
+    view = shown.to_dict()
+    return view["state"], view["last_error"]
+
+
+@pytest.mark.parametrize("where", ["memory", "sqlite"])
+def test_an_exception_whose_str_raises_is_a_recorded_failure(where: str, tmp_path: Path) -> None:
+    def handler(args: Any) -> None:
+        raise StrRaises()
+
+    rt = conveyor.build(_config(where, tmp_path), handlers={"h": handler}, env={})
+    try:
+        job = rt.enqueue("h", {}, max_retries=0)
+        assert rt.drain().dead_lettered == 1
+        state, error = _last_error(rt, job)
+    finally:
+        rt.close()
+    assert state == "failed"
+    assert error["type"] == "StrRaises" and error["message"] == "StrRaises()"
+
+
+@pytest.mark.parametrize("raised", [Custom, KeyboardInterrupt, SystemExit, GeneratorExit])
+def test_a_base_exception_in_a_workers_thread_fails_the_attempt_and_the_worker_goes_on(
+    raised: type[BaseException],
+) -> None:
+    def handler(args: Any) -> None:
+        raise raised("from the handler")
+
+    config = {"provider": "memory", "workers": {"count": 1, "poll_interval_ms": 20}}
+    rt = conveyor.build(config, handlers={"h": handler, "ok": lambda args: "ok"}, env={})
+    rt.start()
+    try:
+        bad = rt.enqueue("h", {}, max_retries=0)
+        good = rt.enqueue("ok", {})
+        assert rt.result(good.id, timeout=10) == "ok", "the worker ran the next job"
+        with pytest.raises(conveyor.JobFailed):
+            rt.result(bad.id, timeout=10)
+        state, error = _last_error(rt, bad)
+    finally:
+        assert rt.stop(grace_s=5)
+        rt.close()
+    assert state == "failed" and error["type"] == raised.__name__
+
+
+def test_ctrl_c_during_a_drain_in_the_main_thread_still_stops_it() -> None:
+    def handler(args: Any) -> None:
+        raise KeyboardInterrupt
+
+    rt = conveyor.build({"provider": "memory"}, handlers={"h": handler}, env={})
+    try:
+        rt.enqueue("h", {})
+        with pytest.raises(KeyboardInterrupt):
+            rt.drain()
+    finally:
+        rt.close()
+
+
+def test_a_permanent_type_that_is_no_text_is_kept_as_text(tmp_path: Path) -> None:
+    def handler(args: Any) -> None:
+        raise conveyor.Permanent("no such account", type=404)  # type: ignore[arg-type]
+
+    rt = conveyor.build(_config("sqlite", tmp_path), handlers={"h": handler}, env={})
+    try:
+        job = rt.enqueue("h", {})
+        rt.drain()
+        state, error = _last_error(rt, job)
+        assert [d.id for d in rt.list_dead()] == [job.id]
+    finally:
+        rt.close()
+    assert state == "failed" and error["type"] == "404" and not error["retryable"]
+
+
+def test_an_async_handler_that_swallows_its_deadline_is_a_timeout_not_a_success() -> None:
+    async def stubborn(args: Any) -> str:
+        for _ in range(3):
+            try:
+                await asyncio.sleep(0.2)
+            except asyncio.CancelledError:
+                pass
+        return "finished anyway"
+
+    rt = conveyor.build({"provider": "memory"}, handlers={"s": stubborn}, env={})
+    try:
+        job = rt.enqueue("s", {}, timeout=0.05, max_retries=0)
+        stats = rt.drain()
+        state, error = _last_error(rt, job)
+    finally:
+        rt.close()
+    assert stats.timed_out == 1
+    assert state == "failed" and error["type"] == "Timeout"
+
+
+# ---- bad waits and listings: refused as invalid input, not a busy loop or a crash --
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1, timedelta(seconds=-1), "1", True])
+def test_a_result_timeout_that_is_no_duration_is_invalid_input(timeout: object) -> None:
+    rt = conveyor.build({"provider": "memory"}, handlers={"ok": lambda args: 1}, env={})
+    try:
+        job = rt.enqueue("ok", {})
+        with pytest.raises(conveyor.ValidationError, match="timeout: must be >= 0 seconds"):
+            rt.result(job.id, timeout=timeout)  # type: ignore[arg-type]
+        with pytest.raises(conveyor.ValidationError, match="timeout: must be >= 0 seconds"):
+            asyncio.run(rt.aresult(job.id, timeout=timeout))  # type: ignore[arg-type]
+    finally:
+        rt.close()
+
+
+@pytest.mark.parametrize("where", ["memory", "sqlite"])
+@pytest.mark.parametrize("limit", [-1, 2.5, "2", True])
+def test_list_dead_refuses_a_limit_that_is_no_count(
+    where: str, limit: object, tmp_path: Path
+) -> None:
+    rt = conveyor.build(_config(where, tmp_path), env={})
+    try:
+        with pytest.raises(conveyor.ValidationError, match="limit: must be an integer >= 0"):
+            rt.list_dead(limit=limit)  # type: ignore[arg-type]
+    finally:
+        rt.close()
+
+
+def test_start_and_stop_cycles_leave_no_heartbeat_thread_behind() -> None:
+    import threading
+    import time
+
+    def beats() -> int:
+        return sum(t.name == "conveyor-heartbeat" for t in threading.enumerate())
+
+    before = beats()
+    config = {"provider": "memory", "workers": {"count": 1}, "lease_ms": 400}
+    rt = conveyor.build(config, handlers={"ok": lambda args: 1}, env={})
+    try:
+        for _ in range(3):
+            rt.start()
+            assert rt.result(rt.enqueue("ok", {}).id, timeout=10) == 1
+            assert rt.stop(grace_s=5)
+    finally:
+        rt.close()
+    # A heartbeat with nothing to keep ends within a quarter of its interval.
+    deadline = time.monotonic() + 5
+    while beats() > before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert beats() == before
