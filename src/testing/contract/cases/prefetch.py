@@ -21,7 +21,7 @@ from ....shell.worker.loop import Worker
 from ...clock import ManualClock
 from ..case import case
 from ..subject import BATCHING, Subject
-from ..support import LATER, T0, TICK, claims, make_job
+from ..support import LATER, T0, TICK, Crash, claims, make_job
 
 LEASE_MS = 1000
 
@@ -105,32 +105,45 @@ def a_prefetched_job_that_kills_its_worker_is_still_counted(s: Subject) -> None:
     killer = make_job()
     s.queue.enqueue(killer)
 
-    class Killed(BaseException):
-        pass
+    def worker(queue: Any) -> Worker:
+        registry = Registry({"work": lambda args: None})
+        options: dict[str, Any] = {"clock": clock, "policies": policies, "clock_check": False}
+        return Worker(queue, s.store, registry, prefetch=5, **options)
 
-    def kill(args: Any) -> None:
-        raise Killed  # the process dies mid-handler: nothing after this runs
-
-    worker = Worker(
-        s.queue,
-        s.store,
-        Registry({"work": kill}),
-        clock=clock,
-        policies=policies,
-        prefetch=5,
-        clock_check=False,
-    )
+    # Each run of the job kills its worker; a peer that lives on reclaims what it left.
+    dying, peer = worker(_DiesOnceItsHandlerRan(s.queue)), worker(s.queue)
     dead = None
     for _ in range(3):
-        with contextlib.suppress(Killed):
-            worker.run_once()
+        with contextlib.suppress(Crash):
+            dying.run_once()
         clock.advance(LEASE_MS + 1)
-        worker.reclaim_abandoned(clock.now())
+        peer.reclaim_abandoned(clock.now())
         dead = s.store.get(killer.id)
         if dead is not None:
             break
     assert dead is not None and dead.last_error.type == "lease-expired"
     assert dead.metadata.reclaim_count == 1 and dead.metadata.prefetch_reclaims == 1
+
+
+class _DiesOnceItsHandlerRan:
+    """A worker's queue in a process that dies after each handler ran and before
+    anything of its outcome is written: the outcome's write raises `Crash`, as a kill
+    mid-handler leaves it (a handler's own exception is its attempt's failure)."""
+
+    _OUTCOME_WRITES = frozenset({"finish", "finish_many", "ack", "replace", "finish_cancelled"})
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, attr: str) -> Any:
+        target = getattr(self._inner, attr)
+        if attr not in self._OUTCOME_WRITES:
+            return target
+
+        def dies(*args: Any, **kwargs: Any) -> Any:
+            raise Crash(attr)
+
+        return dies
 
 
 @case(BATCHING)
