@@ -9,6 +9,7 @@ backend. `Actions` is mixed into `app.Dashboard`, which checks each request firs
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -17,7 +18,7 @@ from starlette.responses import HTMLResponse, Response
 from ...core import CancelResult, FieldError, ValidationError
 from ..runtime import Runtime
 from .reachability import BackendReads
-from .views import Filters, matching_dead, parse_filters
+from .views import Filters, matching_dead, parse_filters, whole_number
 
 #: What a redirect after an action reports, by the `done` code in its query string.
 NOTICES = {
@@ -28,6 +29,13 @@ NOTICES = {
     "ran": "Enqueued the cron entry's job now.",
     "wf-cancelled": "Cancelled the workflow's {n} unfinished job(s) (a running one as it returns).",
 }
+
+
+def notice_of(params: Mapping[str, str]) -> str:
+    """The line a redirect's `done` and `n` ask a page to show ("" for none). `n` is
+    only a count to report: one that is no plain number reads as 1."""
+    count = whole_number(params.get("n", "1"))
+    return NOTICES.get(params.get("done", ""), "").format(n=1 if count is None else count)
 
 
 class Actions:
@@ -65,17 +73,15 @@ class Actions:
         return self._redirect(request, "/dead", done="purged", n=purged)
 
     async def dead_bulk(self, request: Request, form: dict[str, str]) -> Response:
-        filters = parse_filters(form)
+        filters = parse_filters(form, with_state=False)
         if isinstance(filters, FieldError):
             raise ValidationError((filters,))
         what = form.get("action", "")
         if what not in ("retry", "purge"):
             raise ValidationError.of("action", "must be retry or purge")
-        done = await self.backend.act(self._bulk, what, filters)
-        back = {key: value for key, value in filters.query().items() if key != "state"}
-        return self._redirect(
-            request, "/dead", done="retried" if what == "retry" else "purged", n=done, **back
-        )
+        count = await self.backend.act(self._bulk, what, filters)
+        done = "retried" if what == "retry" else "purged"
+        return self._redirect(request, "/dead", done=done, n=count, **filters.query())
 
     def _bulk(self, what: str, filters: Filters) -> int:
         if what == "purge" and filters == Filters():

@@ -36,7 +36,7 @@ from ...core import FieldError, JobStatus, ValidationError
 from ...core.validation import parse_job_id
 from ..job_text import progress_text
 from ..runtime import Runtime
-from .actions import NOTICES, Actions
+from .actions import Actions, notice_of
 from .auth import AuthHook, BasicAuth, LoginThrottle
 from .csrf import CSRF_COOKIE, CSRF_FIELD, CsrfGuard
 from .gate import Gate, Refused
@@ -99,6 +99,7 @@ class Dashboard(Actions, WorkflowPages):
 
     def routes(self) -> list[BaseRoute]:
         page, action = self._page, self._action
+        static = self.gate.guard(StaticFiles(directory=HERE / "static"))
         return [
             Route("/healthz", self.healthz, methods=["GET"]),
             Route("/", page(self.overview), methods=["GET"]),
@@ -117,7 +118,7 @@ class Dashboard(Actions, WorkflowPages):
             Route("/cron", page(self.cron), methods=["GET"]),
             Route("/cron/run", action(self.cron_run), methods=["POST"]),
             *self.workflow_routes(page, action),
-            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+            Mount("/static", static, name="static"),
         ]
 
     def _page(self, handler: Endpoint) -> Endpoint:
@@ -161,16 +162,13 @@ class Dashboard(Actions, WorkflowPages):
         self, request: Request, template: str, context: Mapping[str, Any], status: int = 200
     ) -> HTMLResponse:
         nonce, new = self.csrf.nonce(request)
-        done = request.query_params.get("done", "")
-        count = request.query_params.get("n", "1")
-        notice = NOTICES.get(done, "").format(n=int(count) if count.isdigit() else 1)
         html = self.env.get_template(template).render(
             base=self._base(request),
             csrf_field=CSRF_FIELD,
             csrf_token=self.csrf.token(nonce, request),
             read_only=self.read_only,
             live_every_ms=self.live_every_ms,
-            notice=notice,
+            notice=notice_of(request.query_params),
             **context,
         )
         response = HTMLResponse(html, status)
@@ -197,8 +195,8 @@ class Dashboard(Actions, WorkflowPages):
         query = f"?{urlencode(params)}" if params else ""
         return RedirectResponse(f"{self._base(request)}{path}{query}", 303)
 
-    def _filters(self, request: Request) -> Filters | HTMLResponse:
-        filters = parse_filters(request.query_params)
+    def _filters(self, request: Request, *, with_state: bool = True) -> Filters | HTMLResponse:
+        filters = parse_filters(request.query_params, with_state=with_state)
         if isinstance(filters, FieldError):
             return self._error(request, 400, f"{filters.field}: {filters.reason}")
         return filters
@@ -285,7 +283,7 @@ class Dashboard(Actions, WorkflowPages):
         )
 
     async def dead(self, request: Request) -> Response:
-        filters = self._filters(request)
+        filters = self._filters(request, with_state=False)
         number = parse_page(request.query_params.get("page"))
         if isinstance(filters, HTMLResponse):
             return filters
@@ -306,7 +304,7 @@ class Dashboard(Actions, WorkflowPages):
         )
 
     async def dead_confirm(self, request: Request) -> Response:
-        filters = self._filters(request)
+        filters = self._filters(request, with_state=False)
         if isinstance(filters, HTMLResponse):
             return filters
         what = request.query_params.get("action", "")

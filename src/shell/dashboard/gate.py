@@ -1,9 +1,10 @@
 """The gate every request of the dashboard passes: authentication, and an action's checks.
 
-A page needs the `auth` hook's yes (failed logins are throttled per client by
-`auth.LoginThrottle`). An action needs more: the dashboard must not be read-only,
-the POST must come from the dashboard's own origin, its form must be small, and it
-must carry a CSRF token signed by this server (`csrf.CsrfGuard` says how and why).
+A page, or a static file, needs the `auth` hook's yes (failed logins are throttled
+per client by `auth.LoginThrottle`). An action needs more: the dashboard must not be
+read-only, the POST must come from the dashboard's own origin, its form must be
+small, and it must carry a CSRF token signed by this server (`csrf.CsrfGuard` says
+how and why).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from urllib.parse import parse_qs
 import attrs
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .auth import AuthHook, LoginThrottle
 from .csrf import CSRF_FIELD, CsrfGuard
@@ -64,6 +66,18 @@ class Gate:
         if isinstance(challenge, str):
             return Response("authentication required", 401, headers={"www-authenticate": challenge})
         return Response("not allowed", 403)
+
+    def guard(self, app: ASGIApp) -> ASGIApp:
+        """`app` (the static files) behind the pages' login. They are only the
+        dashboard's own CSS and script, but open to anyone they would tell a scanner
+        that a Conveyor dashboard answers here; behind it, the rule is simply "every
+        request but /healthz needs the login"."""
+
+        async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+            refused = self.refused(Request(scope))
+            await (app if refused is None else refused)(scope, receive, send)
+
+        return guarded
 
     async def action_form(self, request: Request) -> dict[str, str] | Refused:
         """The form of an action that may be carried out, or why it may not."""

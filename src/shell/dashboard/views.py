@@ -62,8 +62,10 @@ class Filters:
         return {key: value for key, value in out.items() if value is not None}
 
 
-def parse_filters(params: Mapping[str, str]) -> Filters | FieldError:
-    """The filters of a query string (empty values are no filter), or the first bad one."""
+def parse_filters(params: Mapping[str, str], *, with_state: bool = True) -> Filters | FieldError:
+    """The filters of a query string (empty values are no filter), or the first bad one.
+    Without `with_state` (the dead-letter pages) a state is refused, not ignored, so
+    that no page describes, and no bulk action seems to obey, a filter not applied."""
 
     def given(name: str) -> str | None:
         value = params.get(name, "").strip()
@@ -73,19 +75,32 @@ def parse_filters(params: Mapping[str, str]) -> Filters | FieldError:
     for field, value in (("queue", queue), ("type", job_type), ("tenant", tenant)):
         if value is not None and (problem := check_name(field, value)) is not None:
             return problem
+    if state_name is not None and not with_state:
+        why = "dead letters take no state filter: every one has failed (/jobs filters by state)"
+        return FieldError("state", why)
     state = None if state_name is None else parse_state(state_name)
     if isinstance(state, FieldError):
         return state
     return Filters(queue, state, job_type, tenant)
 
 
+def whole_number(value: str) -> int | None:
+    """`value` as a number when it is 1 to 9 ASCII digits, else None. `str.isdigit()`
+    alone passes what `int()` refuses (`²`, or over 4,300 digits), and `int()` alone
+    takes signs, spaces, underscores and other scripts' digits."""
+    if value.isascii() and value.isdigit() and len(value) <= 9:
+        return int(value)
+    return None
+
+
 def parse_page(value: str | None) -> int | FieldError:
     """A 1-based page number from the query string (default 1)."""
     if value is None or value == "":
         return 1
-    if not value.isdigit() or not 1 <= int(value) <= MAX_PAGE:
+    number = whole_number(value)
+    if number is None or not 1 <= number <= MAX_PAGE:
         return FieldError("page", f"must be a whole number from 1 to {MAX_PAGE}, got {value!r}")
-    return int(value)
+    return number
 
 
 # ---- overview -------------------------------------------------------------------
