@@ -34,4 +34,8 @@ def check_partition(value: object, field: str = "partition") -> FieldError | Non
         return FieldError(field, f"must be at most {MAX_PARTITION_CHARS} characters")
     if "\n" in value or "\r" in value:
         return FieldError(field, "must be one line")
+    if not value.isprintable():
+        # A control character or a lone surrogate: the SQL stores cannot encode the
+        # latter, and neither reads back as what an operator types.
+        return FieldError(field, "must not hold control characters or lone surrogates")
     return None

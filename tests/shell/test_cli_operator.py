@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,12 @@ def site(tmp_path: Path) -> Iterator[Path]:
     runtime.enqueue("explode", {}, queue="default", max_retries=0, tenant_id="acme")
     runtime.worker("mail").drain()
     runtime.worker("default").drain()
-    runtime.enqueue("report", {}, queue="default", partition=CLEAR)
+    # Enqueue refuses such a partition now; one stored before (or by another writer)
+    # is still shown escaped: written here past the check, straight to the queue.
+    import attrs
+
+    held = attrs.evolve(runtime.enqueue("report", {}, queue="other"), partition_key=CLEAR)
+    runtime.queue.enqueue(attrs.evolve(held, id=uuid.uuid4(), queue="default"))
     runtime.close()
     yield tmp_path
 

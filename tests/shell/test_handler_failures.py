@@ -175,3 +175,17 @@ def test_start_and_stop_cycles_leave_no_heartbeat_thread_behind() -> None:
     while beats() > before and time.monotonic() < deadline:
         time.sleep(0.02)
     assert beats() == before
+
+
+@pytest.mark.parametrize("where", ["memory", "sqlite"])
+@pytest.mark.parametrize("partition", ["a\ud800", "a\x00b", "tab\there"])
+def test_a_partition_with_control_characters_or_a_lone_surrogate_is_refused(
+    where: str, partition: str, tmp_path: Path
+) -> None:
+    rt = conveyor.build(_config(where, tmp_path), env={})
+    try:
+        with pytest.raises(conveyor.ValidationError, match="partition: must not hold control"):
+            rt.enqueue("t", {}, partition=partition)
+        assert rt.enqueue("t", {}, partition="tenant 7 / eu").id is not None
+    finally:
+        rt.close()

@@ -288,8 +288,8 @@ class EnqueueMethods:
         job returned is the one stored; for a job already there, the `enqueued` hook
         is not called (a tracing `send` span is still recorded).
 
-        `partition` (a one-line string, at most 200 characters) is the job's partition
-        for its queue's fair shares, caps and rates; by default its `tenant_id`, else
+        `partition` (a one-line printable string, at most 200 characters) is the job's
+        partition for its queue's fair shares, caps and rates; by default its `tenant_id`, else
         the default partition (docs/limits.md).
 
         `after` (handles, jobs or job ids, each bare or wrapped in `dep`) makes the job
