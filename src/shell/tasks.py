@@ -106,8 +106,19 @@ class Task(Generic[P, R]):
         return f"<Task {self.job_type!r}>"
 
     def options(self, **overrides: Any) -> dict[str, Any]:
-        """The enqueue options of one call: the task's defaults, then `overrides`."""
-        return {**self.defaults, **overrides}
+        """The enqueue options of one call: the task's defaults, then `overrides`. A
+        call's `run_at` replaces a default `delay` and the other way round (they are
+        one setting given two ways), and a call's `unique_key=None` drops the task's
+        `unique_for` and `unique_states` with its key."""
+        merged = {**self.defaults, **overrides}
+        for given, other in (("run_at", "delay"), ("delay", "run_at")):
+            if given in overrides and other not in overrides:
+                merged.pop(other, None)
+        if "unique_key" in overrides and overrides["unique_key"] is None:
+            for held in ("unique_for", "unique_states"):
+                if held not in overrides:
+                    merged.pop(held, None)
+        return merged
 
     def enqueue(
         self,

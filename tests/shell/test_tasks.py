@@ -297,3 +297,36 @@ def test_a_misspelt_option_at_the_call_is_refused(build: Any) -> None:
     build(mine)
     with pytest.raises(TypeError, match="priorty"):
         send.enqueue({}, priorty="high")
+
+
+def test_a_calls_run_at_or_delay_replaces_the_tasks_other_one(build: Any) -> None:
+    later = Tasks()
+
+    @later.task(name="later", delay=30)
+    def waits(args: Any) -> None:
+        return None
+
+    @later.task(name="at-noon", run_at=ManualClock().now() + timedelta(hours=2))
+    def at_noon(args: Any) -> None:
+        return None
+
+    runtime = build(later)
+    now = ManualClock().now()
+    assert waits.enqueue({}, run_at=now + timedelta(seconds=5)).run_at == now + timedelta(seconds=5)
+    assert at_noon.enqueue({}, delay=60).run_at == now + timedelta(seconds=60)
+    assert waits.enqueue({}).run_at == now + timedelta(seconds=30), "the default still applies"
+    assert runtime is not None
+
+
+def test_a_calls_unique_key_none_drops_the_tasks_unique_options(build: Any) -> None:
+    once = Tasks()
+
+    @once.task(name="digest", unique_key="digest", unique_for=3600)
+    def digest(args: Any) -> None:
+        return None
+
+    build(once)
+    first, second = digest.enqueue({}), digest.enqueue({})
+    assert first.id == second.id, "the task's key holds"
+    free = [digest.enqueue({}, unique_key=None) for _ in range(2)]
+    assert len({job.id for job in free}) == 2 and first.id not in {job.id for job in free}
