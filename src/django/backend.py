@@ -33,7 +33,12 @@ from .compat import BaseTaskBackend, InvalidTask, TaskResultDoesNotExist, task_e
 from .discovery import known_task
 from .options import BackendOptions, conveyor_config, database_url, read_options
 from .outbox import DJANGO_CONNECTIONS
-from .results import build_result, django_priority_order, pack_call, task_for
+from .results import (
+    build_result,
+    django_priority_order,
+    pack_call,
+    task_for,
+)
 from .task import ConveyorTask, task_options
 
 
@@ -171,9 +176,7 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         if view is None or view.job is None:
             raise TaskResultDoesNotExist(result_id)
         try:
-            task = task_for(
-                view.job, lambda path: known_task(path, ConveyorBackend, self.settings.modules)
-            )
+            task = task_for(view.job, self._known_task)
         except LookupError as exc:
             raise TaskResultDoesNotExist(
                 f"{result_id}: its task {view.job.job_type!r} is not a task here ({exc})"
@@ -181,6 +184,10 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         if task.backend != self.alias:
             raise TaskResultDoesNotExist(f"{result_id}: a result of backend {task.backend!r}")
         return build_result(view.job, view.state, task, backend=self.alias)
+
+    def _known_task(self, path: str) -> Any:
+        where = f"TASKS[{self.alias!r}]"
+        return known_task(path, ConveyorBackend, self.settings.modules, where=where)
 
     async def aget_result(self, result_id: str) -> Any:
         """`get_result` for async code."""

@@ -1,6 +1,8 @@
 """System checks of a `ConveyorBackend` (`manage.py check`).
 
-* `conveyor.E001` (error): a bad `QUEUES` or `OPTIONS` entry (which key, and why);
+* `conveyor.E001` (error): a bad `QUEUES` or `OPTIONS` entry (which key, and why),
+  a `MODULES` entry that cannot be imported among them: the checks import each, as
+  Django imports its apps' modules;
 * `conveyor.E002` (error): the database for Conveyor's tables cannot be used (an
   alias `DATABASES` lacks, an in-memory SQLite, an engine other than SQLite and
   PostgreSQL);
@@ -20,6 +22,7 @@ from typing import Any
 from sqlalchemy import create_engine
 
 from ..shell.adapters.sql.migration import schema_problem
+from .discovery import module_problems
 
 HINT = "see docs/django.md"
 
@@ -29,10 +32,8 @@ def backend_checks(backend: Any) -> list[Any]:
     from django.core import checks
 
     where = f"TASKS[{backend.alias!r}]"
-    found = [
-        checks.Error(f"{where}: {p}", hint=HINT, id="conveyor.E001")
-        for p in backend.settings.problems
-    ]
+    problems = [*backend.settings.problems, *module_problems(backend.settings.modules)]
+    found = [checks.Error(f"{where}: {p}", hint=HINT, id="conveyor.E001") for p in problems]
     if found:
         return found
     try:

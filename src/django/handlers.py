@@ -11,6 +11,10 @@ database connections before and after (`close_old_connections`). The task receiv
 a `TaskContext` when it `takes_context`; an `async def` task runs on the worker's
 event loop. `task_started` and `task_finished` are sent after Conveyor has written
 the start and the outcome, from the runtime's hooks.
+
+Every result this process builds of a running attempt names the worker running it
+as the start recorded it (`Job.worker`, the id the attempt keeps once it ends), not
+the runtime's process id.
 """
 
 from __future__ import annotations
@@ -70,7 +74,6 @@ class DjangoTasks(Tasks):
         self.project = dict(tasks)
         self._starts: dict[str, Job] = {}
         self._starts_lock = threading.Lock()
-        self._worker_id = ""
         self._handlers = {path: self._handler(path) for path in self.project}
 
     def __getitem__(self, job_type: str) -> Callable[..., Any]:
@@ -86,7 +89,6 @@ class DjangoTasks(Tasks):
         super().bind(runtime)
         if runtime is None:
             return
-        self._worker_id = str(getattr(runtime, "worker_id", ""))
         hooks = runtime.hooks
         hooks.on_started(self._started)
         hooks.on_failed(lambda job, _exc: self._forget(job))
@@ -101,8 +103,7 @@ class DjangoTasks(Tasks):
 
     def _result(self, job: Job, state: JobStatus) -> Any:
         task = task_for(job, self.resolve)
-        worker = self._worker_id if state is JobStatus.RUNNING else None
-        return build_result(job, state, task, backend=task.backend, running_worker=worker)
+        return build_result(job, state, task, backend=task.backend)
 
     def _sender(self) -> type:
         return type(task_backends[self.alias])
@@ -126,14 +127,16 @@ class DjangoTasks(Tasks):
 
     # ---- running a task ---------------------------------------------------------
 
+    def _start_of(self, ctx: JobContext) -> Job | None:
+        with self._starts_lock:
+            return self._starts.get(str(ctx.job_id))
+
     def _context(self, ctx: JobContext, path: str) -> Any:
         """The `TaskContext` of the running attempt: its result as the start wrote it
         (so `context.attempt` counts this attempt), the worker ids it has so far."""
-        with self._starts_lock:
-            job = self._starts.get(str(ctx.job_id))
+        job = self._start_of(ctx)
         if job is None:  # started without the hook (run by hand): what the context says
-            task = self.project[path]
-            return TaskContext(task_result=_bare_result(task, ctx, self.alias, self._worker_id))
+            return TaskContext(task_result=_bare_result(self.project[path], ctx, self.alias))
         return TaskContext(task_result=self._result(job, JobStatus.RUNNING))
 
     def _handler(self, path: str) -> Callable[..., Any]:
@@ -205,7 +208,9 @@ def _failure(exc: Exception) -> Failure[ErrorInfo]:
     return Failure(ErrorInfo(path, info.message, info.retryable, info.traceback))
 
 
-def _bare_result(task: Any, ctx: JobContext, alias: str, worker_id: str) -> Any:
+def _bare_result(task: Any, ctx: JobContext, alias: str) -> Any:
+    """A running result from the context alone, which names no worker: one unknown
+    ("") id per attempt."""
     from .compat import TaskResult, TaskResultStatus
 
     return TaskResult(
@@ -220,7 +225,7 @@ def _bare_result(task: Any, ctx: JobContext, alias: str, worker_id: str) -> Any:
         kwargs={},
         backend=alias,
         errors=[],
-        worker_ids=[worker_id] * max(ctx.attempt, 1),
+        worker_ids=[""] * max(ctx.attempt, 1),
     )
 
 
@@ -232,4 +237,5 @@ def project_tasks() -> DjangoTasks:
     backend = task_backends[alias]
     from .backend import ConveyorBackend
 
-    return DjangoTasks(alias, discover(ConveyorBackend, backend.settings.modules))
+    modules = backend.settings.modules
+    return DjangoTasks(alias, discover(ConveyorBackend, modules, where=f"TASKS[{alias!r}]"))

@@ -109,6 +109,19 @@ def read_options(queues: Any, options: Any) -> BackendOptions:
         config = {}
     for key in sorted(OWNED_CONFIG & set(config)):
         problems.append(FieldError(f"OPTIONS['CONFIG'][{key!r}]", "is set by the backend itself"))
+    workers = config.get("workers")
+    if workers is not None and not isinstance(workers, Mapping):
+        problems.append(FieldError("OPTIONS['CONFIG']['workers']", "must be a mapping"))
+        config = {k: v for k, v in config.items() if k != "workers"}
+    elif workers is not None and "queues" in workers and _not_queue_names(workers["queues"]):
+        # A string is a sequence too: read as one, it names a queue per letter.
+        polled = workers["queues"]
+        problems.append(
+            FieldError(
+                "OPTIONS['CONFIG']['workers']['queues']",
+                f"must be a list of queue names, got {polled!r}",
+            )
+        )
     modules = options.get("MODULES", ())
     if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
         problems.append(FieldError("OPTIONS['MODULES']", "must be a list of module names"))
@@ -122,6 +135,14 @@ def read_options(queues: Any, options: Any) -> BackendOptions:
         config=dict(config),
         modules=tuple(modules),
         problems=tuple(problems),
+    )
+
+
+def _not_queue_names(value: Any) -> bool:
+    return (
+        not isinstance(value, list | tuple)
+        or not value
+        or not all(isinstance(name, str) for name in value)
     )
 
 

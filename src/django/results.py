@@ -111,10 +111,17 @@ def errors_of(job: Job) -> list[Any]:
 
 
 def worker_ids_of(job: Job, state: JobStatus, running_worker: str | None = None) -> list[str]:
-    """One worker id per attempt that ran the task, the running one last."""
+    """One worker id per attempt that ran the task, the running one last.
+
+    The running attempt's id is `running_worker` when the caller knows it, else the
+    record's `worker` when the record is the started one; else "" (not known yet: the
+    SQL store records an attempt's worker when it ends). A record written before the
+    start (the SQL store's, while a job runs) names the worker of the attempt before,
+    if any: never shown as this attempt's."""
     ids = [a.worker or "" for a in job.attempts if a.outcome not in _NOT_RUN]
     if state is JobStatus.RUNNING:
-        ids.append(running_worker or job.worker or "")
+        started = job.worker if job.status is JobStatus.RUNNING else None
+        ids.append(running_worker or started or "")
     return ids
 
 

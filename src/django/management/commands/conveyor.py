@@ -7,7 +7,8 @@
 Every `conveyor` command works (docs/cli.md lists them); the config is the one the
 backend makes from `TASKS` and `DATABASES` (docs/django.md), and a worker runs the
 project's tasks (`conveyor.django.handlers`). `--backend ALIAS` picks the `TASKS`
-entry when more than one uses Conveyor.
+entry when more than one uses Conveyor; `--traceback` before the conveyor command
+shows the traceback of a `CommandError`, as for any Django command.
 """
 
 from __future__ import annotations
@@ -30,8 +31,18 @@ class Command(BaseCommand):  # type: ignore[misc]
     requires_system_checks: list[str] = []
 
     def run_from_argv(self, argv: list[str]) -> None:
-        """Hand everything after `conveyor` to Conveyor's own parser, `--help` included."""
-        sys.exit(self.run_conveyor(argv[2:]))
+        """Hand everything after `conveyor` to Conveyor's own parser, `--help` included.
+        A `CommandError` ends it as Django ends any command's: one line on stderr and
+        its status, the traceback only with a leading `--traceback`."""
+        conveyor_argv, traceback = _without_traceback(argv[2:])
+        try:
+            code = self.run_conveyor(conveyor_argv)
+        except CommandError as exc:
+            if traceback:
+                raise
+            self.stderr.write(f"{type(exc).__name__}: {exc}")
+            sys.exit(exc.returncode)
+        sys.exit(code)
 
     def add_arguments(self, parser: Any) -> None:
         # Only `call_command` parses these: `manage.py conveyor` hands its argv over whole.
@@ -67,3 +78,19 @@ class Command(BaseCommand):  # type: ignore[misc]
                 os.environ.pop(BACKEND_ENV, None)
             else:
                 os.environ[BACKEND_ENV] = before
+
+
+def _without_traceback(argv: list[str]) -> tuple[list[str], bool]:
+    """`argv` without Django's `--traceback` among its leading options (before the
+    conveyor command, whose own options may hold a `--traceback` of their own), and
+    whether it was there."""
+    rest, shown, i = list(argv), False, 0
+    while i < len(rest):
+        if rest[i] == "--traceback":
+            del rest[i]
+            shown = True
+        elif rest[i] == "--backend":
+            i += 2
+        else:
+            break
+    return rest, shown
