@@ -189,3 +189,57 @@ def test_a_partition_with_control_characters_or_a_lone_surrogate_is_refused(
         assert rt.enqueue("t", {}, partition="tenant 7 / eu").id is not None
     finally:
         rt.close()
+
+
+# ---- the wrong kind of argument: a ValidationError naming it, not a bare TypeError --
+
+
+def _memory() -> conveyor.Runtime:
+    return conveyor.build({"provider": "memory"}, env={})
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda rt: rt.enqueue(5, {}), "job_type: must be a string or a workflow, got int"),
+        (lambda rt: rt.enqueue(None, {}), "job_type: must be a string or a workflow"),
+        (lambda rt: rt.enqueue_many("t", {"a": 1}), "args_list: must be a list of args"),
+        (lambda rt: rt.enqueue_many("t", "abc"), "args_list: must be a list of args"),
+        (lambda rt: rt.workflow("zz"), "workflow_id: 'zz' is not"),
+        (lambda rt: rt.drain(timeout_s=None), "timeout_s: must be a number of seconds"),
+        (lambda rt: rt.drain(timeout_s=float("nan")), "timeout_s: must be >= 0 seconds"),
+    ],
+)
+def test_a_call_given_the_wrong_kind_of_argument_names_it(call: Any, field: str) -> None:
+    rt = _memory()
+    try:
+        with pytest.raises(conveyor.ValidationError) as refused:
+            call(rt)
+    finally:
+        rt.close()
+    assert field in str(refused.value)
+
+
+def test_enqueue_many_takes_any_iterable_of_args() -> None:
+    rt = _memory()
+    try:
+        jobs = rt.enqueue_many("t", ({"i": i} for i in range(3)))
+        more = asyncio.run(rt.aenqueue_many("t", ({"i": i} for i in range(2))))
+    finally:
+        rt.close()
+    assert [j.args["i"] for j in jobs] == [0, 1, 2] and len(more) == 2
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: conveyor.build([1, 2], env={}), "config: must be a mapping"),
+        (
+            lambda: conveyor.build({"provider": "memory"}, handlers=[print], env={}),
+            "handlers: must be a mapping of job type to handler",
+        ),
+    ],
+)
+def test_build_given_the_wrong_kind_of_config_or_handlers_names_it(make: Any, field: str) -> None:
+    with pytest.raises(conveyor.ValidationError, match=field):
+        make()

@@ -182,8 +182,13 @@ def load_config(
         if not path.is_file():
             raise ValidationError.of("config", f"no such file: {path}")
         raw = read_file(path)
-    else:
+    elif isinstance(source, Mapping):
         raw = source
+    else:
+        what = type(source).__name__
+        raise ValidationError.of(
+            "config", f"must be a mapping, a TOML file's path or a Config, got {what}"
+        )
     if path is None:
         return _parse(*_overridden(raw, env))
     # A file's relative SQLite paths are read from its folder (see config_paths).

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ...core import LeasePolicy, Policies, ResultPolicy
+from ...core import LeasePolicy, Policies, ResultPolicy, ValidationError
 from ...core.limits import QueueLimits
 from .. import outage
 from ..async_enqueue import AsyncWriters
@@ -196,6 +196,11 @@ def build(
     if limits:
         cfg = attrs.evolve(cfg, limits=tuple({**dict(cfg.limits), **limits}.items()))
     registry = registry or Registry()
+    if handlers is not None and not isinstance(handlers, Mapping):
+        what = type(handlers).__name__
+        raise ValidationError.of(
+            "handlers", f"must be a mapping of job type to handler (or Tasks), got {what}"
+        )
     for job_type, handler in (handlers or {}).items():
         registry.register(job_type, handler)
     sources: list[Mapping[str, Callable[..., Any]]] = [handlers or {}]

@@ -9,7 +9,7 @@ from it through the core's `create_job`, which reports every bad field at once.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -119,3 +119,18 @@ class EnqueueOptions:
             fields["args"] = frozen
             jobs.append(Job(**fields))
         return jobs
+
+
+def args_list_of(value: object) -> Sequence[Mapping[str, Any] | None]:
+    """`enqueue_many`'s args list as a sequence: any iterable of args mappings (a
+    generator too), not a mapping itself (one job's args), which is refused."""
+    if isinstance(value, Mapping | str | bytes):
+        what = type(value).__name__
+        raise ValidationError.of(
+            "args_list", f"must be a list of args mappings, one per job, got a {what}"
+        )
+    if isinstance(value, Sequence):
+        return value
+    if isinstance(value, Iterable):
+        return list(value)
+    raise ValidationError.of("args_list", f"must be a list of args mappings, got {value!r}")

@@ -31,7 +31,7 @@ from ..async_enqueue import THREAD, AsyncWriter, AsyncWriters
 from ..hooks import Hooks
 from ..ports import Clock, JobQueue, is_transactional
 from ..registry import Registry
-from .enqueue_options import EnqueueOptions
+from .enqueue_options import EnqueueOptions, args_list_of
 from .workflow_writes import WorkflowWrites
 
 if TYPE_CHECKING:
@@ -296,6 +296,10 @@ class EnqueueMethods:
         wait, never claimed, until they finish (docs/workflows.md); `enqueue(workflow)`
         is `enqueue_workflow(workflow)`, which returns the workflow's id."""
         if not isinstance(job_type, str):
+            if not callable(getattr(job_type, "graph", None)):
+                # Neither a job type nor a workflow: say so, not an AttributeError.
+                what = type(job_type).__name__
+                raise ValidationError.of("job_type", f"must be a string or a workflow, got {what}")
             return self._workflows().enqueue_workflow(job_type)
         options = EnqueueOptions(
             queue=queue,
@@ -328,6 +332,7 @@ class EnqueueMethods:
         """
         after = options.pop("after", None)
         chosen = EnqueueOptions.of(options)
+        args_list = args_list_of(args_list)
         if after is not None:
             return self._workflows().enqueue_many_after(job_type, args_list, chosen, after)
         return self._enqueuer().enqueue_many(job_type, args_list, chosen)
@@ -357,6 +362,7 @@ class EnqueueMethods:
     ) -> list[Job]:
         """`enqueue_many` for asyncio code: all jobs checked before any is written, then
         written in one round trip without blocking the event loop."""
+        args_list = args_list_of(args_list)
         if "after" in options:
             call = functools.partial(self.enqueue_many, job_type, args_list, **options)
             return await asyncio.to_thread(call)

@@ -19,9 +19,10 @@ from ..lookup import JobView, find_job, list_jobs, parse_state
 from ..ports import JobQueue, JobStore
 
 
-def as_job_id(value: UUID | str) -> UUID:
-    """`value` as a job id; a `ValidationError` naming `job_id` when it is not one."""
-    parsed = parse_job_id(value)
+def as_job_id(value: UUID | str, field: str = "job_id") -> UUID:
+    """`value` as a job (or workflow) id; a `ValidationError` naming `field` when it is
+    not one."""
+    parsed = parse_job_id(value, field)
     if isinstance(parsed, FieldError):
         raise ValidationError((parsed,))
     return parsed

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import attrs
 
+from ...core import ValidationError
 from .. import outage
 from ..endpoints import backend_url
 from ..ports import Clock, Jitter, JobQueue, JobStore
@@ -263,6 +264,10 @@ class WorkerMethods:
         Each queue is claimed under its limits, as the pools claim it: fair shares
         take turns, and work a cap or a rate holds back is waited for (the next
         token, or a slot another worker frees) within `timeout_s`."""
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float):
+            raise ValidationError.of("timeout_s", f"must be a number of seconds, got {timeout_s!r}")
+        if not timeout_s >= 0:
+            raise ValidationError.of("timeout_s", f"must be >= 0 seconds, got {timeout_s!r}")
         queues = self.config.workers.queues
         workers = [self.worker(name) for name in queues]
         return drain(

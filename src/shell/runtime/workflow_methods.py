@@ -21,6 +21,7 @@ from ..inputs import Inputs, read_inputs
 from ..lookup import find_jobs
 from ..ports import JobQueue, JobStore
 from ..ports.workflows import supports_workflows
+from .reads import as_job_id
 from .workflow_writes import WorkflowWrites, workflow_queue
 from .workflows import Workflow
 
@@ -107,7 +108,7 @@ class WorkflowMethods:
         """Each job of the workflow as it stands, and what it waits for; None when no
         workflow has that id."""
         queue = workflow_queue(self.queue, self.config.provider, "workflow_id")
-        found = queue.workflow(UUID(str(workflow_id)))
+        found = queue.workflow(as_job_id(workflow_id, "workflow_id"))
         if found is None:
             return None
         names = {job_id: name for name, job_id in found.names.items()}
@@ -134,7 +135,7 @@ class WorkflowMethods:
         it); None for a job of no workflow, or on a backend without workflows."""
         if not supports_workflows(self.queue):
             return None
-        return workflow_queue(self.queue, self.config.provider).workflow_of(UUID(str(job_id)))
+        return workflow_queue(self.queue, self.config.provider).workflow_of(as_job_id(job_id))
 
     def cancel_workflow(self, workflow_id: UUID | str) -> Mapping[str, int]:
         """Cancel every unfinished job of the workflow (waiting, queued, or by a request
@@ -167,4 +168,4 @@ class WorkflowMethods:
 
     def inputs_of(self, job_id: UUID | str) -> Inputs:
         """The results of the jobs `job_id` waited for (see `Inputs`)."""
-        return read_inputs(self.queue, self.store, UUID(str(job_id)))
+        return read_inputs(self.queue, self.store, as_job_id(job_id))
