@@ -63,7 +63,7 @@ def describe(
         lines.append(f"next run at: {data['next_run_at']}")
     if view.token is not None:
         claim = data["claim"]
-        waiting = " (prefetched, not begun)" if view.prefetched else ""
+        waiting = " (in a prefetched batch)" if view.prefetched else ""
         lines += [
             f"claim token: {view.token}{waiting}",
             f"claimed or renewed at: {claim['claimed_at']}",

@@ -52,7 +52,9 @@ class JobView:
 
     @property
     def prefetched(self) -> bool:
-        """True for a claim whose job waits in a worker's prefetched batch, not begun."""
+        """True for a claim taken in a worker's prefetched batch, under the batch's
+        token: the batch's first job runs under it; the others wait their turn, each
+        started under a token of its own when it comes (`Claim.started`)."""
         return self.token is not None and is_prefetched(self.token)
 
     @property

@@ -136,3 +136,29 @@ def test_no_renewal_lands_between_an_outcome_write_and_its_release(
     assert answers, "the heartbeat renewed"
     assert all(answers), f"{answers.count(False)} renewals found a claim already written"
     assert "was lost while held" not in caplog.text
+
+
+def test_a_prefetched_job_whose_handler_runs_is_listed_as_running(backend: Backend) -> None:
+    """The batch's first job runs under the batch's token, never started apart: while
+    its handler runs, the worker lists it among its running jobs (the heartbeat beside
+    the presence table, the dashboard's "running now")."""
+    import threading
+
+    began, release = threading.Event(), threading.Event()
+
+    def slow(args: Any) -> None:
+        began.set()
+        release.wait(10)
+
+    for _ in range(3):
+        backend.queue.enqueue(make_job(job_type="slow"))
+    worker = _worker(backend, {"slow": slow}, prefetch=3)
+    runner = threading.Thread(target=worker.run_once)
+    runner.start()
+    try:
+        assert began.wait(10), "the first handler never began"
+        running = worker.running()
+    finally:
+        release.set()
+        runner.join(10)
+    assert len(running) == 1, running

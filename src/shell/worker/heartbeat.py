@@ -78,9 +78,13 @@ class Heartbeat:
                 self._thread.start()
 
     def running(self) -> tuple[str, ...]:
-        """The ids of the jobs held and started (a prefetched claim waits its turn)."""
+        """The ids of the jobs held whose handlers run: started claims, and prefetched
+        ones whose handler began (a prefetched claim runs its first attempt under its
+        batch's token; the others wait their turn)."""
         with self._lock:
-            return tuple(str(i) for i, (claim, _) in self._held.items() if claim.started)
+            return tuple(
+                str(i) for i, (claim, _) in self._held.items() if claim.started or i in self._begun
+            )
 
     def begin(self, claim: Claim, started: Job) -> None:
         """`claim`'s handler begins, as `started` (what a forced stop records)."""
