@@ -82,6 +82,20 @@ def takes_context(handler: Callable[..., Any]) -> bool:
     return positional >= 2
 
 
+def _callable_with(handler: Callable[..., Any], positional: int) -> bool:
+    """Whether `handler` can be called with `positional` arguments alone (True when
+    its signature cannot be read: it is then tried as before)."""
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return True
+    try:
+        signature.bind(*[None] * positional)
+    except TypeError:
+        return False
+    return True
+
+
 #: Where a job type's attempts run: the worker's thread (the default) or a child process
 #: (see `conveyor.shell.worker.process_execution`).
 EXECUTIONS = ("thread", "process")
@@ -158,6 +172,13 @@ class Registry:
             _check_process_execution(job_type, handler, execution, tenant_scoped)
         # A tenant-scoped handler's second parameter is its tenant context already.
         context = not tenant_scoped and takes_context(handler)
+        if not tenant_scoped and not _callable_with(handler, 2 if context else 1):
+            # Refused now, not at each attempt (a TypeError, every retry spent on it).
+            raise ValidationError.of(
+                "handler",
+                f"for {job_type!r} must take the job's args, and may take the job context "
+                "as a second parameter: `def handler(args)` or `def handler(args, ctx)`",
+            )
         with self._lock:
             if job_type in self._entries and not replace:
                 raise ValueError(

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import conveyor
 import pytest
@@ -64,3 +65,45 @@ def test_the_worker_refuses_to_start_in_one_line(modules: Path) -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert "handlers[0]: importing 'broken_jobs' raised RuntimeError: boom at import" in lines[0]
+
+
+def _zero() -> None:
+    return None
+
+
+def _three(args: Any, b: Any, c: Any) -> None:
+    return None
+
+
+def _keyword_context(args: Any, *, ctx: Any) -> None:
+    return None
+
+
+@pytest.mark.parametrize("handler", [_zero, _three, _keyword_context])
+def test_a_handler_that_cannot_take_the_args_is_refused_at_registration(handler: Any) -> None:
+    with pytest.raises(ValidationError, match="must take the job's args"):
+        conveyor.build({"provider": "memory"}, handlers={"h": handler}, env={})
+
+
+def test_handlers_that_take_the_args_and_maybe_the_context_are_kept() -> None:
+    def one(args: Any) -> int:
+        return 1
+
+    def two(args: Any, ctx: Any) -> int:
+        return 2
+
+    def defaults(args: Any, b: int = 1, c: int = 2) -> int:
+        return 3
+
+    def star(*args: Any) -> int:
+        return 4
+
+    handlers = {"one": one, "two": two, "defaults": defaults, "star": star, "len": len}
+    rt = conveyor.build({"provider": "memory"}, handlers=handlers, env={})
+    try:
+        jobs = {name: rt.enqueue(name, {}) for name in handlers}
+        rt.drain()
+        got = {name: rt.result(job.id, timeout=5) for name, job in jobs.items()}
+    finally:
+        rt.close()
+    assert got == {"one": 1, "two": 2, "defaults": 3, "star": 4, "len": 0}
