@@ -85,3 +85,12 @@ def test_a_rate_in_a_file_names_its_interval() -> None:
     with pytest.raises(ValidationError) as info:
         parse_config({"limits": {"q": {"rates": [{"starts": 5}]}}})
     assert str(info.value) == "limits.q.rates[0].per_seconds: is required"
+
+
+def test_a_queue_listed_twice_is_refused_naming_the_second() -> None:
+    # Twice would start two pools on one queue: twice the workers `count` says.
+    with pytest.raises(ValidationError) as refused:
+        parse_config({"workers": {"queues": ["mail", "reports", "mail"]}})
+    assert [(e.field, e.reason) for e in refused.value.errors] == [
+        ("workers.queues[2]", "'mail' is listed twice")
+    ]

@@ -330,7 +330,10 @@ _register(
     _WorkersTable,
     _table(
         _WorkersTable,
-        queues=list_of(checks_name, "must be a non-empty list of queue names", empty=False),
+        # Twice would start two pools on one queue: twice the workers it was given.
+        queues=list_of(
+            checks_name, "must be a non-empty list of queue names", empty=False, distinct=True
+        ),
     ),
 )
 _config_fields = _table(

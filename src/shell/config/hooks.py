@@ -57,10 +57,10 @@ def flag(value: Any, _: Any) -> bool:
     return value
 
 
-def list_of(check: Check, reason: str, *, empty: bool) -> Hook:
+def list_of(check: Check, reason: str, *, empty: bool, distinct: bool = False) -> Hook:
     """A TOML array as a tuple: refused as a whole with `reason` (a string, not an
     array, or empty unless `empty`), else item by item, each bad item named by its
-    index."""
+    index (with `distinct`, an item listed before is a bad one)."""
 
     def structure(value: Any, _: Any) -> tuple[Any, ...]:
         if isinstance(value, str) or not isinstance(value, list | tuple) or not (value or empty):
@@ -68,6 +68,8 @@ def list_of(check: Check, reason: str, *, empty: bool) -> Hook:
         bad = []
         for index, item in enumerate(value):
             why = check(item)
+            if why is None and distinct and item in value[:index]:
+                why = f"{item!r} is listed twice"
             if why is not None:
                 problem = Bad(why)
                 problem.__notes__ = [IterableValidationNote(f"item {index}", index, str)]
