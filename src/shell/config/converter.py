@@ -330,10 +330,8 @@ _register(
     _WorkersTable,
     _table(
         _WorkersTable,
-        # Twice would start two pools on one queue: twice the workers it was given.
-        queues=list_of(
-            checks_name, "must be a non-empty list of queue names", empty=False, distinct=True
-        ),
+        # A queue twice would get two pools: twice the workers `count` gives it.
+        queues=list_of(checks_name, "must be a non-empty list of queue names", False, True),
     ),
 )
 _config_fields = _table(

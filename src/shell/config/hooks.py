@@ -57,7 +57,7 @@ def flag(value: Any, _: Any) -> bool:
     return value
 
 
-def list_of(check: Check, reason: str, *, empty: bool, distinct: bool = False) -> Hook:
+def list_of(check: Check, reason: str, empty: bool, distinct: bool = False) -> Hook:
     """A TOML array as a tuple: refused as a whole with `reason` (a string, not an
     array, or empty unless `empty`), else item by item, each bad item named by its
     index (with `distinct`, an item listed before is a bad one)."""
