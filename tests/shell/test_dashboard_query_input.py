@@ -18,6 +18,7 @@ from conveyor.shell.runtime import Runtime
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
+from test_dashboard import client_for
 
 CSRF_META = re.compile(r'<meta name="csrf-token" content="([^"]+)">')
 
@@ -48,11 +49,6 @@ def rt() -> Iterator[Runtime]:
     runtime = conveyor.build(config, handlers={"declined": declined, "ok": done})
     yield runtime
     runtime.close()
-
-
-def client_for(rt: Runtime, **options: Any) -> TestClient:
-    options.setdefault("backend_timeout_s", 30.0)
-    return TestClient(create_app(rt, **options))
 
 
 @pytest.fixture
@@ -157,22 +153,14 @@ def test_the_dead_letter_pages_refuse_a_state_naming_it(
     assert "matching" not in answer.text and 'name="state"' not in answer.text
 
 
-def test_a_bulk_purge_with_a_state_is_refused_and_purges_nothing(
-    rt: Runtime, client: TestClient
+@pytest.mark.parametrize(("action", "state"), [("purge", "completed"), ("retry", "failed")])
+def test_a_bulk_action_with_a_state_is_refused_and_does_nothing(
+    rt: Runtime, client: TestClient, action: str, state: str
 ) -> None:
     dead_letters(rt, 3)
-    answer = post(client, "/dead/bulk", action="purge", state="completed")
+    answer = post(client, "/dead/bulk", action=action, state=state)
     assert answer.status_code == 400 and STATE_REFUSED in answer.text
     assert len(rt.list_dead()) == 3
-
-
-def test_a_bulk_retry_with_a_state_is_refused_and_retries_nothing(
-    rt: Runtime, client: TestClient
-) -> None:
-    dead_letters(rt, 2)
-    answer = post(client, "/dead/bulk", action="retry", state="failed")
-    assert answer.status_code == 400 and STATE_REFUSED in answer.text
-    assert len(rt.list_dead()) == 2
 
 
 def test_an_empty_state_is_no_filter_on_the_dead_letter_pages(
