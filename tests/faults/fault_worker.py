@@ -24,7 +24,7 @@ Modes: `run` (until SIGTERM, then stop with `--grace`, exit 0 if clean else 3),
 `drain` (until the queue is empty, exit 0; 1 on timeout) and `promote-loop`
 (call `promote_due` in small batches until nothing is due, printing progress).
 
-It prints `ready <pid>` once its workers are running. `cli_handlers` gives the
+It prints `ready <pid>` as its workers start. `cli_handlers` gives the
 same handlers to the real `conveyor worker` CLI (ledger path in
 `CONVEYOR_FAULT_LEDGER`).
 """
@@ -467,8 +467,10 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    pool.start()
+    # Ready before the workers start: a failpoint at the first claim may end the
+    # process before this thread would print it after them (seen once under load).
     print(f"ready {os.getpid()}", flush=True)
+    pool.start()
     while not stop.wait(0.1):
         pass
     clean = pool.stop(a.grace)
