@@ -360,8 +360,15 @@ def test_the_configured_timeout_wins_over_the_registered_one() -> None:
 def test_a_bad_configured_timeout_is_one_line_naming_the_key() -> None:
     with pytest.raises(ValidationError) as caught:
         conveyor.load_config({"provider": "memory", "timeouts_ms": {"slow": 0}}, env={})
-    assert caught.value.fields == ("timeouts_ms",)
-    assert "slow" in str(caught.value) and "\n" not in str(caught.value)
+    assert caught.value.fields == ("timeouts_ms.slow",)
+    assert "\n" not in str(caught.value)
+
+
+def test_every_bad_configured_timeout_is_named_under_its_job_type() -> None:
+    table = {"slow": 0, "ok": 5, "odd": "x"}
+    with pytest.raises(ValidationError) as caught:
+        conveyor.load_config({"provider": "memory", "timeouts_ms": table}, env={})
+    assert caught.value.fields == ("timeouts_ms.slow", "timeouts_ms.odd")
 
 
 def test_a_bad_registered_timeout_is_rejected() -> None:

@@ -12,7 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cattrs.errors import IterableValidationError, IterableValidationNote
+from cattrs.errors import (
+    AttributeValidationNote,
+    ClassValidationError,
+    IterableValidationError,
+    IterableValidationNote,
+)
 
 from ...core import FieldError, Priority
 from ...core.cron import Missed, parse_missed
@@ -85,14 +90,20 @@ def timeouts(value: Any, _: Any) -> tuple[tuple[str, int], ...]:
     """`[timeouts_ms]`: job type = milliseconds, each more than zero."""
     if not isinstance(value, Mapping):
         raise Bad(f"must be a table of job type = milliseconds, got {type(value).__name__}")
-    pairs = []
+    pairs, bad = [], []
     for job_type, ms in value.items():
         problem = check_name("", job_type)
         if problem is not None:
-            raise Bad(f"{job_type!r} is not a job type: {problem.reason}")
-        if isinstance(ms, bool) or not isinstance(ms, int) or not 0 < ms <= MAX_TIMEOUT_MS:
-            raise Bad(f"{job_type}: must be milliseconds from 1 to {MAX_TIMEOUT_MS}, got {ms!r}")
-        pairs.append((job_type, ms))
+            bad.append(Bad(f"{job_type!r} is not a job type: {problem.reason}"))
+        elif isinstance(ms, bool) or not isinstance(ms, int) or not 0 < ms <= MAX_TIMEOUT_MS:
+            # Named under its job type (`timeouts_ms.reports`), every bad one at once.
+            wrong = Bad(f"must be milliseconds from 1 to {MAX_TIMEOUT_MS}, got {ms!r}")
+            wrong.__notes__ = [AttributeValidationNote(job_type, job_type, int)]
+            bad.append(wrong)
+        else:
+            pairs.append((job_type, ms))
+    if bad:
+        raise ClassValidationError("invalid timeouts", bad, dict)
     return tuple(pairs)
 
 
