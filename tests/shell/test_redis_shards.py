@@ -340,3 +340,20 @@ def test_ending_the_waits_ends_an_idle_wait_on_any_shard_of_a_cluster(
             waiter.join(0.05)
     assert not any(w.is_alive() for w in waiters), "a wait did not end within 3 s of 30"
     assert got == dict.fromkeys(PINS, True)
+
+
+def test_ending_the_waits_of_a_closed_client_raises_nowhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stop may come after the client was closed (a test's teardown, an app's
+    shutdown): the push is best effort, off the stop's thread, and fails quietly."""
+    client = connect_cluster(list(redis_cluster_urls()))
+    queue, _ = open_shards(client, "conveyor", ShardMap(3, PINS))
+    assert queue.wait_for_work("a", 0.01) is False  # a queue waited on: ends are pushed
+    client.close()
+    raised: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda hook: raised.append(hook.exc_value))
+    queue.end_waits()
+    for thread in [t for t in threading.enumerate() if t.name == "conveyor-end-waits"]:
+        thread.join(5)
+    assert raised == []

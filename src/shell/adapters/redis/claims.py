@@ -61,7 +61,9 @@ class Claiming(RedisQueueBase):
                     pipe.rpush(key, *["end"] * (count + 1))
                     pipe.pexpire(key, ENDED_TOKENS_KEEP_MS)
                 pipe.execute()
-        except redis.RedisError:
+        except Exception:
+            # Best effort, off the stop's thread: a server away, or a client closed
+            # meanwhile (a cluster's says so with an exception of its own, no RedisError).
             log.debug("could not end the idle waits; they end at their timeouts", exc_info=True)
 
     def dequeue(self, queue: str, now: datetime) -> Claim | BadClaim | None:
