@@ -88,19 +88,23 @@ def test_dead_letters_list_show_retry_and_purge(cli_project, cli) -> None:
     assert cli("dead", "purge", "--all").stdout.strip() == "purged 0"
 
 
-def test_dead_show_of_a_job_that_is_no_dead_letter_says_what_it_is(cli) -> None:
+@pytest.mark.parametrize("command", ["show", "retry", "purge"])
+def test_dead_commands_on_a_job_that_is_no_dead_letter_say_what_it_is(cli, command) -> None:
+    # `dead retry` answered such an id as bad input (exit 2), `dead purge` with "purged 0"
+    # (exit 0): each now says what the job is, as `dead show` and `job show` do.
     pending = cli("enqueue", "ship", "{}").stdout.strip()
     cancelled = cli("enqueue", "ship", "{}").stdout.strip()
     cli("job", "cancel", cancelled)
     for job_id, state in ((pending, "pending"), (cancelled, "cancelled")):
-        shown = cli("dead", "show", job_id, check=False)
+        shown = cli("dead", command, job_id, check=False)
         assert shown.returncode == 1 and shown.stdout == ""
         assert shown.stderr == (
             f"conveyor: job {job_id} is not a dead letter: it is {state} "
             f"(conveyor job show {job_id})\n"
         )
-    unknown = cli("dead", "show", "00000000-0000-4000-8000-000000000009", check=False)
-    assert unknown.returncode == 1
+    assert json.loads(cli("job", "show", pending, "--json").stdout)["state"] == "pending"
+    unknown = cli("dead", command, "00000000-0000-4000-8000-000000000009", check=False)
+    assert unknown.returncode == 1 and unknown.stdout == ""
     assert unknown.stderr == "conveyor: no job 00000000-0000-4000-8000-000000000009\n"
 
 

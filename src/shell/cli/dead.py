@@ -80,11 +80,16 @@ def run_dead(args: argparse.Namespace, make_runtime: Callable[[], Runtime]) -> i
                 done = retry_matching(runtime, where)
                 print(f"re-enqueued {done} dead letters{_described(where)}")
             else:
-                job = runtime.retry_dead(job_id)
+                try:
+                    job = runtime.retry_dead(job_id)
+                except ValidationError:
+                    return _no_dead_letter(runtime, job_id)
                 print(f"re-enqueued {job.id} on {escape(job.queue)}")
             return 0
         if job_id is not None:
-            print(f"purged {runtime.purge_dead(job_id)}")
+            if runtime.purge_dead(job_id) == 0:
+                return _no_dead_letter(runtime, job_id)
+            print("purged 1")
             return 0
         return _purge_all(runtime, where, args.yes)
     finally:
@@ -171,17 +176,7 @@ def _list(runtime: Runtime, args: argparse.Namespace) -> int:
 def _show(runtime: Runtime, job_id: UUID, show_args: bool) -> int:
     job = runtime.store.get(job_id)
     if job is None or job.status is not JobStatus.FAILED:
-        # Not a dead letter: say what it is instead, if it is anything.
-        view = runtime.get(job_id)
-        if view is None:
-            notice(f"conveyor: no job {job_id}", level=logging.ERROR)
-        else:
-            notice(
-                f"conveyor: job {job_id} is not a dead letter: it is {view.state.value} "
-                f"(conveyor job show {job_id})",
-                level=logging.ERROR,
-            )
-        return 1
+        return _no_dead_letter(runtime, job_id)
     summary = job_summary(job)
     # The failing attempt's traceback, and what the attempts before it did.
     summary["traceback"] = job.last_error.traceback if job.last_error else None
@@ -190,6 +185,20 @@ def _show(runtime: Runtime, job_id: UUID, show_args: bool) -> int:
         summary["args"] = thaw(job.args)
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def _no_dead_letter(runtime: Runtime, job_id: UUID) -> int:
+    """Say what a job given as a dead letter is instead, if it is anything; exit 1."""
+    view = runtime.get(job_id)
+    if view is None:
+        notice(f"conveyor: no job {job_id}", level=logging.ERROR)
+    else:
+        notice(
+            f"conveyor: job {job_id} is not a dead letter: it is {view.state.value} "
+            f"(conveyor job show {job_id})",
+            level=logging.ERROR,
+        )
+    return 1
 
 
 def _purge_all(runtime: Runtime, where: HistoryFilter, yes: bool) -> int:
