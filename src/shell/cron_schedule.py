@@ -69,16 +69,23 @@ class CronSchedule:
     zone: ZoneInfo
 
     def next_after(self, moment: datetime) -> datetime:
+        # The parser reads wall-clock times: from the second pass of an hour the clocks
+        # repeat, its next slot at a fixed hour is the first pass's, already past.
+        # Slots are instants here, so such a slot is passed over, never handed back.
         local = moment.astimezone(self.zone)
-        return next(CronSim(_expanded(self.expression), local)).astimezone(UTC)
+        for found in CronSim(_expanded(self.expression), local):
+            slot = found.astimezone(UTC)
+            if slot > moment:
+                return slot
+        raise AssertionError("unreachable: a cron schedule's slots never run out")
 
     def last_before(self, moment: datetime) -> datetime | None:
         local = moment.astimezone(self.zone)
-        try:
-            found = next(CronSim(_expanded(self.expression), local, reverse=True))
-        except StopIteration:
-            return None
-        return found.astimezone(UTC)
+        for found in CronSim(_expanded(self.expression), local, reverse=True):
+            slot = found.astimezone(UTC)
+            if slot < moment:
+                return slot
+        return None
 
 
 def parse_entry(entry: CronEntry, prefix: str = "cron") -> tuple[CronEntry, CronSchedule]:

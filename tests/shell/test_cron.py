@@ -320,6 +320,51 @@ def test_a_daily_slot_in_the_hour_the_clocks_repeat_runs_once() -> None:
     assert schedule.next_after(first) == datetime(2026, 10, 26, 1, 30, tzinfo=UTC)
 
 
+# Every minute of a night the clocks go back (the repeated hour in both of its passes,
+# and the hours around it), for schedules at a fixed hour and at every hour.
+REPEATED_NIGHTS = [
+    ("Europe/Berlin", datetime(2026, 10, 24, 23, 0, tzinfo=UTC)),
+    ("America/New_York", datetime(2026, 11, 1, 4, 0, tzinfo=UTC)),
+]
+
+
+@pytest.mark.parametrize("zone, start", REPEATED_NIGHTS)
+@pytest.mark.parametrize("expression", ["30 2 * * *", "59 1 * * *", "30 1 * * *", "*/20 * * * *"])
+def test_each_slot_is_strictly_after_or_before_the_moment_asked_even_in_a_repeated_hour(
+    zone: str, start: datetime, expression: str
+) -> None:
+    # In the second pass of a repeated hour the parser's next slot at a fixed hour is
+    # the first pass's, already past: a ticker sleeping until it woke at once, for up
+    # to an hour, enqueueing the same slot thousands of times a second.
+    schedule = CronSchedule(expression, ZoneInfo(zone))
+    for minute in range(4 * 60):
+        moment = start + timedelta(minutes=minute, seconds=7)
+        assert schedule.next_after(moment) > moment, (expression, zone, moment)
+        before = schedule.last_before(moment)
+        assert before is not None and before < moment, (expression, zone, moment)
+
+
+def test_in_the_second_pass_of_a_repeated_hour_a_daily_slot_is_next_due_the_day_after(
+    clock: ManualClock,
+) -> None:
+    from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
+
+    store = MemoryJobStore()
+    rt = node(
+        MemoryJobQueue(store),
+        store,
+        clock,
+        minutely(schedule="30 2 * * *", timezone="Europe/Berlin"),
+    )
+    clock.set(datetime(2026, 10, 25, 0, 29, tzinfo=UTC))  # 02:29 in the first pass
+    assert rt.cron.tick() == []
+    clock.set(datetime(2026, 10, 25, 0, 31, tzinfo=UTC))  # 02:31, first pass: the slot runs
+    assert len(rt.cron.tick()) == 1
+    clock.set(datetime(2026, 10, 25, 1, 5, tzinfo=UTC))  # 02:05 again, in the second pass
+    assert rt.cron.next_run() == datetime(2026, 10, 26, 1, 30, tzinfo=UTC)
+    assert rt.cron.tick() == []
+
+
 def test_slots_are_read_in_the_entry_s_time_zone_and_come_back_in_utc() -> None:
     schedule = CronSchedule("0 9 * * MON-FRI", ZoneInfo("America/New_York"))
     after = datetime(2026, 6, 5, 14, 0, tzinfo=UTC)  # a Friday, 10:00 in New York
