@@ -18,15 +18,36 @@ from ..core import FieldError, ValidationError
 from .registry import Registry
 
 
-def _mapping_of(where: str, value: Any) -> Mapping[str, Callable[..., Any]]:
-    if not isinstance(value, Mapping) and callable(value):
+def _contribution(where: str, value: Any) -> Mapping[str, Callable[..., Any]] | Registry:
+    if not isinstance(value, Mapping | Registry) and callable(value):
         value = value()
-    if not isinstance(value, Mapping):
+    if not isinstance(value, Mapping | Registry):
         raise ValidationError.of(
             where,
-            f"must be a mapping of job type to handler (or return one), got {type(value).__name__}",
+            "must be a mapping of job type to handler or a Registry (or return one), "
+            f"got {type(value).__name__}",
         )
     return value
+
+
+def _mapping_of(where: str, value: Any) -> Mapping[str, Callable[..., Any]]:
+    found = _contribution(where, value)
+    if isinstance(found, Registry):
+        raise ValidationError.of(where, "must be a mapping of job type to handler, got Registry")
+    return found
+
+
+def _register(
+    registry: Registry, found: Mapping[str, Callable[..., Any]] | Registry
+) -> Mapping[str, Callable[..., Any]] | None:
+    """Register what one source contributes; the mapping, for `build` to bind the
+    task collections among them (a registry brings its own registrations whole)."""
+    if isinstance(found, Registry):
+        registry.merge(found)
+        return None
+    for job_type, handler in found.items():
+        registry.register(job_type, handler)
+    return found
 
 
 def _raised_importing(module_name: str, exc: Exception) -> str:
@@ -75,10 +96,9 @@ def contribute(
     for i, spec in enumerate(specs):
         where = f"handlers[{i}]"
         try:
-            mapping = load_spec(spec, where)
-            for job_type, handler in mapping.items():
-                registry.register(job_type, handler)
-            found.append(mapping)
+            mapping = _register(registry, _contribution(where, import_attr(spec, where)))
+            if mapping is not None:
+                found.append(mapping)
             sources.append(spec)
         except ValidationError as exc:
             errors.extend(_under(where, exc.errors))
@@ -88,10 +108,9 @@ def contribute(
         for ep in importlib.metadata.entry_points(group=group):
             where = f"entry point {ep.name} ({ep.value})"
             try:
-                mapping = _mapping_of(where, ep.load())
-                for job_type, handler in mapping.items():
-                    registry.register(job_type, handler)
-                found.append(mapping)
+                mapping = _register(registry, _contribution(where, ep.load()))
+                if mapping is not None:
+                    found.append(mapping)
                 sources.append(f"entry point {ep.name}")
             except ValidationError as exc:
                 errors.extend(_under(where, exc.errors))

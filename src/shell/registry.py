@@ -210,6 +210,19 @@ class Registry:
 
         return wrap
 
+    def merge(self, other: Registry) -> None:
+        """Take every registration of `other` with its options (a config's handler
+        module may offer a whole registry); a job type already registered here is
+        refused, all of `other` with it."""
+        with other._lock:
+            entries, defaults = dict(other._entries), dict(other._task_defaults)
+        with self._lock:
+            taken = sorted(set(entries) & set(self._entries))
+            if taken:
+                raise ValueError(f"a handler for {taken[0]!r} is already registered")
+            self._entries.update(entries)
+            self._task_defaults.update(defaults)
+
     def note_task_defaults(self, job_type: str, defaults: Mapping[str, Any]) -> None:
         """Keep the enqueue defaults the task of `job_type` declares (its queue,
         priority, retries...), for enqueues by name that want them: the CLI's."""
