@@ -109,7 +109,11 @@ def test_limits_tables_become_queue_limits() -> None:
             "limits.payments.rates[0].per_seconds: must be a number of seconds > 0, got 0",
         ),
         ({"rates": [{"starts": 5}]}, "limits.payments.rates[0].per_seconds: is required"),
-        ({"weights": {"a": -2}}, "limits.payments.weights: a: must be a number > 0, got -2"),
+        (
+            {"weights": {"a": -2, "b": 0, "c": 1}},
+            "limits.payments.weights.a: must be a number > 0, got -2; "
+            "limits.payments.weights.b: must be a number > 0, got 0",
+        ),
         ({"fair": "yes"}, "limits.payments.fair: must be true or false"),
         ({"max_running": 1.5}, "limits.payments.max_running: must be an integer, got 1.5"),
     ],
@@ -188,6 +192,33 @@ def test_build_takes_limits_in_python_over_the_config() -> None:
     runtime = build({"provider": "memory"}, limits={"q": limits})
     assert runtime.limits == {"q": limits}
     assert runtime.worker("q").limits == limits
+
+
+def test_build_reads_a_plain_table_of_limits_as_the_config_file_s() -> None:
+    # A dict was taken as it came, then every worker round of the queue failed with
+    # AttributeError and its jobs never ran.
+    runtime = build(
+        {"provider": "memory"}, handlers={"x": lambda a: a}, limits={"q": {"max_running": 1}}
+    )
+    assert runtime.limits == {"q": QueueLimits(max_running=1)}
+    job = runtime.enqueue("x", {}, queue="q")
+    assert runtime.worker("q").drain() == 1
+    assert runtime.get(job.id).state.value == "completed"
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ({"q": {"max_running": 0}}, "limits.q.max_running: must be >= 1, got 0"),
+        ({"q": 5}, "limits.q: must be a table"),
+        ({"": QueueLimits(max_running=1)}, "limits.\"\": must not be empty"),
+        (["q"], "limits: must be a table of queue = limits, got list"),
+    ],
+)
+def test_build_refuses_bad_limits_naming_the_key(limits: Any, message: str) -> None:
+    with pytest.raises(ValidationError) as bad:
+        build({"provider": "memory"}, limits=limits)
+    assert str(bad.value).startswith(message)
 
 
 def test_a_rate_limited_worker_sleeps_until_the_next_token_without_spinning() -> None:

@@ -22,7 +22,8 @@ from typing import Any
 from cattrs.errors import ClassValidationError
 
 from ...core import FieldError, ValidationError
-from .converter import converter, problems
+from ...core.limits import QueueLimits
+from .converter import converter, problems, queue_limits
 from .hooks import Bad
 from .model import (
     DEFAULT_PROVIDER,
@@ -50,6 +51,7 @@ __all__ = [
     "find_file",
     "load_config",
     "parse_config",
+    "parse_limits",
     "read_file",
 ]
 
@@ -71,6 +73,15 @@ ENV = {
 def parse_config(raw: Mapping[str, Any]) -> Config:
     """Validate a config mapping; raise `ValidationError` naming every bad key."""
     return _parse(raw, ())
+
+
+def parse_limits(value: Any) -> tuple[tuple[str, QueueLimits], ...]:
+    """`build`'s `limits`, read as the file's `[limits.<queue>]` tables are (a value
+    may be a `QueueLimits` already); `ValidationError` naming every bad key."""
+    try:
+        return queue_limits(value, None)
+    except (ClassValidationError, Bad) as exc:
+        raise ValidationError(list(problems(exc, "limits"))) from None
 
 
 def _parse(raw: Mapping[str, Any], env_errors: Sequence[FieldError]) -> Config:

@@ -149,17 +149,20 @@ def _tables(cls: type[_T], what: str) -> Hook:
     return structure
 
 
-def _limits(value: Any, _: Any) -> tuple[tuple[str, QueueLimits], ...]:
-    """`[limits.<queue>]` tables: each queue's problems are named under its key."""
+def queue_limits(value: Any, _: Any) -> tuple[tuple[str, QueueLimits], ...]:
+    """`[limits.<queue>]` tables (or `QueueLimits`): problems named under each key."""
     if not isinstance(value, Mapping):
         raise Bad(f"must be a table of queue = limits, got {type(value).__name__}")
     found: list[tuple[str, QueueLimits]] = []
     bad: list[Exception] = []
     for queue, limits in value.items():
         try:
-            found.append((_name(queue, None), converter.structure(limits, QueueLimits)))
+            if not isinstance(limits, QueueLimits):
+                limits = converter.structure(limits, QueueLimits)
+            found.append((_name(queue, None), limits))
         except (ClassValidationError, Bad) as exc:
-            exc.__notes__ = [AttributeValidationNote(str(queue), str(queue), QueueLimits)]
+            key = str(queue) or '""'  # an empty key, as TOML writes it
+            exc.__notes__ = [AttributeValidationNote(key, key, QueueLimits)]
             bad.append(exc)
     if bad:
         raise ClassValidationError("invalid limits", bad, dict)
@@ -179,9 +182,7 @@ _optional_name = checked(optional(checks_name))
 _register(str, string)
 _register(bool, hooks_flag)
 # A table's field hooks are looked up when its hook is made: the tables inside first.
-_register(
-    RetryPolicy, _table(RetryPolicy, initial_delay_ms=_duration, max_delay_ms=_duration)
-)
+_register(RetryPolicy, _table(RetryPolicy, initial_delay_ms=_duration, max_delay_ms=_duration))
 _register(
     RequeuePolicy,
     _table(
@@ -262,9 +263,7 @@ class _RedisTable:
     #: A cluster's seed nodes besides `url`; `url_problems` checks them against `cluster`.
     urls: tuple[str, ...] = ()
     replica_wait: int = attrs.field(default=0, validator=checks_Rule(integer_at_least(0)))
-    replica_wait_timeout_ms: int = attrs.field(
-        default=1000, validator=checks_Rule(duration_ms(1))
-    )
+    replica_wait_timeout_ms: int = attrs.field(default=1000, validator=checks_Rule(duration_ms(1)))
     shards: int = attrs.field(default=1, validator=checks_Rule(integer_at_least(1)))
     #: `[redis.queue_shards]`: queue name = shard index; `shard_problems` checks them.
     queue_shards: tuple[tuple[str, int], ...] = ()
@@ -351,7 +350,7 @@ _config_fields = _table(
     handlers=list_of(handler_spec, 'must be a list of "package.module:attr" strings', empty=True),
     timeouts_ms=timeouts,
     cron=_tables(CronEntry, "cron"),
-    limits=_limits,
+    limits=queue_limits,
 )
 
 

@@ -141,7 +141,13 @@ def weights(value: Any, _: Any) -> dict[str, float]:
     """`weights`: partition = weight."""
     if not isinstance(value, Mapping):
         raise Bad(f"must be a table of partition = weight, got {type(value).__name__}")
+    bad = []
     for key, weight in value.items():
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < 1e9:
-            raise Bad(f"{key}: must be a number > 0, got {weight!r}")
+            # Named under its partition (`weights.acme`), every bad one at once.
+            wrong = Bad(f"must be a number > 0, got {weight!r}")
+            wrong.__notes__ = [AttributeValidationNote(str(key), str(key), float)]
+            bad.append(wrong)
+    if bad:
+        raise ClassValidationError("invalid weights", bad, dict)
     return {str(key): float(weight) for key, weight in value.items()}

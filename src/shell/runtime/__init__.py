@@ -28,7 +28,7 @@ from ...core import LeasePolicy, Policies, ResultPolicy, ValidationError
 from ...core.limits import QueueLimits
 from .. import outage
 from ..async_enqueue import AsyncWriters
-from ..config import Config, load_config
+from ..config import Config, load_config, parse_limits
 from ..cron import Cron
 from ..executor import Executor
 from ..handlers import contribute
@@ -172,7 +172,7 @@ def build(
     hooks: Hooks | None = None,
     startup_timeout_s: float | None = None,
     inline: bool | None = None,
-    limits: Mapping[str, QueueLimits] | None = None,
+    limits: Mapping[str, QueueLimits | Mapping[str, Any]] | None = None,
 ) -> Runtime:
     """Build a `Runtime` from a config mapping, a TOML file, or the nearest config file.
     `hooks` may be given here or registered later on `runtime.hooks`.
@@ -190,11 +190,12 @@ def build(
     database whose schema is missing or from another version it raises
     `SchemaNotCurrent`, whose one line says to run `conveyor migrate`.
 
-    `limits` (queue name -> `conveyor.core.limits.QueueLimits`) add to or replace the
-    config's `[limits.<queue>]` tables (docs/limits.md)."""
+    `limits` (queue name -> `conveyor.core.limits.QueueLimits`, or a mapping read as a
+    `[limits.<queue>]` table is) add to or replace the config's tables (docs/limits.md)."""
     cfg = load_config(config, env=env)
-    if limits:
-        cfg = attrs.evolve(cfg, limits=tuple({**dict(cfg.limits), **limits}.items()))
+    if limits is not None:
+        given = dict(parse_limits(limits))
+        cfg = attrs.evolve(cfg, limits=tuple({**dict(cfg.limits), **given}.items()))
     registry = registry or Registry()
     if handlers is not None and not isinstance(handlers, Mapping):
         what = type(handlers).__name__
