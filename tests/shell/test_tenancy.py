@@ -188,3 +188,16 @@ def test_tenancy_is_configured_from_the_runtime_config(tmp_path) -> None:
 def test_schema_per_tenant_refuses_sqlite(tmp_path) -> None:
     with pytest.raises(conveyor.ValidationError):
         conveyor.build({"provider": "memory", "tenancy": {"strategy": "schema"}})
+    # Taken at build, then every tenant-scoped job was dead-lettered at its first attempt.
+    for config in (
+        {"url": f"sqlite:///{tmp_path / 'jobs.db'}", "tenancy": {"strategy": "schema"}},
+        {
+            "provider": "memory",
+            "tenancy": {"strategy": "schema", "url": f"sqlite:///{tmp_path / 'app.db'}"},
+        },
+    ):
+        with pytest.raises(conveyor.ValidationError) as refused:
+            conveyor.build({**config, "entry_points": False}, env={})
+        assert str(refused.value).startswith(
+            "tenancy.strategy: schema-per-tenant needs PostgreSQL"
+        ), refused.value

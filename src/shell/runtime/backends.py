@@ -123,6 +123,14 @@ def make_tenancy(tenancy: TenancyConfig | None, url: str) -> TenantScope | None:
 
     # The same engine settings as the job tables (WAL and busy timeout on SQLite).
     engine = make_engine(tenancy.url or url)
+    if tenancy.strategy == "schema" and engine.dialect.name != "postgresql":
+        # Told now: at a job's attempt it would dead-letter every tenant-scoped job.
+        field = "tenancy.url" if tenancy.url else "url"
+        raise ValidationError.of(
+            "tenancy.strategy",
+            f"schema-per-tenant needs PostgreSQL, and {field} is {engine.dialect.name}; "
+            'use strategy = "shared"',
+        )
     resolver: TenantResolver
     if tenancy.resolver == "table":
         resolver = TableTenantResolver(
