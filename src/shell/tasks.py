@@ -57,6 +57,17 @@ def default_job_type(fn: Callable[..., Any]) -> str:
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
+def _unnamed_hint(fn: Callable[..., Any]) -> str:
+    """Why a task's default name is no job type, for the function it comes from."""
+    if fn.__module__ == "__main__" or "<locals>" in fn.__qualname__:
+        # The name could be made valid, but no worker could import the function by it.
+        return (
+            " (from the function's name: a function in a script run as __main__ or "
+            "inside another function has no name another process can import; pass name=...)"
+        )
+    return " (from the function's name; pass name=...)"
+
+
 class TaskRuntime(Protocol):
     """What a task enqueues on: a `conveyor.Runtime` (its `enqueue` and `enqueue_many`)."""
 
@@ -199,7 +210,7 @@ class Tasks(Mapping[str, Callable[..., Any]]):
             job_type = default_job_type(fn) if name is None else name
             problem = check_name("job_type", job_type)
             if problem is not None:
-                hint = "" if name is not None else " (from the function's name; pass name=...)"
+                hint = "" if name is not None else _unnamed_hint(fn)
                 raise ValidationError.of("job_type", f"{job_type!r} {problem.reason}{hint}")
             _check_defaults(job_type, defaults)
             made = Task(fn, job_type, defaults, self)
@@ -241,6 +252,10 @@ class Tasks(Mapping[str, Callable[..., Any]]):
     def bind(self, runtime: TaskRuntime | None) -> None:
         """Make `runtime` the one these tasks enqueue on by default (None unbinds).
         `build` does this for the collections it registers handlers from."""
+        if runtime is not None and not callable(getattr(runtime, "enqueue", None)):
+            # Told here, not as an AttributeError at some task's first enqueue.
+            what = type(runtime).__name__
+            raise ValidationError.of("runtime", f"must be a Runtime (or None), got {what}")
         with self._lock:
             self._runtime = runtime
 

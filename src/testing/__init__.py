@@ -24,17 +24,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .clock import ManualClock
-    from .drain import drain
+    from .drain import DrainLimit, drain
     from .enqueued import assert_enqueued, enqueued_jobs
 
 _LAZY: dict[str, str] = {
     "ManualClock": ".clock",
     "drain": ".drain",
+    "DrainLimit": ".drain",
     "assert_enqueued": ".enqueued",
     "enqueued_jobs": ".enqueued",
 }
 
-__all__ = ["ManualClock", "assert_enqueued", "drain", "enqueued_jobs"]
+__all__ = ["DrainLimit", "ManualClock", "assert_enqueued", "drain", "enqueued_jobs"]
 
 if not TYPE_CHECKING:
 

@@ -35,14 +35,15 @@ class DrainLimit(RuntimeError):
 def drain(
     runtime: Runtime,
     *,
-    queues: Iterable[str] | None = None,
+    queues: str | Iterable[str] | None = None,
     advance_clock: bool = True,
     max_jobs: int = MAX_JOBS,
 ) -> WorkerStats:
     """Run every job of `runtime` that is due (on `queues` only, when given), moving a
     `ManualClock` on to parked jobs' `run_at` unless `advance_clock=False`; returns
-    what was done. Raises `DrainLimit` when more than `max_jobs` would run."""
-    only = None if queues is None else list(queues)
+    what was done. Raises `DrainLimit` when more than `max_jobs` would run. `queues`
+    may name one queue as a string."""
+    only = None if queues is None else [queues] if isinstance(queues, str) else list(queues)
     clock = runtime.clock
     total, claimed = WorkerStats(), 0
     while True:

@@ -79,7 +79,7 @@ def test_100_years_works_where_a_longer_duration_crashed() -> None:
         assert rt.result(job.id, timeout=5) == 7
         assert rt.prune(dry_run=True) == 0
         assert rt.prune(older_than_ms=MAX_DURATION_MS, dry_run=True) == 0
-        with pytest.raises(ValidationError, match="older_than: must be at most"):
+        with pytest.raises(ValidationError, match="older_than_ms: must be at most"):
             rt.prune(older_than_ms=10**30, dry_run=True)
     finally:
         rt.close()

@@ -17,7 +17,7 @@ from uuid import UUID
 import attrs
 from returns.result import Failure, Success
 
-from ...core import FrozenMap, Job, JobStatus, Priority, ValidationError, create_job
+from ...core import FieldError, FrozenMap, Job, JobStatus, Priority, ValidationError, create_job
 from ...core.validation import freeze_args
 
 #: The keyword options every enqueue method takes (`Runtime.enqueue` documents them).
@@ -98,14 +98,26 @@ class EnqueueOptions:
         raise AssertionError("unreachable")
 
     def jobs(
-        self, job_type: str, args_list: Sequence[Mapping[str, Any] | None], now: datetime
+        self,
+        job_type: str,
+        args_list: Sequence[Mapping[str, Any] | None],
+        now: datetime,
+        *,
+        listed: bool = False,
     ) -> list[Job]:
         """One validated new job per args mapping, all made at `now`: the options are
         checked once, with the first job; each further job differs from it only in its
-        args (checked alone) and, unless `id` names them all, its fresh id."""
+        args (checked alone) and, unless `id` names them all, its fresh id. `listed`:
+        the args are a caller's list (`enqueue_many`), so a bad entry is named by its
+        index (`args_list[2]`), every bad one at once."""
         if not args_list:
             return []
-        first = self.job(job_type, args_list[0], now)
+        try:
+            first = self.job(job_type, args_list[0], now)
+        except ValidationError as exc:
+            if not listed:
+                raise
+            raise ValidationError(_indexed(exc.errors, args_list)) from None
         jobs = [first]
         if len(args_list) == 1:
             return jobs
@@ -114,11 +126,30 @@ class EnqueueOptions:
         for args in args_list[1:]:
             frozen = freeze_args({} if args is None else args)
             if not isinstance(frozen, FrozenMap):
-                raise ValidationError((frozen,))
+                raise ValidationError(_indexed((), args_list))
             fields["id"] = first.id if self.id is not None else uuid.uuid4()
             fields["args"] = frozen
             jobs.append(Job(**fields))
         return jobs
+
+
+def _indexed(
+    first: Iterable[FieldError], args_list: Sequence[Mapping[str, Any] | None]
+) -> list[FieldError]:
+    """The first job's problems, its args' named `args_list[0]`, then every further bad
+    args entry's under its index (looked for only once a write has been refused)."""
+    found = [_at(0, e) for e in first]
+    for index, args in enumerate(args_list[1:], 1):
+        frozen = freeze_args({} if args is None else args)
+        if isinstance(frozen, FieldError):
+            found.append(_at(index, frozen))
+    return found
+
+
+def _at(index: int, error: FieldError) -> FieldError:
+    if error.field != "args" and not error.field.startswith(("args.", "args[")):
+        return error
+    return FieldError(f"args_list[{index}]{error.field[4:]}", error.reason)
 
 
 def args_list_of(value: object) -> Sequence[Mapping[str, Any] | None]:

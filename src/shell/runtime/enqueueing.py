@@ -114,12 +114,17 @@ class Enqueuer:
     run_inline: Callable[[list[str]], object] | None = None
 
     def new_jobs(
-        self, job_type: str, args_list: Sequence[Mapping[str, Any] | None], options: EnqueueOptions
+        self,
+        job_type: str,
+        args_list: Sequence[Mapping[str, Any] | None],
+        options: EnqueueOptions,
+        *,
+        listed: bool = False,
     ) -> list[Job]:
         """One validated job per args mapping, all checked before any is written (the
-        options once), all made at one instant; the once-per-process warnings given for
-        them."""
-        jobs = options.jobs(job_type, args_list, self.clock.now())
+        options once; `listed`: see `EnqueueOptions.jobs`), all made at one instant; the
+        once-per-process warnings given for them."""
+        jobs = options.jobs(job_type, args_list, self.clock.now(), listed=listed)
         if jobs:
             if self.polled is not None:
                 self.warnings.unpolled(jobs[0].queue, self.polled)
@@ -162,7 +167,7 @@ class Enqueuer:
     ) -> list[Job]:
         """Write one job per args mapping in one round trip; one entry per mapping, the
         job already there for those `options.once` found."""
-        jobs = self.new_jobs(job_type, args_list, options)
+        jobs = self.new_jobs(job_type, args_list, options, listed=True)
         if not jobs:
             return jobs
         with self._sending(jobs) as jobs:
@@ -222,7 +227,7 @@ class Enqueuer:
         options: EnqueueOptions,
     ) -> list[Job]:
         """`aenqueue` for one job per args mapping, in one round trip."""
-        jobs = self.new_jobs(job_type, args_list, options)
+        jobs = self.new_jobs(job_type, args_list, options, listed=True)
         if jobs:
             with self._sending(jobs) as jobs:
                 await writer.enqueue_many(jobs)

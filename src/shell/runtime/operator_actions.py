@@ -105,15 +105,22 @@ class OperatorActions:
     ) -> int:
         """Delete every finished record past `retention` (or `older_than_ms`, which
         replaces both of its ages), batch by batch; with `dry_run`, only count them."""
-        if older_than_ms is not None and older_than_ms < 0:
-            raise ValidationError.of("older_than", f"must be >= 0, got {older_than_ms}")
-        if older_than_ms is not None and older_than_ms > MAX_DURATION_MS:
-            longest = f"{MAX_DURATION_MS} (100 years)"
-            raise ValidationError.of(
-                "older_than", f"must be at most {longest}, got {older_than_ms}"
-            )
+        if older_than_ms is not None:
+            _check_age(older_than_ms)
         order = prune_order(retention, self.clock.now(), older_than_ms=older_than_ms)
         return self.store.count_prunable(order) if dry_run else prune_all(self.executor, order)
+
+
+def _check_age(older_than_ms: object) -> None:
+    field = "older_than_ms"
+    if isinstance(older_than_ms, bool) or not isinstance(older_than_ms, int):
+        reason = f"must be a whole number of milliseconds, got {older_than_ms!r}"
+        raise ValidationError.of(field, reason)
+    if older_than_ms < 0:
+        raise ValidationError.of(field, f"must be >= 0, got {older_than_ms}")
+    if older_than_ms > MAX_DURATION_MS:
+        longest = f"{MAX_DURATION_MS} (100 years)"
+        raise ValidationError.of(field, f"must be at most {longest}, got {older_than_ms}")
 
 
 class OperatorMethods:

@@ -31,7 +31,12 @@ class GraphEnqueuer(Protocol):
     def clock(self) -> Clock: ...
 
     def new_jobs(
-        self, job_type: str, args_list: Sequence[Mapping[str, Any] | None], options: EnqueueOptions
+        self,
+        job_type: str,
+        args_list: Sequence[Mapping[str, Any] | None],
+        options: EnqueueOptions,
+        *,
+        listed: bool = False,
     ) -> list[Job]: ...
 
     def _written(self, jobs: Sequence[Job]) -> None: ...
@@ -113,7 +118,7 @@ class WorkflowWrites:
             raise ValidationError.of("id", "a job that waits for others cannot be given an id")
         # Read once: `after` may be a generator, and every job waits on the same entries.
         entries = after if isinstance(after, (str, bytes)) else list(after)
-        jobs = self.enqueuer.new_jobs(job_type, args_list, options)
+        jobs = self.enqueuer.new_jobs(job_type, args_list, options, listed=True)
         if not jobs:
             edges_for(UUID(int=0), entries, "after")  # still refuse a bad `after`
             return []

@@ -27,6 +27,7 @@ import attrs
 from ...core import Job, ValidationError
 from ...core.dependencies import Edge, OnFailure
 from ...core.errors import FieldError
+from ...core.validation import parse_job_id
 from ..ports.workflows import Graph, Member
 from .enqueue_options import EnqueueOptions
 
@@ -150,7 +151,7 @@ class Workflow:
     its own tenant."""
 
     def __init__(self, *, id: UUID | str | None = None, tenant_id: str | None = None) -> None:
-        self.id = uuid.uuid4() if id is None else UUID(str(id))
+        self.id = uuid.uuid4() if id is None else _workflow_id(id)
         self.tenant_id = tenant_id
         self._steps: list[Step] = []
         self._names: set[str] = set()
@@ -182,6 +183,8 @@ class Workflow:
         chosen = EnqueueOptions.of(defaults(**options) if callable(defaults) else options)
         if self.tenant_id is not None and chosen.tenant_id is None:
             chosen = attrs.evolve(chosen, tenant_id=self.tenant_id)
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ValidationError.of("name", f"must be a non-empty string, got {name!r}")
         label = name if name is not None else self._fresh_name(job_type)
         if label in self._names:
             raise ValidationError.of("name", f"{label!r} is already a step of this workflow")
@@ -280,3 +283,10 @@ def group(
         after = [dep(h, on_failure) for h in handles]
         wf.add(then.task, then.args, after=after, **then.options)
     return wf
+
+
+def _workflow_id(value: object) -> UUID:
+    parsed = parse_job_id(value, "id")
+    if isinstance(parsed, FieldError):
+        raise ValidationError((parsed,))
+    return parsed
