@@ -101,3 +101,16 @@ def test_a_task_in_a_script_run_as_main_is_told_it_needs_a_name(tmp_path: Path) 
     assert ran.returncode == 1
     last = ran.stderr.strip().splitlines()[-1]
     assert "run as __main__" in last and "pass name=" in last, last
+
+
+@pytest.mark.parametrize(
+    ("given", "fields"),
+    [({"queue": ""}, ["queue"]), ({"queue": "bad q!", "job_type": ""}, ["queue", "job_type"])],
+)
+def test_cancel_many_refuses_a_name_no_job_can_have(
+    runtime: Any, given: dict[str, str], fields: list[str]
+) -> None:
+    # It answered 0 cancelled, as if there were just nothing to cancel; the CLI refused.
+    with pytest.raises(ValidationError) as refused:
+        runtime.cancel_many(**given)
+    assert [e.field for e in refused.value.errors] == fields

@@ -26,6 +26,7 @@ from ...core import (
     JobStatus,
     RetentionPolicy,
     ValidationError,
+    check_name,
     decide_revive,
     prune_order,
 )
@@ -70,6 +71,10 @@ class OperatorActions:
         must be given); with `dry_run`, count what would be done."""
         if queue is None and job_type is None:
             raise ValidationError.of("queue", "give a queue, a job type or both")
+        named = (("queue", queue), ("job_type", job_type))
+        problems = [check_name(field, value) for field, value in named if value is not None]
+        if any(problems):
+            raise ValidationError([p for p in problems if p is not None])
         return cancel_many(
             self.queue,
             self.store,
