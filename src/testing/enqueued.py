@@ -30,7 +30,13 @@ MAX_JOBS = 10_000
 
 
 def _job_type(job_type: str | Task[Any, Any] | None) -> str | None:
-    return job_type.job_type if isinstance(job_type, Task) else job_type
+    if isinstance(job_type, Task):
+        return job_type.job_type
+    if job_type is not None and not isinstance(job_type, str):
+        # Else a filter no job matches: an assertion of "none" would pass on anything.
+        what = type(job_type).__name__
+        raise ValidationError.of("job_type", f"must be a job type or a Task, got {what}")
+    return job_type
 
 
 def enqueued_jobs(
@@ -69,7 +75,10 @@ def assert_enqueued(
     returns the matching jobs. `args` must equal the job's args. The failure message
     lists the jobs of that type that are there."""
     wanted_type = _job_type(job_type)
-    assert wanted_type is not None
+    if wanted_type is None:
+        raise ValidationError.of("job_type", "must be a job type or a Task, got None")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+        raise ValidationError.of("count", f"must be a whole number >= 0, got {count!r}")
     wanted_priority = None if priority is None else parse_priority(priority)
     if wanted_priority is not None and not isinstance(wanted_priority, Priority):
         raise ValidationError((wanted_priority,))

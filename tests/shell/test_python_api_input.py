@@ -114,3 +114,16 @@ def test_cancel_many_refuses_a_name_no_job_can_have(
     with pytest.raises(ValidationError) as refused:
         runtime.cancel_many(**given)
     assert [e.field for e in refused.value.errors] == fields
+
+
+def test_the_testing_helpers_refuse_a_filter_no_job_can_match(runtime: Any) -> None:
+    from conveyor.testing import assert_enqueued, enqueued_jobs
+
+    runtime.enqueue("x", {})
+    with pytest.raises(ValidationError) as refused:
+        enqueued_jobs(runtime, 5)  # type: ignore[arg-type]
+    assert [e.field for e in refused.value.errors] == ["job_type"]
+    with pytest.raises(ValidationError) as negative:
+        assert_enqueued(runtime, "x", count=-1)
+    assert [e.field for e in negative.value.errors] == ["count"]
+    assert len(assert_enqueued(runtime, "x", count=1)) == 1
