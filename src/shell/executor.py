@@ -277,6 +277,9 @@ class Executor:
         call); anything else is logged with its traceback."""
         if outage.is_outage(exc):
             log.info("could not %s while the server is unreachable; leaving %s", what, whose)
+            # Counted on the server's state, so that the worker's round around this
+            # write is not taken for the server's return.
+            outage.for_queue(self.queue).met(exc)
         else:
             log.exception("could not %s; leaving %s", what, whose)
 

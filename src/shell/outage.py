@@ -104,6 +104,8 @@ class ConnectionState:
         self._back_at: float | None = None
         #: The present outage began while settling, and has not been told yet.
         self._quiet = False
+        #: Outage failures noted so far: a round that met one proves nothing back.
+        self.failures = 0
 
     @property
     def down(self) -> bool:
@@ -122,6 +124,7 @@ class ConnectionState:
             return False
         now = time.monotonic()
         with self._lock:
+            self.failures += 1
             if self._down_since is None:
                 self._down_since = now
                 settling = self._back_at is not None and now - self._back_at < SETTLE_S
@@ -143,11 +146,24 @@ class ConnectionState:
             log.debug("%s at %s is still unreachable (%s)", self.backend, self.where, text)
         return True
 
-    def ok(self) -> None:
-        """Note a success: logs once (INFO) that the server is back after an outage."""
+    def met(self, exc: BaseException) -> None:
+        """Count a failure that its caller has handled and told itself (a write left to
+        its lease): a round around it proves nothing back. The outage, if it lasts, is
+        told by the next `failed`."""
+        if is_outage(exc):
+            with self._lock:
+                self.failures += 1
+
+    def ok(self, failures: int | None = None) -> None:
+        """Note a success: logs once (INFO) that the server is back after an outage.
+        `failures` (the count read before a round of several calls): a round during
+        which an outage failure was noted, though it ended without raising (a write
+        left to its lease), is no success."""
         if self._down_since is None:
             return
         with self._lock:
+            if failures is not None and failures != self.failures:
+                return
             if self._down_since is not None and time.monotonic() - self._down_since < IN_FLIGHT_S:
                 return
             since, self._down_since = self._down_since, None

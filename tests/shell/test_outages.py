@@ -155,6 +155,63 @@ def test_a_worker_rides_out_a_server_outage_with_one_warning_and_one_info(
     assert len(records) <= 4, lines
 
 
+def test_an_idle_worker_looks_for_work_soon_after_an_outage_not_a_poll_interval_later(
+    server: Server,
+) -> None:
+    # The wait for work failed with the server, and the worker then slept the rest of
+    # its poll interval: 30 s here before a job enqueued just after the outage ran.
+    done: list[float] = []
+    settings = config(server.url, workers={"count": 1, "poll_interval_ms": 30_000})
+    runtime = conveyor.build(settings, handlers={"note": lambda a: done.append(time.monotonic())})
+    with runtime:
+        time.sleep(1.0)  # idle, in its wait for work
+        server.down()
+        time.sleep(OUTAGE_S)
+        server.up()
+        wait_for(lambda: _enqueued(runtime), 20, "the server to take an enqueue")
+        sent = time.monotonic()
+        wait_for(lambda: bool(done), 25, "the job enqueued after the outage")
+    assert done[0] - sent < 12, f"picked up {done[0] - sent:.1f} s after its enqueue"
+
+
+def test_a_round_whose_outcome_write_met_the_outage_does_not_say_the_server_is_back(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The handler returned during the outage; its outcome's write was left to the lease
+    # without raising, and the round ending "normally" was taken for the server's
+    # return: "is back" was logged while it was still away.
+    started = threading.Event()
+
+    def nap(args: Any) -> None:
+        started.set()
+        time.sleep(1.5)
+
+    settings = config(server.url, workers={"count": 1, "poll_interval_ms": 50})
+    runtime = conveyor.build(settings, handlers={"nap": nap})
+    with caplog.at_level(logging.INFO, logger="conveyor"), runtime:
+        runtime.enqueue("nap", {})
+        assert started.wait(10)
+        server.down()
+        time.sleep(5.0)  # the handler ends 1.5 s in; its write fails; rounds go on
+        said = [r.getMessage() for r in conveyor_records(caplog)]
+        server.up()
+        wait_for(
+            lambda: any("is back after" in r.getMessage() for r in conveyor_records(caplog)),
+            30,
+            "the worker to see the server back",
+        )
+    assert any("unreachable" in m for m in said), said
+    assert not [m for m in said if "is back after" in m], said
+
+
+def _enqueued(runtime: Any) -> bool:
+    try:
+        runtime.enqueue("note", {})
+    except Exception:
+        return False  # the server is still coming back
+    return True
+
+
 def test_a_worker_started_during_an_outage_waits_for_the_server(server: Server) -> None:
     server.down()
     done: list[int] = []

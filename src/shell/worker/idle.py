@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 
-from ..outage import ConnectionState
+from ..outage import Backoff, ConnectionState
 from ..ports import (
     BadClaim,
     Claim,
@@ -73,6 +73,8 @@ class Idle:
         self._last_work = time.monotonic()
         #: Claims a queue handed over with its wake-up, for the next round to run.
         self._handed: Sequence[Claim | BadClaim] = ()
+        #: Pauses between waits that fail while the server is away.
+        self._away = Backoff()
 
     def end_wait(self) -> None:
         """The worker is told to stop: end its wait now where the queue can (the stop
@@ -123,6 +125,11 @@ class Idle:
         a slot) before looking for new work, which is only while a slot is free."""
         return min(timeout, ASYNC_POLL_S) if free else timeout
 
+    def _answered(self) -> None:
+        """The server answered a wait: the next outage backs off from the start."""
+        self.watch.progressed()
+        self._away.reset()
+
     def wait(self, timeout: float, want: int, server: ConnectionState) -> None:
         """Wait up to `timeout` for work. A queue that claims on its wake-up hands over
         up to `want` claims, kept for the next round (`handed_over`)."""
@@ -137,15 +144,20 @@ class Idle:
                     now = self._clock.now()
                     name = self._queue_name
                     self._handed = self._claiming.wait_and_dequeue(name, now, want, timeout)
-                    self.watch.progressed()
+                    self._answered()
                     return
                 woken = self._waking.wait_for_work(self._queue_name, timeout)
-                self.watch.progressed()
+                self._answered()
                 if woken or time.monotonic() - began > timeout / 2:
                     return  # woken, or waited out the interval on the signal
             except Exception as exc:
-                if not server.failed(exc):
-                    log.warning("waiting for work failed", exc_info=True)
+                if server.failed(exc):
+                    # The server is away: look again after a short pause (capped
+                    # backoff), not a whole poll interval later, so that work written
+                    # once it is back is seen at once.
+                    self._stop.wait(min(timeout, self._away.next()))
+                    return
+                log.warning("waiting for work failed", exc_info=True)
         # No wake-up signal here: poll fast for a moment after work, then ease off.
         recent = time.monotonic() - self._last_work < FAST_POLL_WINDOW_S
         self._stop.wait(min(FAST_POLL_S, timeout) if recent else timeout)

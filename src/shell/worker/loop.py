@@ -212,6 +212,7 @@ class Worker:
                 if not self._clock_checked:
                     self.check_clock()  # a skewed clock raises: refuse to work
                     self._clock_checked = True
+                failures = server.failures
                 worked = self.run_once()
             except ClockSkewError:
                 raise
@@ -225,7 +226,7 @@ class Worker:
                     log.debug("worker %s: round failed again: %r", self.worker_id, exc)
                 worked = 0
             else:
-                server.ok()
+                server.ok(failures)
                 away.reset()
             if worked or self._stop.is_set():
                 self._idle.worked()
