@@ -204,6 +204,56 @@ def test_a_round_whose_outcome_write_met_the_outage_does_not_say_the_server_is_b
     assert not [m for m in said if "is back after" in m], said
 
 
+@pytest.mark.parametrize("wait", ["result", "aresult"])
+def test_a_wait_for_a_result_rides_out_an_outage_within_its_timeout(
+    server: Server, wait: str
+) -> None:
+    # A read of the job failing with the server ended the wait with the driver's own
+    # ConnectionError / OperationalError, though the job then finished in time.
+    settings = config(server.url, workers={"count": 1, "poll_interval_ms": 50})
+    runtime = conveyor.build(settings, handlers={"add": lambda a: a["x"] + 1})
+    with runtime:
+        job = runtime.enqueue("add", {"x": 41}, delay=OUTAGE_S + 2)
+
+        def outage() -> None:
+            time.sleep(0.5)
+            server.down()
+            time.sleep(OUTAGE_S)
+            server.up()
+
+        cut = threading.Thread(target=outage)
+        cut.start()
+        try:
+            if wait == "result":
+                got = runtime.result(job.id, timeout=40)
+            else:
+                import asyncio
+
+                got = asyncio.run(runtime.aresult(job.id, timeout=40))
+        finally:
+            cut.join()
+    assert got == 42
+
+
+def test_a_wait_that_never_reached_the_server_ends_at_its_timeout_with_the_outage(
+    server: Server,
+) -> None:
+    runtime = conveyor.build(config(server.url, workers={"count": 0}))
+    job = runtime.enqueue("add", {"x": 1})
+    server.down()
+    try:
+        began = time.monotonic()
+        with pytest.raises(Exception) as failed:
+            runtime.result(job.id, timeout=2)
+        assert time.monotonic() - began >= 1.5, "waited out its timeout"
+        from conveyor.shell.outage import is_outage
+
+        assert is_outage(failed.value), repr(failed.value)
+    finally:
+        server.up()
+        runtime.close()
+
+
 def _enqueued(runtime: Any) -> bool:
     try:
         runtime.enqueue("note", {})

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -31,6 +32,7 @@ from ...core import (
     carried_record_settles,
     thaw,
 )
+from .. import outage
 from ..job_view import JobView, view_of_record
 from ..lookup import find_job
 from ..ports import (
@@ -131,6 +133,46 @@ def settled(
     return False, None
 
 
+class _Away:
+    """A wait's reads while the server may be away: a read that fails because it is
+    unreachable is ridden out until the wait's deadline (told once for the process,
+    as the workers tell it); at the deadline the wait says what it last knew."""
+
+    def __init__(self, queue: JobQueue, job_id: UUID, limit: float | None) -> None:
+        self.queue, self.job_id, self.limit = queue, job_id, limit
+        self.error: Exception | None = None
+        self.pause = outage.Backoff(0.05, FALLBACK_POLL_S)
+
+    def read(self, read: Callable[[UUID], _Read], known: _Read) -> _Read:
+        """`read(job_id)`, or `known` (what was last read) while the server is away."""
+        try:
+            found = read(self.job_id)
+        except Exception as exc:
+            if not outage.for_queue(self.queue).failed(exc):
+                raise
+            self.error = exc
+            return known
+        self.error = None
+        self.pause.reset()
+        return found
+
+    def next_wait(self, left: float) -> float:
+        return min(left, self.pause.next() if self.error is not None else FALLBACK_POLL_S)
+
+    def timed_out(self, state: JobStatus | None) -> Exception:
+        """What ends a wait that ran out: the outage itself when no read ever reached
+        the server, else `ResultTimeout` with the state last read."""
+        if self.error is not None and state is None:
+            return self.error
+        timeout = ResultTimeout(self.job_id, state, self.limit or 0.0)
+        timeout.__cause__ = self.error
+        return timeout
+
+
+#: What a wait knows before its first read.
+_UNREAD: _Read = (False, None, None, None)
+
+
 class ResultMethods:
     """`Runtime`'s waits for an outcome (mixed into it). Reads only."""
 
@@ -196,16 +238,18 @@ class ResultMethods:
         job_id = as_job_id(job_id)
         limit = _seconds(timeout)
         deadline = None if limit is None else time.monotonic() + limit
+        away = _Away(self.queue, job_id, limit)
         with self._watch(job_id) as watch:
             carrying = _carrying(watch)
-            done, value, state, seen = self._read_outcome(job_id)
+            done, value, state, seen = away.read(self._read_outcome, _UNREAD)
             while not done:
                 left = FALLBACK_POLL_S if deadline is None else deadline - time.monotonic()
                 if left <= 0:
-                    raise ResultTimeout(job_id, state, limit or 0.0)
-                watch.wait(min(left, FALLBACK_POLL_S))
+                    raise away.timed_out(state)
+                watch.wait(away.next_wait(left))
                 carried = self._carried_outcome(job_id, carrying, seen)
-                done, value, state, seen = carried or self._read_outcome(job_id)
+                known = (done, value, state, seen)
+                done, value, state, seen = carried or away.read(self._read_outcome, known)
             return value
 
     async def aresult(
@@ -217,17 +261,20 @@ class ResultMethods:
         limit = _seconds(timeout)
         loop = asyncio.get_running_loop()
         deadline = None if limit is None else loop.time() + limit
+        away = _Away(self.queue, job_id, limit)
         watch = await asyncio.to_thread(self._watch, job_id)
         with watch:
             carrying = _carrying(watch)
-            done, value, state, seen = await asyncio.to_thread(self._read_outcome, job_id)
+            read = self._read_outcome
+            done, value, state, seen = await asyncio.to_thread(away.read, read, _UNREAD)
             while not done:
                 left = FALLBACK_POLL_S if deadline is None else deadline - loop.time()
                 if left <= 0:
-                    raise ResultTimeout(job_id, state, limit or 0.0)
-                await watch.wait_async(min(left, FALLBACK_POLL_S))
+                    raise away.timed_out(state)
+                await watch.wait_async(away.next_wait(left))
                 carried = self._carried_outcome(job_id, carrying, seen)
                 if carried is None:
-                    carried = await asyncio.to_thread(self._read_outcome, job_id)
+                    known = (done, value, state, seen)
+                    carried = await asyncio.to_thread(away.read, read, known)
                 done, value, state, seen = carried
             return value
