@@ -176,6 +176,46 @@ def test_processes_below_one_is_refused_naming_the_flag(
     assert code == 2 and "--processes" in capsys.readouterr().err
 
 
+def test_metrics_ports_past_65535_are_refused_before_any_copy_starts(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Copy 1 was given port 65536, refused it (exit 2), and was restarted for ever.
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("CONVEYOR_URL", raising=False)
+    assert main(["worker", "--processes", "2", "--metrics-port", "65535"]) == 2
+    err = capsys.readouterr().err
+    assert "--metrics-port: with --processes 2, copy 1 would get port 65536" in err, err
+
+
+def test_metrics_port_0_gives_each_copy_a_port_of_its_own_choosing() -> None:
+    # 0 + 1 made copy 1 ask for port 1.
+    assert child_argv(["worker", "--processes", "2", "--metrics-port", "0"], 1) == [
+        "worker",
+        "--metrics-port",
+        "0",
+    ]
+
+
+def test_a_copy_refusing_its_input_stops_the_supervisor_with_exit_2(project: Path) -> None:
+    # A handler module that raises on import: each copy exits 2 at its start, and the
+    # supervisor restarted them for ever (1, 2, 4 ... 30 s apart), never exiting.
+    (project / "supervised_handlers.py").write_text('raise RuntimeError("broken at import")\n')
+    began = time.monotonic()
+    done = subprocess.run(
+        [*CONVEYOR, "worker", "--processes", "2"],
+        cwd=project,
+        env=_env(project),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert time.monotonic() - began < 30
+    assert "broken at import" in done.stderr
+    assert "exited with code 2 (invalid input: see above); stopping" in done.stderr, done.stderr
+    assert "starting another" not in done.stderr, done.stderr
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -50,6 +50,9 @@ log = logging.getLogger("conveyor.supervisor")
 #: The environment variable that tells each copy its number (0 to N-1).
 PROCESS_INDEX_ENV = "CONVEYOR_PROCESS_INDEX"
 
+#: A copy's exit when its input or config was refused (the CLI's invalid input).
+INVALID_INPUT_EXIT = 2
+
 #: The first wait before a copy that died is started again; it doubles up to the cap
 #: while copies keep dying soon after their start, so a crash loop does not spin.
 RESTART_DELAY_S = 1.0
@@ -59,6 +62,11 @@ STABLE_AFTER_S = 60.0
 #: How often the supervisor looks at liveness marks and restart delays; a copy's
 #: exit and a stop signal wake it at once.
 LOOK_S = 0.2
+
+
+def _port_of(port: str, index: int) -> str:
+    """Copy `index`'s metrics port: P + index, and 0 (any free port) for each when P is 0."""
+    return str(int(port) + index) if int(port) else "0"
 
 
 def child_argv(argv: Sequence[str], index: int) -> list[str]:
@@ -74,10 +82,10 @@ def child_argv(argv: Sequence[str], index: int) -> list[str]:
             continue
         if item == "--metrics-port":
             port = next(items, None)
-            out += [item, str(int(port) + index)] if port is not None else [item]
+            out += [item, _port_of(port, index)] if port is not None else [item]
             continue
         if item.startswith("--metrics-port="):
-            out.append(f"--metrics-port={int(item.partition('=')[2]) + index}")
+            out.append(f"--metrics-port={_port_of(item.partition('=')[2], index)}")
             continue
         out.append(item)
     return out
@@ -119,6 +127,8 @@ class Supervisor:
         self._delay: dict[int, float] = {}
         #: Copies replaced after they stopped to be recycled.
         self.recycled = 0
+        #: A copy's input or config was refused: everything stopped, exit 2.
+        self.refused = False
 
     def command(self, index: int) -> list[str]:
         """The command line of copy `index`."""
@@ -205,6 +215,18 @@ class Supervisor:
                     self.replaced += 1
                     self._start(index)
                     continue
+                if code == INVALID_INPUT_EXIT:
+                    # Its input or config was refused (the copy said why): a restart
+                    # would be refused alike, for ever. Stop the rest and say so.
+                    log.error(
+                        "worker process %d (pid %d) exited with code 2 (invalid input: see "
+                        "above); stopping",
+                        index,
+                        child.pid,
+                    )
+                    self.refused = True
+                    self.stop(signal.SIGTERM)
+                    break
                 if code == RECYCLED_EXIT:
                     log.info(
                         "worker process %d (pid %d) recycled after %.0f s; starting another",
@@ -254,6 +276,8 @@ class Supervisor:
         ]
         if self.forced.is_set():
             return FORCED_EXIT
+        if self.refused:
+            return INVALID_INPUT_EXIT
         # A copy that was recycling when the stop came stopped as cleanly as the rest;
         # one killed stalled while stopping left its jobs to their leases.
         if self._stalled:

@@ -98,6 +98,15 @@ def add_worker_command(sub: Any) -> None:
     w.set_defaults(func=cmd_worker)
 
 
+def _last_port_problem(port: int | None, processes: int | None) -> FieldError | None:
+    """Copy i of `--processes N` serves its metrics on P + i: the last must be a port."""
+    if not port or not processes or port > 65535 or port + processes - 1 <= 65535:
+        return None
+    last = port + processes - 1
+    reason = f"with --processes {processes}, copy {processes - 1} would get port {last}"
+    return FieldError("--metrics-port", f"{reason}; give at most {65536 - processes}")
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     check(
         None
@@ -122,6 +131,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         None
         if args.metrics_port is None or 0 <= args.metrics_port <= 65535
         else FieldError("--metrics-port", f"must be a port, 0 to 65535, got {args.metrics_port}"),
+        _last_port_problem(args.metrics_port, args.processes),
         None
         if args.stall_leases is None or args.stall_leases >= 0
         else FieldError("--stall-leases", f"must be a whole number >= 0, got {args.stall_leases}"),
