@@ -7,6 +7,7 @@ record it completed) and, for some, end the worker's thread."""
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,53 @@ def test_an_async_handler_that_swallows_its_deadline_is_a_timeout_not_a_success(
         rt.close()
     assert stats.timed_out == 1
     assert state == "failed" and error["type"] == "Timeout"
+
+
+async def _blocks_the_loop(args: Any) -> str:
+    time.sleep(0.3)  # never lets the loop run the deadline's cancel
+    return "blocked"
+
+
+async def _blocks_then_awaits(args: Any) -> str:
+    time.sleep(0.3)
+    await asyncio.sleep(0)  # the deadline's cancel comes after this step has ended
+    return "blocked, then awaited"
+
+
+async def _blocks_then_raises(args: Any) -> str:
+    time.sleep(0.3)
+    raise ValueError("late")
+
+
+@pytest.mark.parametrize("handler", [_blocks_the_loop, _blocks_then_awaits, _blocks_then_raises])
+def test_an_async_handler_that_blocks_its_loop_past_the_deadline_is_a_timeout(
+    handler: Any,
+) -> None:
+    # It ended after its deadline without the loop ever cancelling it, and was recorded
+    # completed (or as its own late error): a sync handler is a Timeout there.
+    rt = conveyor.build({"provider": "memory"}, handlers={"b": handler}, env={})
+    try:
+        job = rt.enqueue("b", {}, timeout=0.05, max_retries=0)
+        stats = rt.drain()
+        state, error = _last_error(rt, job)
+    finally:
+        rt.close()
+    assert stats.timed_out == 1
+    assert state == "failed" and error["type"] == "Timeout"
+
+
+def test_an_async_handler_within_its_deadline_keeps_its_result() -> None:
+    async def quick(args: Any) -> str:
+        await asyncio.sleep(0.01)
+        return "in time"
+
+    rt = conveyor.build({"provider": "memory"}, handlers={"q": quick}, env={})
+    try:
+        job = rt.enqueue("q", {}, timeout=5)
+        rt.drain()
+        assert rt.result(job.id, timeout=5) == "in time"
+    finally:
+        rt.close()
 
 
 # ---- bad waits and listings: refused as invalid input, not a busy loop or a crash --

@@ -105,19 +105,23 @@ async def _attempt(
             async with deadline:
                 returned = await awaitable
         except Exception as exc:
-            if deadline.expired():
-                assert timeout_ms is not None  # only a deadline expires
+            if timeout_ms is not None and _ran_past(deadline):
                 return Failed(timeout_error(timeout_ms)), None, True
             caught(exc)
             outcome: Outcome = Failed(error_from_exception(exc))
         else:
-            if deadline.expired():
-                # The handler swallowed the cancel at its deadline and returned anyway:
-                # it still ran past its timeout, which is a Timeout failure.
-                assert timeout_ms is not None
+            if timeout_ms is not None and _ran_past(deadline):
                 return Failed(timeout_error(timeout_ms)), None, True
             outcome = outcome_of(returned)
     return outcome, found.exception, False
+
+
+def _ran_past(deadline: asyncio.Timeout) -> bool:
+    """Whether the handler ended after its deadline: cancelled at it, or it swallowed
+    the cancel and went on, or it blocked the loop so that the cancel never ran. Each
+    ran past its timeout, which is a Timeout failure whatever it returned or raised."""
+    when = deadline.when()
+    return deadline.expired() or (when is not None and asyncio.get_running_loop().time() >= when)
 
 
 class AsyncJobs:
