@@ -7,6 +7,7 @@ record it completed) and, for some, end the worker's thread."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -170,6 +171,37 @@ def test_an_async_handler_within_its_deadline_keeps_its_result() -> None:
         assert rt.result(job.id, timeout=5) == "in time"
     finally:
         rt.close()
+
+
+def test_a_result_refused_as_too_large_or_not_json_is_a_failed_attempt_everywhere(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The attempt was dead-lettered with no WARNING, no on_failed and no duration
+    # sample, unlike every other failed attempt.
+    from conveyor.shell.metrics import instrument
+    from prometheus_client import CollectorRegistry
+
+    handlers = {"big": lambda args: "x" * 500, "odd": lambda args: {1}}
+    rt = conveyor.build({"provider": "memory", "max_result_bytes": 100}, handlers=handlers, env={})
+    failed: list[str] = []
+    rt.hooks.on_failed(lambda job, exc: failed.append(job.job_type))
+    registry = CollectorRegistry()
+    instrument(rt, registry=registry)
+    try:
+        for job_type in handlers:
+            rt.enqueue(job_type, {}, max_retries=3)
+        with caplog.at_level(logging.WARNING, logger="conveyor"):
+            rt.drain()
+    finally:
+        rt.close()
+    assert sorted(failed) == ["big", "odd"]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("(big) attempt 1 failed: result-too-large" in m for m in warned), warned
+    assert any("(odd) attempt 1 failed: invalid-result" in m for m in warned), warned
+    for job_type in handlers:
+        labels = {"queue": "default", "job_type": job_type}
+        count = registry.get_sample_value("conveyor_job_duration_seconds_count", labels)
+        assert count == 1, (job_type, count)
 
 
 # ---- bad waits and listings: refused as invalid input, not a busy loop or a crash --

@@ -116,6 +116,10 @@ class Reporter:
             self.counts["lost_claims"] += 1
         job = decision.job
         error = None if attempt is None else attempt.error
+        if error is None and attempt is not None and isinstance(decision, DeadLetter):
+            # The handler returned, but its result was refused (not JSON, too large):
+            # a failed attempt like any other, in the log, the hooks and the metrics.
+            error = decision.error
         if error is not None:
             assert attempt is not None
             log_failed_attempt(log, job, error, attempt.exception, decision, written=written)
