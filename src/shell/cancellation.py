@@ -130,19 +130,33 @@ def cancel_many(
     if queue_name is None and job_type is None:
         raise ValueError("give a queue, a job type or both")
     cancelled = requested = 0
-    for entry in _matching(queue, queue_name, job_type):
-        if dry_run:
-            requested += entry.place is Place.IN_FLIGHT
-            cancelled += entry.place is not Place.IN_FLIGHT
-            continue
-        try:
-            result = cancel_job(queue, store, executor, UUID(entry.job_id), now, on_cancelled)
-        except CancelError as exc:
-            log.warning("%s", exc)
-            continue
-        cancelled += result is CancelResult.CANCELLED
-        requested += result is CancelResult.REQUESTED
-    return CancelCounts(cancelled, requested)
+    # A scan reads page after page while each cancel takes a job out of the queue, so
+    # one pass skips some jobs (and a job moving on, scheduled to ready to in flight,
+    # may pass a place before the scan reaches it): scan again until a pass finds
+    # nothing left to do. Jobs asked to stop, or refused, stay queued: asked once.
+    asked: set[str] = set()
+    while True:
+        acted = False
+        for entry in _matching(queue, queue_name, job_type):
+            if entry.job_id in asked:
+                continue
+            if dry_run:
+                requested += entry.place is Place.IN_FLIGHT
+                cancelled += entry.place is not Place.IN_FLIGHT
+                continue
+            try:
+                result = cancel_job(queue, store, executor, UUID(entry.job_id), now, on_cancelled)
+            except CancelError as exc:
+                log.warning("%s", exc)
+                asked.add(entry.job_id)
+                continue
+            if result is not CancelResult.CANCELLED:
+                asked.add(entry.job_id)
+            acted = acted or result in (CancelResult.CANCELLED, CancelResult.REQUESTED)
+            cancelled += result is CancelResult.CANCELLED
+            requested += result is CancelResult.REQUESTED
+        if dry_run or not acted:
+            return CancelCounts(cancelled, requested)
 
 
 def settle_refused(

@@ -86,6 +86,26 @@ def test_bulk_cancel_needs_a_queue_or_a_type(tmp_path: Path) -> None:
         rt.cancel_many()
 
 
+def test_bulk_cancel_cancels_every_matching_job_however_many_pages_they_fill(
+    backend: Any,
+) -> None:
+    # The queue was read in pages by offset while each cancel removed rows already
+    # read: of 1,200 jobs, 700 were cancelled and 500 stayed queued, exit 0.
+    from conveyor.shell.config import Config
+    from conveyor.shell.registry import Registry
+    from conveyor.shell.runtime import Runtime
+
+    runtime = Runtime(Config(), backend.queue, backend.store, Registry())
+    runtime.enqueue_many("report", [{"n": n} for n in range(1200)], queue="bulk")
+    runtime.enqueue_many("report", [{"n": n} for n in range(30)], queue="bulk", delay=3600)
+    kept = runtime.enqueue("other", {}, queue="bulk")
+    assert runtime.cancel_many(queue="bulk", job_type="report", dry_run=True).cancelled == 1230
+    counts = runtime.cancel_many(queue="bulk", job_type="report")
+    assert (counts.cancelled, counts.requested) == (1230, 0)
+    left = runtime.list_jobs(queue="bulk", limit=2000)
+    assert [v.job_id for v in left if not v.state.is_terminal] == [str(kept.id)]
+
+
 def test_a_cancel_request_committed_while_a_finish_waits_wins_on_postgresql() -> None:
     """The finish began before the request committed: it waits on the row, then must
     find the row rewritten and write nothing, never record the job completed."""
