@@ -46,6 +46,17 @@ def test_show_lists_each_job_state_and_what_it_waits_for(project: Path, capsys) 
     rt.close()
 
 
+def test_status_counts_the_jobs_that_wait_as_the_dashboard_does(project: Path, capsys) -> None:
+    # The table had no waiting column: a workflow's waiting jobs showed nowhere in it.
+    _, rt = _workflow(project)
+    lines = call_main(capsys, "status").stdout.splitlines()
+    header = lines[0].split()
+    assert header[:5] == ["queue", "ready", "scheduled", "waiting", "in"], header
+    row = next(line.split() for line in lines if line.startswith("default"))
+    assert row[1:5] == ["1", "0", "1", "0"], row
+    rt.close()
+
+
 def test_cancel_ends_every_unfinished_job_and_an_unknown_id_is_an_error(
     project: Path, capsys
 ) -> None:

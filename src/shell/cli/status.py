@@ -30,9 +30,14 @@ def render_status(status: Status) -> None:
             if q.flagged
             else ("" if q.configured else "not in workers.queues")
         )
-        rows.append((q.queue, q.ready, q.scheduled, q.in_flight, q.dead, age, len(q.pollers), flag))
+        counts = (q.ready, q.scheduled, q.waiting, q.in_flight, q.dead)
+        rows.append((q.queue, *counts, age, len(q.pollers), flag))
     print_table(
-        ("queue", "ready", "scheduled", "in flight", "dead", "oldest ready", "pollers", "note"),
+        (
+            "queue",
+            *("ready", "scheduled", "waiting", "in flight", "dead"),
+            *("oldest ready", "pollers", "note"),
+        ),
         rows,
     )
     print()
