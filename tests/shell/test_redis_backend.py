@@ -25,6 +25,8 @@ from typing import Any
 from uuid import uuid4
 
 import attrs
+import conveyor
+import conveyor.shell.redact
 import pytest
 import redis
 from conveyor.core import (
@@ -465,6 +467,33 @@ def test_a_password_in_the_url_is_used() -> None:
             connect(server.url.replace("s3cret-pw", "wrong")).ping()
     finally:
         server.cleanup()
+
+
+@pytest.mark.parametrize("wrong", ["password", "no password", "database"])
+def test_a_redis_url_that_cannot_be_used_is_one_error_naming_the_key_and_the_url(
+    wrong: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The settings check swallowed the refusal into a warning to "check maxmemory-policy
+    # by hand", then the first command failed with the driver's bare error.
+    server = RedisServer(password="s3cret-pw").start()
+    try:
+        url = {
+            "password": server.url.replace("s3cret-pw", "wrong-pw"),
+            "no password": server.url.replace(":s3cret-pw@", ""),
+            "database": server.url.rsplit("/", 1)[0] + "/99",
+        }[wrong]
+        config = {"provider": "redis", "redis": {"url": url}, "entry_points": False}
+        with caplog.at_level(logging.WARNING, logger="conveyor"):
+            with pytest.raises(conveyor.shell.redact.BackendError) as refused:
+                conveyor.build(config, env={}, startup_timeout_s=0)
+    finally:
+        server.cleanup()
+    told = str(refused.value)
+    assert told.startswith("redis.url: could not use redis://"), told
+    reason = {"password": "password", "no password": "auth", "database": "DB index"}[wrong]
+    assert reason.lower() in told.lower() and "AttributeError" not in told, told
+    assert "s3cret-pw" not in told and "wrong-pw" not in told
+    assert not [r for r in caplog.records if "could not read" in r.getMessage()]
 
 
 def test_a_rediss_url_makes_a_tls_client() -> None:

@@ -190,6 +190,12 @@ def check_server(client: Client, key: str = "") -> list[str]:
     """
     try:
         client = node_client(client, key)
+        client.ping()
+    except (AuthenticationError, AuthorizationError, redis.ResponseError):
+        raise  # a wrong password, user or database: this URL cannot be used at all
+    except redis.RedisError:
+        return []  # the server is away: whoever uses it next tells the outage
+    try:
         memory = client.info("memory")
         persistence = client.info("persistence")
     except redis.RedisError as exc:
