@@ -15,7 +15,17 @@ from collections import Counter
 
 import attrs
 
-from ...core import CancelClaim, Complete, DeadLetter, Decision, HandBack, Job, Requeue, Retry
+from ...core import (
+    CancelClaim,
+    Complete,
+    DeadLetter,
+    Decision,
+    HandBack,
+    Job,
+    Requeue,
+    Retry,
+    Succeeded,
+)
 from ..hooks import Hooks
 from ..logs import log_dead_letter, log_failed_attempt
 from ..ports import BadClaim
@@ -116,7 +126,12 @@ class Reporter:
             self.counts["lost_claims"] += 1
         job = decision.job
         error = None if attempt is None else attempt.error
-        if error is None and attempt is not None and isinstance(decision, DeadLetter):
+        if (
+            error is None
+            and attempt is not None
+            and isinstance(attempt.outcome, Succeeded)
+            and isinstance(decision, DeadLetter)
+        ):
             # The handler returned, but its result was refused (not JSON, too large):
             # a failed attempt like any other, in the log, the hooks and the metrics.
             error = decision.error
