@@ -89,3 +89,27 @@ def test_a_json_command_that_fails_says_so_in_json(tmp_path: Path) -> None:
     assert result.returncode == 2
     [entry] = parsed(result.stderr)
     assert entry["level"] == "ERROR" and entry["message"].startswith("conveyor: invalid input: ")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--log-format", "json", "worker", "--processes", "two"],
+        ["--log-format=json", "--log-level", "BOGUS", "status"],
+        ["--log-format", "json", "no-such-command"],
+    ],
+)
+def test_a_command_line_the_parser_refuses_is_told_in_json_too(
+    tmp_path: Path, args: list[str]
+) -> None:
+    # argparse's own refusals came out as plain text, the one line of a failing command
+    # that was not a JSON object.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    result = subprocess.run(
+        [*CONVEYOR, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    [entry] = parsed(result.stderr)
+    assert entry["level"] == "ERROR" and entry["logger"] == "conveyor.cli"
+    assert entry["message"].startswith("conveyor: invalid input: argument ")
+

@@ -43,7 +43,9 @@ class _Parser(argparse.ArgumentParser):
     """Usage errors on one line with exit status 2, like every other bad input."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"conveyor: invalid input: {printable(message)}\n")
+        # In the format `--log-format` asked for, which `main` read ahead of the parse.
+        notice(f"conveyor: invalid input: {printable(message)}", level=logging.ERROR)
+        self.exit(2)
 
 
 def cmd_dead(args: argparse.Namespace) -> int:
@@ -98,7 +100,19 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _asks_for_json(argv: list[str]) -> bool:
+    """Whether the command line asks for JSON logs, read before it is parsed, so that a
+    refusal of the parse is told in JSON too."""
+    for at, item in enumerate(argv):
+        if item == "--log-format=json" or (
+            item == "--log-format" and argv[at + 1 : at + 2] == ["json"]
+        ):
+            return True
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
+    use_json(_asks_for_json(list(sys.argv[1:] if argv is None else argv)))
     args = parser().parse_args(argv)
     args.raw_argv = list(sys.argv[1:] if argv is None else argv)
     # Like `python -m`, let handler modules next to the config import without PYTHONPATH.
@@ -147,4 +161,3 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         notice(f"conveyor: {type(exc).__name__}: {printable(str(exc))}", level=logging.ERROR)
         return 1
-
