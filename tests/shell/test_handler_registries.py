@@ -5,7 +5,6 @@ as the module registered them."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import conveyor
 import pytest
+from cli_support import CONVEYOR, process_env
 from conveyor.core import JobStatus, ValidationError
 
 JOBS = """
@@ -82,12 +82,10 @@ def test_conveyor_worker_runs_a_process_executed_handler_a_registry_declares(
     )
     runtime = conveyor.build({"url": url, "entry_points": False}, env={})
     job = runtime.enqueue("video.render", {})
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
-    env["PYTHONPATH"] = str(modules) + os.pathsep + env.get("PYTHONPATH", "")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "conveyor.shell.cli", "worker"],
+        [*CONVEYOR, "worker"],
         cwd=modules,
-        env=env,
+        env=process_env(modules),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
