@@ -483,9 +483,11 @@ def test_a_redis_url_that_cannot_be_used_is_one_error_naming_the_key_and_the_url
             "database": server.url.rsplit("/", 1)[0] + "/99",
         }[wrong]
         config = {"provider": "redis", "redis": {"url": url}, "entry_points": False}
-        with caplog.at_level(logging.WARNING, logger="conveyor"):
-            with pytest.raises(conveyor.shell.redact.BackendError) as refused:
-                conveyor.build(config, env={}, startup_timeout_s=0)
+        with (
+            caplog.at_level(logging.WARNING, logger="conveyor"),
+            pytest.raises(conveyor.shell.redact.BackendError) as refused,
+        ):
+            conveyor.build(config, env={}, startup_timeout_s=0)
     finally:
         server.cleanup()
     told = str(refused.value)
