@@ -112,6 +112,12 @@ def _matching(queue: JobQueue, queue_name: str | None, job_type: str | None) -> 
             yield entry
 
 
+#: Passes `cancel_many` makes at most: each one cancels at least every other page of
+#: what is left, so a few suffice for any queue; the bound keeps a backend that kept
+#: showing a cancelled job from holding the call for ever.
+MAX_PASSES = 64
+
+
 def cancel_many(
     queue: JobQueue,
     store: JobStore,
@@ -135,7 +141,7 @@ def cancel_many(
     # may pass a place before the scan reaches it): scan again until a pass finds
     # nothing left to do. Jobs asked to stop, or refused, stay queued: asked once.
     asked: set[str] = set()
-    while True:
+    for _ in range(MAX_PASSES):
         acted = False
         for entry in _matching(queue, queue_name, job_type):
             if entry.job_id in asked:
@@ -156,7 +162,8 @@ def cancel_many(
             cancelled += result is CancelResult.CANCELLED
             requested += result is CancelResult.REQUESTED
         if dry_run or not acted:
-            return CancelCounts(cancelled, requested)
+            break
+    return CancelCounts(cancelled, requested)
 
 
 def settle_refused(
