@@ -20,7 +20,7 @@ from typing import Any
 from uuid import UUID
 
 from returns.result import Success
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from ....core import Job, JobStatus
@@ -41,6 +41,10 @@ __all__ = ["Workflows"]
 
 #: Ids per read of the statuses of a dependent's inputs (under SQLite's bound).
 _CHUNK = 500
+#: Writers of one workflow id take turns on PostgreSQL: the second waits for the first
+#: to commit, then finds its members, rather than failing against its rows (SQLite has
+#: one writer at a time).
+_ONE_WRITER_PER_WORKFLOW = text("SELECT pg_advisory_xact_lock(hashtext(:key))")
 #: The status a queued row's place stands for.
 _QUEUED_STATUS = {
     READY: JobStatus.PENDING,
@@ -167,6 +171,9 @@ class Workflows(SqlQueueBase):
 
     def _write_graph(self, conn: Connection, graph: Graph) -> list[Job]:
         if graph.workflow_id is not None:
+            if not self._db.sqlite:
+                key = f"{self._t.name}:workflow:{graph.workflow_id}"
+                conn.execute(_ONE_WRITER_PER_WORKFLOW, {"key": key})
             stored = self._stored_members(conn, graph.workflow_id)
             if stored is not None:
                 return stored
