@@ -64,6 +64,7 @@ class FakeRuntime:
 
     def __init__(self, stop_s: float = 0.0) -> None:
         self.stop_s = stop_s
+        self.queue = None  # no database file to lose
         self.stopped_now = False
         self._handed_back = threading.Event()
 

@@ -17,7 +17,8 @@ Where each part lives:
   finish atomically and claim in batches;
 * `store`: `JobStore`, the history and the dead letters;
 * `limits`: claiming under fair shares, caps and rates, and reporting them;
-* `capabilities`: cancelling, waking an idle worker, keeping progress;
+* `capabilities`: cancelling, waking an idle worker, keeping progress, telling a
+  database file lost;
 * `finishes`: waking a caller that waits for a job's outcome;
 * `clock`: `Clock`, jitter, and what a handler is.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 from .capabilities import (
     CancellingJobQueue,
     ClaimOnWakeJobQueue,
+    FileBackedJobQueue,
     InterruptibleWaitsJobQueue,
     ProgressJobQueue,
     WakingJobQueue,
@@ -56,6 +58,7 @@ __all__ = [
     "Claim",
     "ClaimOnWakeJobQueue",
     "Clock",
+    "FileBackedJobQueue",
     "FinishWaiter",
     "FinishWatchingStore",
     "FinishedPerMinute",

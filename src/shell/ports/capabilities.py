@@ -100,3 +100,13 @@ class ProgressJobQueue(JobQueue, Protocol):
         """The note last stored for `job_id` while a claim held it (None when none is
         stored); the reader checks that its token is the current claim's."""
         ...
+
+
+@runtime_checkable
+class FileBackedJobQueue(JobQueue, Protocol):
+    """A queue in a file that can be taken from under it (SQLite): a process left on a
+    deleted or replaced file goes on using it, unseen by every other process."""
+
+    def lost_database(self) -> str | None:
+        """Why the file this queue uses is no longer the one at its path, or None."""
+        ...

@@ -24,6 +24,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..notices import notice
+from ..ports import FileBackedJobQueue
 from ..wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -103,16 +104,24 @@ def run_until_stopped(
     within the grace period, 3 when some were left to their leases (or, with
     `drain_timeout_s`, handed back when it ran out), 130 when a second signal forced
     the stop. With `recycling`, a reason to make way for a fresh process is a
-    graceful stop of its own, ending in `RECYCLED_EXIT`. A `watchdog` looks at the
+    graceful stop of its own, ending in `RECYCLED_EXIT`, and so is a SQLite database
+    file deleted or replaced under the process (`FileBackedJobQueue`). A `watchdog` looks at the
     worker loops from a thread of its own, from before the first claim to the exit
     (`conveyor.shell.health`)."""
     if watchdog is not None:
         watchdog.start()
     runtime.start(job_budget=recycling)
     recycled = None
+    queue = runtime.queue
+    database = queue if isinstance(queue, FileBackedJobQueue) else None
     while not stops.graceful:
         if recycling is not None and (recycled := recycling.reason()) is not None:
             stops.say(f"recycling: {recycled}; stopping gracefully, a fresh process follows")
+            break
+        if database is not None and (recycled := database.lost_database()) is not None:
+            # Left on the old file, it would claim nothing enqueued from now on: a
+            # fresh process opens the database at the path.
+            stops.say(f"{recycled}; stopping gracefully, to be started again on the new one")
             break
         stops.wakeup.wait(TICK_S)
     # The graceful stop waits in a thread of its own, so a second signal (or the

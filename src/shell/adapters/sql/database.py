@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ....core import ValidationError, WriteRetryPolicy
 from ...retrying import Retrier
+from .database_file import DatabaseFile
 from .engine import SQLITE_BEGIN_OPTION, SUPPORTED, SUPPORTED_NAMES, configure_sqlite
 from .schema import JOB_COUNTER, STORE_COUNTER, Schema
 from .statements import Statements
@@ -69,6 +70,8 @@ class Database:
         self.engine = engine
         self.schema = schema
         self.sqlite = name == "sqlite"
+        #: The file a SQLite database lives in, watched for being deleted or replaced.
+        self.file = DatabaseFile.of(engine.url.database) if self.sqlite else None
         self.sql = Statements(schema, name)
         self.lock_retry_s = lock_retry_s
         # Many writers contend for one SQLite lock: short, jittered, capped waits.

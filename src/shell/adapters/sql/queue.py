@@ -50,6 +50,12 @@ class SqlJobQueue(
     seconds per operation, here and nowhere above.
     """
 
+    def lost_database(self) -> str | None:
+        """Why this queue's SQLite file is no longer the one at its path (deleted, or
+        another moved onto it), or None; always None on PostgreSQL."""
+        file = self._db.file
+        return None if file is None else file.lost()
+
     def close(self) -> None:
         """Close pooled connections (the engine reconnects if used again) and stop
         listening for wake-ups on this queue's behalf."""

@@ -1,0 +1,158 @@
+"""A SQLite database deleted or replaced under a running worker.
+
+SQLite keeps a deleted file open for the processes that had it, so such a worker
+went on claiming from a database no one else could see: every job enqueued since
+(into the new file at the same path) waited for ever, while the worker looked
+healthy. A worker that finds its file gone stops gracefully and exits to be
+started again (`RECYCLED_EXIT`), which opens the database now at the path; under
+`--processes` its supervisor starts the fresh copy at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import conveyor
+import pytest
+from conveyor.shell.adapters.sql.database_file import DatabaseFile
+from conveyor.shell.worker.signals import RECYCLED_EXIT
+
+CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
+
+HANDLERS = """
+import json, os, pathlib
+OUT = pathlib.Path(os.environ["JOBS_OUT"])
+def work(args):
+    with OUT.open("a") as f:
+        f.write(json.dumps({"n": args["n"], "pid": os.getpid()}) + "\\n")
+HANDLERS = {"work": work}
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "lost_file_handlers.py").write_text(HANDLERS)
+    (tmp_path / "conveyor.toml").write_text(
+        textwrap.dedent(f"""
+        provider = "db"
+        url = "sqlite:///{tmp_path / "jobs.db"}"
+        handlers = ["lost_file_handlers:HANDLERS"]
+        entry_points = false
+        [workers]
+        poll_interval_ms = 20
+        """)
+    )
+    return tmp_path
+
+
+def _env(project: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(project) + os.pathsep + env.get("PYTHONPATH", "")
+    env["JOBS_OUT"] = str(project / "out.jsonl")
+    env.pop("CONVEYOR_URL", None)
+    return env
+
+
+def _enqueue(project: Path, n: int) -> None:
+    # A new file at the path is created and migrated here, as `conveyor enqueue` would.
+    runtime = conveyor.build(
+        {"provider": "db", "url": f"sqlite:///{project / 'jobs.db'}", "entry_points": False},
+        env={},
+    )
+    try:
+        runtime.enqueue("work", {"n": n})
+    finally:
+        runtime.close()
+
+
+def _ran(project: Path) -> list[int]:
+    out = project / "out.jsonl"
+    lines = out.read_text().splitlines() if out.exists() else []
+    return [json.loads(line)["n"] for line in lines]
+
+
+def _until(done: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def _delete(path: Path) -> None:
+    for name in (path.name, f"{path.name}-wal", f"{path.name}-shm"):
+        (path.parent / name).unlink(missing_ok=True)
+
+
+def _replace(path: Path) -> None:
+    # A restore from a copy: another file moved onto the path.
+    other = path.with_name("restored.db")
+    other.write_bytes(b"")
+    os.replace(other, path)
+    _delete(path.with_name("jobs.db-wal"))
+
+
+@pytest.mark.parametrize(("lose", "told"), [(_delete, "deleted"), (_replace, "replaced")])
+def test_a_worker_whose_database_file_is_lost_stops_to_be_started_again(
+    project: Path, lose: Callable[[Path], None], told: str
+) -> None:
+    _enqueue(project, 1)
+    worker = subprocess.Popen(
+        [*CONVEYOR, "worker"], cwd=project, env=_env(project), stderr=subprocess.PIPE, text=True
+    )
+    try:
+        _until(lambda: _ran(project) == [1], "the worker ran the first job")
+        lose(project / "jobs.db")
+        code = worker.wait(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    stderr = worker.stderr.read() if worker.stderr else ""
+    assert code == RECYCLED_EXIT, stderr
+    assert f"the SQLite database {project / 'jobs.db'} was {told}" in stderr, stderr
+
+
+def test_under_a_supervisor_the_fresh_copy_runs_what_the_new_file_holds(project: Path) -> None:
+    _enqueue(project, 1)
+    supervisor = subprocess.Popen(
+        [*CONVEYOR, "worker", "--processes", "2"],
+        cwd=project,
+        env=_env(project),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _until(lambda: _ran(project) == [1], "the worker ran the first job")
+        _delete(project / "jobs.db")
+        _enqueue(project, 2)  # into a new file at the same path
+        _until(lambda: _ran(project) == [1, 2], "the job in the new file ran")
+    finally:
+        supervisor.send_signal(signal.SIGTERM)
+        code = supervisor.wait(timeout=60)
+    assert code == 0, supervisor.stderr.read() if supervisor.stderr else ""
+
+
+def test_a_file_is_lost_only_when_its_path_no_longer_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    path.write_bytes(b"")
+    kept = DatabaseFile(str(path))
+    assert kept.lost() is None
+    path.write_bytes(b"more")  # written, not replaced
+    assert kept.lost() is None
+    path.unlink()
+    assert kept.lost() == f"the SQLite database {path} was deleted"
+    not_yet = DatabaseFile(str(tmp_path / "later.db"))
+    assert not_yet.lost() is None, "a file not created yet is not lost: it is known once seen"
+    (tmp_path / "later.db").write_bytes(b"")
+    assert not_yet.lost() is None
+    (tmp_path / "other.db").write_bytes(b"")
+    os.replace(tmp_path / "other.db", tmp_path / "later.db")
+    assert not_yet.lost() == f"the SQLite database {tmp_path / 'later.db'} was replaced"
