@@ -118,6 +118,19 @@ def test_jobs_list_keeps_one_tenants_jobs(cli) -> None:
     assert refused.returncode == 2 and "--tenant" in refused.stderr
 
 
+def test_status_for_a_tenant_says_which_counts_are_that_tenants(cli) -> None:
+    # The docs said it showed one tenant's jobs only; only the dead letters are.
+    cli("enqueue", "ship", "{}", "--tenant", "acme")
+    cli("enqueue", "ship", "{}", "--tenant", "globex")
+    assert _row(json.loads(cli("status", "--tenant", "acme", "--json").stdout), "default")["ready"] == 2
+    text = cli("status", "--tenant", "acme").stdout
+    assert text.rstrip().endswith(
+        "--tenant acme: the dead column counts acme's dead letters only; the other columns "
+        "count every tenant's jobs (conveyor jobs list --tenant acme lists acme's)"
+    )
+    assert "--tenant" not in cli("status").stdout
+
+
 def test_bad_input_exits_2_naming_the_field(cli_project, cli) -> None:
     result = run_process(cli_project, "enqueue", "bad type!", "{}", check=False)
     assert result.returncode == 2 and "job_type" in result.stderr
