@@ -156,9 +156,27 @@ def test_cancelling_a_workflow_ends_every_unfinished_member(where: dict[str, Any
     wf.add("a", after=[root])
     rt.enqueue(wf)
     counts = rt.cancel_workflow(wf.id)
-    assert counts == {"cancelled": 1, "finished": 1}, "the root's cancel cascades"
+    # The root's cancel cascades to the job waiting for it: this call ended both (it
+    # said "1 cancelled, 1 finished", as if the waiting one had finished before).
+    assert counts == {"cancelled": 2}
     assert rt.workflow(wf.id).counts == {"cancelled": 2}
     assert rt.drain().processed == 0
+
+
+def test_cancelling_a_workflow_counts_the_members_finished_before_as_finished(
+    where: dict[str, Any],
+) -> None:
+    rt = _runtime(where, {"a": lambda a: None})
+    wf = Workflow()
+    first = wf.add("a")
+    # No handler here for "b": the drain runs the first job only, and requeues these.
+    wf.add("b", after=[first])
+    other = wf.add("b", after=[first])
+    rt.enqueue(wf)
+    rt.drain()
+    assert rt.get(first.job_id).state is JobStatus.COMPLETED
+    assert not rt.get(other.job_id).state.is_terminal
+    assert rt.cancel_workflow(wf.id) == {"finished": 1, "cancelled": 2}
 
 
 def test_cancelling_a_waiting_job_cascades_to_what_waits_for_it(where: dict[str, Any]) -> None:
