@@ -350,3 +350,17 @@ def test_a_fan_in_reads_its_inputs_in_one_store_read_where_the_store_can(
     inputs = read_inputs(rt.queue, store, merge.job_id)
     assert [inputs[f"p{n}"] for n in range(30)] == [n * 10 for n in range(30)]
     assert store.calls == (["get_many"] if many else ["get"] * 30)
+
+
+def test_a_workflow_enqueued_already_takes_no_more_steps(where: dict[str, Any]) -> None:
+    # The step was accepted, given a handle, and never written.
+    rt = _runtime(where, {"a": lambda a: None})
+    wf = Workflow()
+    first = wf.add("a", name="first")
+    rt.enqueue(wf)
+    with pytest.raises(ValidationError) as late:
+        wf.add("a", name="second", after=[first])
+    assert late.value.fields == ("workflow",)
+    assert "was enqueued already" in str(late.value)
+    assert rt.enqueue(wf) == wf.id, "sending it again is still the stored workflow"
+    assert [m.name for m in rt.workflow(wf.id).members] == ["first"]
