@@ -364,3 +364,27 @@ def test_a_workflow_enqueued_already_takes_no_more_steps(where: dict[str, Any]) 
     assert "was enqueued already" in str(late.value)
     assert rt.enqueue(wf) == wf.id, "sending it again is still the stored workflow"
     assert [m.name for m in rt.workflow(wf.id).members] == ["first"]
+
+
+def test_a_member_that_completed_shows_no_error_of_an_attempt_before(
+    where: dict[str, Any],
+) -> None:
+    # A dead step retried and then completed was shown "completed" with the old error.
+    fixed: list[bool] = []
+
+    def flaky(args: Any) -> None:
+        if not fixed:
+            raise conveyor.Permanent("flag missing")
+
+    rt = _runtime(where, {"a": flaky})
+    wf = Workflow()
+    wf.add("a", name="step")
+    rt.enqueue(wf)
+    rt.drain()
+    [dead] = rt.workflow(wf.id).members
+    assert dead.error == "Permanent: flag missing"
+    fixed.append(True)
+    rt.retry_dead(dead.job_id)
+    rt.drain()
+    [done] = rt.workflow(wf.id).members
+    assert done.state is JobStatus.COMPLETED and done.error is None

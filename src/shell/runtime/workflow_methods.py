@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 @attrs.frozen(slots=True)
 class MemberState:
     """One job of a workflow as it stands: its name, id, state, the error it ended with
-    (if any), and what it waits for (the dependencies' names or ids, with policies)."""
+    or is retrying after (none once completed), and what it waits for (the
+    dependencies' names or ids, with policies)."""
 
     name: str
     job_id: UUID
@@ -120,7 +121,9 @@ class WorkflowMethods:
         for name, job_id in found.names.items():
             view = views[job_id]
             error = None
-            if view is not None and view.job is not None and view.job.last_error is not None:
+            failed = view is not None and view.state is not JobStatus.COMPLETED
+            if failed and view is not None and view.job is not None and view.job.last_error:
+                # A completed job ended with none: an earlier attempt's is history.
                 error = f"{view.job.last_error.type}: {view.job.last_error.message}"
             edges = waits.get(job_id, [])
             shown = tuple(
