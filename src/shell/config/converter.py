@@ -13,8 +13,7 @@ Every table of the file becomes the class that holds it (`[workers]` a
   `[[cron]]`) get a hook from `conveyor.shell.config.hooks`.
 
 A hook that refuses a value raises `Bad`; cattrs' detailed validation puts the key
-on it, and `problems` reads the tree back as `dotted.key: reason`, all at once.
-"""
+on it, and `problems` reads the tree back as `dotted.key: reason`, all at once."""
 
 from __future__ import annotations
 
@@ -393,9 +392,8 @@ def problems(exc: BaseException, path: str = "") -> Iterator[FieldError]:
     elif isinstance(exc, Bad):
         yield FieldError(path, exc.reason)
     elif isinstance(exc, ValidationError):  # a class's rule across its fields, at __init__
-        for error in exc.errors:
-            attribute = error.field.split(".", 1)[-1]
-            yield FieldError(f"{path}.{attribute}" if path else attribute, error.reason)
+        for e in exc.errors:  # named as the class's attribute, under the file's key
+            yield FieldError(".".join(filter(None, [path, e.field.split(".", 1)[-1]])), e.reason)
     elif isinstance(exc, KeyError):
         yield FieldError(path, "is required")
     else:
