@@ -31,7 +31,13 @@ from ..shell.migrate import SchemaNotCurrent
 from ..shell.runtime import Runtime, build
 from .compat import BaseTaskBackend, InvalidTask, TaskResultDoesNotExist, task_enqueued
 from .discovery import known_task
-from .options import BackendOptions, conveyor_config, database_url, read_options
+from .options import (
+    BackendOptions,
+    conveyor_config,
+    database_options_problems,
+    database_url,
+    read_options,
+)
 from .outbox import DJANGO_CONNECTIONS
 from .results import (
     build_result,
@@ -67,12 +73,28 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         alias = self.settings.database or "default"
         wrapper = connections[alias]
         # Conveyor's own connections use psycopg 3 whatever Django's use.
-        return database_url(wrapper.settings_dict)
+        return database_url(wrapper.settings_dict, alias=alias)
+
+    def database_problems(self) -> list[Any]:
+        """What in the `DATABASES` entry of Conveyor's tables Conveyor's own
+        connections cannot carry (`FieldError`s); none with `URL` or an unknown alias
+        (the database URL's own error tells that)."""
+        from django.conf import settings
+
+        alias = self.settings.database
+        entry = settings.DATABASES.get(alias) if alias and self.settings.url is None else None
+        return database_options_problems(alias or "", entry) if entry else []
 
     def conveyor_config(self) -> dict[str, Any]:
         """The Conveyor config this backend runs on (`manage.py conveyor` writes it)."""
+        from django.core.exceptions import ImproperlyConfigured
+
         self._refuse_problems()
-        return conveyor_config(self.settings, self.database_url())
+        try:
+            url = self.database_url()
+        except ValueError as exc:  # an in-memory SQLite, an OPTIONS entry it cannot carry
+            raise ImproperlyConfigured(f"TASKS[{self.alias!r}]: {exc}") from exc
+        return conveyor_config(self.settings, url)
 
     @property
     def runtime(self) -> Runtime:

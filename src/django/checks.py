@@ -37,6 +37,9 @@ def backend_checks(backend: Any) -> list[Any]:
     if found:
         return found
     try:
+        problems = backend.database_problems()
+        if problems:
+            return [checks.Error(f"{where}: {p}", hint=HINT, id="conveyor.E001") for p in problems]
         url = backend.database_url()
     except Exception as exc:  # an unknown alias, an engine Conveyor cannot use, ...
         why = f"{where}: the database for Conveyor's tables: {type(exc).__name__}: {exc}"

@@ -1,0 +1,149 @@
+"""Django settings as the backend reads them, end to end: a small project (written into
+the test's folder) driven through `python -m django` (what `manage.py` runs) in
+subprocesses, on SQLite or on a real PostgreSQL database."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from conveyor.testing.postgres_server import drop_database, fresh_database
+from sqlalchemy import create_engine, make_url, text
+
+DJANGO = [sys.executable, "-m", "django"]
+
+PG_SETTINGS = """
+import json, os
+import django
+
+SECRET_KEY = "test-only"
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+INSTALLED_APPS = ["conveyor.django", "probe"]
+if django.VERSION < (6, 0):
+    INSTALLED_APPS.append("django_tasks")
+DATABASES = {"default": json.loads(os.environ["PROBE_DATABASE"])}
+TASKS = {
+    "default": {
+        "BACKEND": "conveyor.django.ConveyorBackend",
+        "QUEUES": ["default"],
+        "OPTIONS": {"CONFIG": {"workers": {"count": 1, "poll_interval_ms": 50}}},
+    }
+}
+"""
+
+ADD_TASK = """
+try:
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
+
+
+@task()
+def add(a, b):
+    return a + b
+"""
+
+# Enqueues one call, runs a worker until it is done, and prints what `get_result` saw.
+RUN_ONE = """
+import json, signal, subprocess, sys, time
+
+import django
+
+django.setup()
+
+from probe.tasks import add
+
+result = add.enqueue(1, 2)
+worker = subprocess.Popen([sys.executable, "-m", "django", "conveyor", "worker"])
+try:
+    end = time.monotonic() + 60
+    seen = add.get_result(result.id)
+    while str(seen.status) != "SUCCESSFUL" and time.monotonic() < end:
+        time.sleep(0.05)
+        seen = add.get_result(result.id)
+finally:
+    worker.send_signal(signal.SIGTERM)
+    try:
+        worker.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
+print(json.dumps({"status": str(seen.status), "value": seen.return_value}))
+"""
+
+
+def _pg_project(tmp_path: Path, url: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The probe project on the PostgreSQL database `url`, with `options` as
+    `DATABASES['default']['OPTIONS']`; `subprocess.run` arguments that run in it."""
+    app = tmp_path / "probe"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "tasks.py").write_text(ADD_TASK)
+    (tmp_path / "probe_settings.py").write_text(PG_SETTINGS)
+    (tmp_path / "run_one.py").write_text(RUN_ONE)
+    parsed = make_url(url)
+    database = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": parsed.database,
+        "USER": parsed.username or "",
+        "HOST": parsed.query.get("host") or parsed.host or "",
+        "PORT": str(parsed.port or ""),
+        "OPTIONS": options,
+    }
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "probe_settings",
+        "PROBE_DATABASE": json.dumps(database),
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p
+        ),
+    }
+    return {"cwd": tmp_path, "env": env, "capture_output": True, "text": True, "timeout": 120}
+
+
+def test_a_search_path_in_databases_options_holds_conveyors_tables_end_to_end(
+    tmp_path: Path,
+) -> None:
+    url = fresh_database()
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE SCHEMA app"))
+        run = _pg_project(tmp_path, url, {"options": "-c search_path=app"})
+        migrated = subprocess.run([*DJANGO, "conveyor", "migrate"], **run)
+        assert migrated.returncode == 0, migrated.stderr
+        checked = subprocess.run([*DJANGO, "check"], **run)
+        assert checked.returncode == 0 and "conveyor." not in checked.stderr, checked.stderr
+        done = subprocess.run([sys.executable, "run_one.py"], **run)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+            "status": "SUCCESSFUL",
+            "value": 3,
+        }
+        with engine.connect() as conn:
+            schemas = conn.execute(
+                text(
+                    "SELECT DISTINCT table_schema FROM information_schema.tables"
+                    " WHERE table_schema IN ('app', 'public')"
+                )
+            ).scalars()
+            assert sorted(schemas) == ["app"]
+    finally:
+        engine.dispose()
+        drop_database(url)
+
+
+def test_a_databases_option_conveyor_cannot_carry_fails_manage_py_check(tmp_path: Path) -> None:
+    # Nothing connects: the option is refused before the tables are looked at.
+    url = "postgresql+psycopg://shop@db.invalid/shop"
+    run = _pg_project(tmp_path, url, {"assume_role": "shop_owner", "sslmode": "require"})
+    done = subprocess.run([*DJANGO, "check"], **run)
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if "conveyor.E001" in line]
+    assert len(errors) == 1
+    assert "TASKS['default']: DATABASES['default']['OPTIONS']['assume_role']: " in errors[0]
