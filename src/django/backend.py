@@ -129,7 +129,19 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
 
     def validate_task(self, task: Any) -> None:
         """Django's checks, and Conveyor's options on the task (retries, timeout,
-        unique key, partition)."""
+        unique key, partition); the error names the task, since Django declares tasks
+        as their module is imported, where nothing else would say which one."""
+        try:
+            self._validate_task(task)
+        except InvalidTask as exc:
+            raise InvalidTask(f"task {task.module_path!r}: {exc}") from None
+
+    def _validate_task(self, task: Any) -> None:
+        if self.queues and task.queue_name not in self.queues:
+            listed = ", ".join(sorted(map(str, self.queues)))
+            raise InvalidTask(
+                f"queue_name {task.queue_name!r} is not one of the backend's QUEUES ({listed})"
+            )
         super().validate_task(task)
         options = task_options(task)
         retries, timeout = options["retries"], options["timeout"]

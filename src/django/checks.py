@@ -1,7 +1,8 @@
 """System checks of a `ConveyorBackend` (`manage.py check`).
 
 * `conveyor.E001` (error): a bad `QUEUES` or `OPTIONS` entry (which key, and why),
-  a `MODULES` entry that cannot be imported among them: the checks import each, as
+  a `MODULES` entry or an installed app's `tasks` module that cannot be imported
+  among them (a task on a queue `QUEUES` lacks is one): the checks import each, as
   Django imports its apps' modules;
 * `conveyor.E002` (error): the database for Conveyor's tables cannot be used (an
   alias `DATABASES` lacks, an in-memory SQLite, an engine other than SQLite and
@@ -22,7 +23,7 @@ from typing import Any
 from sqlalchemy import create_engine
 
 from ..shell.adapters.sql.migration import schema_problem
-from .discovery import module_problems
+from .discovery import app_module_problems, module_problems
 
 HINT = "see docs/django.md"
 
@@ -32,7 +33,11 @@ def backend_checks(backend: Any) -> list[Any]:
     from django.core import checks
 
     where = f"TASKS[{backend.alias!r}]"
-    problems = [*backend.settings.problems, *module_problems(backend.settings.modules)]
+    problems = [
+        *backend.settings.problems,
+        *module_problems(backend.settings.modules),
+        *app_module_problems(),
+    ]
     found = [checks.Error(f"{where}: {p}", hint=HINT, id="conveyor.E001") for p in problems]
     if found:
         return found

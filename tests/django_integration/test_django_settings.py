@@ -16,14 +16,14 @@ from sqlalchemy import create_engine, make_url, text
 
 DJANGO = [sys.executable, "-m", "django"]
 
-PG_SETTINGS = """
+SETTINGS = """
 import json, os
 import django
 
 SECRET_KEY = "test-only"
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-INSTALLED_APPS = ["conveyor.django", "probe"]
+INSTALLED_APPS = ["conveyor.django", *json.loads(os.environ["PROBE_APPS"])]
 if django.VERSION < (6, 0):
     INSTALLED_APPS.append("django_tasks")
 DATABASES = {"default": json.loads(os.environ["PROBE_DATABASE"])}
@@ -32,6 +32,7 @@ TASKS = {
         "BACKEND": "conveyor.django.ConveyorBackend",
         "QUEUES": ["default"],
         "OPTIONS": {"CONFIG": {"workers": {"count": 1, "poll_interval_ms": 50}}},
+        **json.loads(os.environ.get("PROBE_TASKS", "{}")),
     }
 }
 """
@@ -77,15 +78,38 @@ print(json.dumps({"status": str(seen.status), "value": seen.return_value}))
 """
 
 
+def _project(
+    tmp_path: Path, database: dict[str, Any], apps: dict[str, str], **tasks: Any
+) -> dict[str, Any]:
+    """A project on Django's `database` whose installed apps are `apps` (name: the
+    source of its `tasks` module), with `tasks` over `TASKS['default']`'s keys;
+    `subprocess.run` arguments that run in it."""
+    for name, source in apps.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+        (tmp_path / name / "tasks.py").write_text(source)
+    (tmp_path / "probe_settings.py").write_text(SETTINGS)
+    (tmp_path / "run_one.py").write_text(RUN_ONE)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "probe_settings",
+        "PROBE_APPS": json.dumps(list(apps)),
+        "PROBE_DATABASE": json.dumps(database),
+        "PROBE_TASKS": json.dumps(tasks),
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p
+        ),
+    }
+    return {"cwd": tmp_path, "env": env, "capture_output": True, "text": True, "timeout": 120}
+
+
+def _sqlite(tmp_path: Path) -> dict[str, Any]:
+    return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "probe.db")}
+
+
 def _pg_project(tmp_path: Path, url: str, options: dict[str, Any]) -> dict[str, Any]:
     """The probe project on the PostgreSQL database `url`, with `options` as
-    `DATABASES['default']['OPTIONS']`; `subprocess.run` arguments that run in it."""
-    app = tmp_path / "probe"
-    app.mkdir()
-    (app / "__init__.py").write_text("")
-    (app / "tasks.py").write_text(ADD_TASK)
-    (tmp_path / "probe_settings.py").write_text(PG_SETTINGS)
-    (tmp_path / "run_one.py").write_text(RUN_ONE)
+    `DATABASES['default']['OPTIONS']`."""
     parsed = make_url(url)
     database = {
         "ENGINE": "django.db.backends.postgresql",
@@ -95,15 +119,14 @@ def _pg_project(tmp_path: Path, url: str, options: dict[str, Any]) -> dict[str, 
         "PORT": str(parsed.port or ""),
         "OPTIONS": options,
     }
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "probe_settings",
-        "PROBE_DATABASE": json.dumps(database),
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p
-        ),
-    }
-    return {"cwd": tmp_path, "env": env, "capture_output": True, "text": True, "timeout": 120}
+    return _project(tmp_path, database, {"probe": ADD_TASK})
+
+
+def _check_errors(run: dict[str, Any]) -> list[str]:
+    """The conveyor errors `manage.py check` reports (it must fail)."""
+    done = subprocess.run([*DJANGO, "check"], **run)
+    assert done.returncode == 1, done.stderr
+    return [line for line in done.stderr.splitlines() if "conveyor.E0" in line]
 
 
 def test_a_search_path_in_databases_options_holds_conveyors_tables_end_to_end(
@@ -147,3 +170,47 @@ def test_a_databases_option_conveyor_cannot_carry_fails_manage_py_check(tmp_path
     errors = [line for line in done.stderr.splitlines() if "conveyor.E001" in line]
     assert len(errors) == 1
     assert "TASKS['default']: DATABASES['default']['OPTIONS']['assume_role']: " in errors[0]
+
+
+# ---- the project's task modules ---------------------------------------------------
+
+BROKEN = "import does_not_exist_xyz\n"
+OTHER_QUEUE = ADD_TASK.replace("@task()", '@task(queue_name="emails")')
+ENQUEUE = (
+    "from probe.tasks import add\n"
+    "try:\n"
+    "    add.enqueue(1, 2)\n"
+    "except Exception as exc:\n"
+    "    print(f'{type(exc).__module__}.{type(exc).__name__}: {exc}')\n"
+)
+
+
+def test_an_installed_apps_tasks_module_that_cannot_be_imported_is_named(tmp_path: Path) -> None:
+    run = _project(tmp_path, _sqlite(tmp_path), {"probe": ADD_TASK, "broken": BROKEN})
+    named = "'broken.tasks' cannot be imported: ModuleNotFoundError: No module named"
+    errors = _check_errors(run)
+    assert len(errors) == 1
+    assert f"TASKS['default']: INSTALLED_APPS: {named} 'does_not_exist_xyz'" in errors[0]
+    assert subprocess.run([*DJANGO, "conveyor", "migrate"], **run).returncode == 0
+    refused = subprocess.run([*DJANGO, "shell", "-c", ENQUEUE], **run)
+    assert (
+        refused.stdout.strip()
+        .splitlines()[-1]
+        .startswith(
+            "django.core.exceptions.ImproperlyConfigured: TASKS['default']: INSTALLED_APPS: "
+            + named
+        )
+    )
+    worker = subprocess.run([*DJANGO, "conveyor", "worker"], **run)
+    assert worker.returncode == 1
+    assert f"ImproperlyConfigured: TASKS['default']: INSTALLED_APPS: {named}" in worker.stderr
+
+
+def test_a_task_on_a_queue_queues_does_not_name_is_named_with_the_queue(tmp_path: Path) -> None:
+    run = _project(tmp_path, _sqlite(tmp_path), {"probe": ADD_TASK, "mail": OTHER_QUEUE})
+    errors = _check_errors(run)
+    assert len(errors) == 1
+    assert (
+        "'mail.tasks' cannot be imported: InvalidTaskError: task 'mail.tasks.add': "
+        "queue_name 'emails' is not one of the backend's QUEUES (default)"
+    ) in errors[0]
