@@ -33,6 +33,7 @@ from .compat import BaseTaskBackend, InvalidTask, TaskResultDoesNotExist, task_e
 from .discovery import known_task
 from .options import (
     BackendOptions,
+    config_problems,
     conveyor_config,
     database_options_problems,
     database_url,
@@ -94,7 +95,11 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
             url = self.database_url()
         except ValueError as exc:  # an in-memory SQLite, an OPTIONS entry it cannot carry
             raise ImproperlyConfigured(f"TASKS[{self.alias!r}]: {exc}") from exc
-        return conveyor_config(self.settings, url)
+        config = conveyor_config(self.settings, url)
+        problems = config_problems(config)
+        if problems:
+            raise ImproperlyConfigured(f"TASKS[{self.alias!r}]: " + "; ".join(map(str, problems)))
+        return config
 
     @property
     def runtime(self) -> Runtime:

@@ -4,6 +4,7 @@
   a `MODULES` entry or an installed app's `tasks` module that cannot be imported
   among them (a task on a queue `QUEUES` lacks is one): the checks import each, as
   Django imports its apps' modules;
+  a `CONFIG` key the worker would refuse, named as `OPTIONS['CONFIG']['lease_ms']`;
 * `conveyor.E002` (error): the database for Conveyor's tables cannot be used (an
   alias `DATABASES` lacks, an in-memory SQLite, an engine other than SQLite and
   PostgreSQL);
@@ -24,6 +25,7 @@ from sqlalchemy import create_engine
 
 from ..shell.adapters.sql.migration import schema_problem
 from .discovery import app_module_problems, module_problems
+from .options import config_problems, conveyor_config
 
 HINT = "see docs/django.md"
 
@@ -49,6 +51,9 @@ def backend_checks(backend: Any) -> list[Any]:
     except Exception as exc:  # an unknown alias, an engine Conveyor cannot use, ...
         why = f"{where}: the database for Conveyor's tables: {type(exc).__name__}: {exc}"
         return [checks.Error(why, hint=HINT, id="conveyor.E002")]
+    problems = list(config_problems(conveyor_config(backend.settings, url)))
+    if problems:
+        return [checks.Error(f"{where}: {p}", hint=HINT, id="conveyor.E001") for p in problems]
     workers = backend.settings.config.get("workers") or {}
     polled = workers.get("queues") if isinstance(workers, dict) else None
     for name in polled or ():

@@ -23,7 +23,11 @@ from them and Django's settings.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import re
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -278,3 +282,37 @@ def conveyor_config(options: BackendOptions, url: str) -> dict[str, Any]:
     workers.setdefault("queues", list(options.queues))
     config["workers"] = workers
     return config
+
+
+_checked_lock = threading.Lock()
+_checked: dict[str, tuple[FieldError, ...]] = {}
+
+
+def config_problems(config: Mapping[str, Any]) -> tuple[FieldError, ...]:
+    """What the worker would refuse in the Conveyor config of a backend
+    (`conveyor_config`), each named as the key of `OPTIONS['CONFIG']` that holds it.
+    Read as the worker reads it, `CONVEYOR_*` variables included; once per config."""
+    from ..core import ValidationError
+    from ..shell.config import load_config
+
+    key = json.dumps(config, sort_keys=True, default=str)
+    with _checked_lock:
+        found = _checked.get(key)
+    if found is None:
+        try:
+            load_config(config, env=os.environ)
+            found = ()
+        except ValidationError as exc:
+            found = tuple(FieldError(_config_key(e.field), e.reason) for e in exc.errors)
+        with _checked_lock:
+            _checked[key] = found
+    return found
+
+
+def _config_key(field: str) -> str:
+    """`workers.count` or `cron[0].name` (a Conveyor config field) as the key of the
+    backend's `OPTIONS` holding it; a field the backend sets, or a variable, as is."""
+    parts = re.findall(r"\[\d+\]|[^.\[\]]+", field)
+    if not parts or parts[0] in OWNED_CONFIG or parts[0].startswith("CONVEYOR_"):
+        return field
+    return "OPTIONS['CONFIG']" + "".join(p if p.startswith("[") else f"[{p!r}]" for p in parts)

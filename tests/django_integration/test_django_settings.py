@@ -214,3 +214,23 @@ def test_a_task_on_a_queue_queues_does_not_name_is_named_with_the_queue(tmp_path
         "'mail.tasks' cannot be imported: InvalidTaskError: task 'mail.tasks.add': "
         "queue_name 'emails' is not one of the backend's QUEUES (default)"
     ) in errors[0]
+
+
+# ---- OPTIONS["CONFIG"] ------------------------------------------------------------
+
+
+def test_a_bad_config_key_is_named_by_the_checks_the_enqueue_and_the_worker(
+    tmp_path: Path,
+) -> None:
+    options = {"CONFIG": {"lease_ms": "x"}}
+    run = _project(tmp_path, _sqlite(tmp_path), {"probe": ADD_TASK}, OPTIONS=options)
+    named = "TASKS['default']: OPTIONS['CONFIG']['lease_ms']: must be an integer, got 'x'"
+    errors = _check_errors(run)
+    assert len(errors) == 1 and named in errors[0]
+    refused = subprocess.run([*DJANGO, "shell", "-c", ENQUEUE], **run)
+    assert refused.stdout.strip().splitlines()[-1] == (
+        f"django.core.exceptions.ImproperlyConfigured: {named}"
+    )
+    worker = subprocess.run([*DJANGO, "conveyor", "worker"], **run)
+    assert worker.returncode == 1
+    assert f"ImproperlyConfigured: {named}" in worker.stderr

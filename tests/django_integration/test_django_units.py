@@ -290,3 +290,28 @@ def test_a_databases_option_conveyor_cannot_carry_is_named_with_why() -> None:
         database_url(pg)
     sqlite = {"ENGINE": "django.db.backends.sqlite3", "NAME": "/x.db", "OPTIONS": {"timeout": 9}}
     assert database_options_problems("default", sqlite) == []
+
+
+def test_a_config_the_worker_would_refuse_fails_the_checks_naming_each_key(
+    tmp_path: Path,
+) -> None:
+    config = {"bogus": 1, "lease_ms": "x", "workers": {"count": "two"}, "cron": [{}]}
+    backend = ConveyorBackend(
+        "default",
+        {
+            "QUEUES": ["default"],
+            "OPTIONS": {"URL": f"sqlite:///{tmp_path / 'jobs.db'}", "CONFIG": config},
+        },
+    )
+    messages = list(backend.check())
+    assert {m.id for m in messages} == {"conveyor.E001"}
+    named = sorted(m.msg.split(": ")[1] for m in messages)
+    assert named == [
+        "OPTIONS['CONFIG']['bogus']",
+        "OPTIONS['CONFIG']['cron'][0]['job_type']",
+        "OPTIONS['CONFIG']['cron'][0]['name']",
+        "OPTIONS['CONFIG']['cron'][0]['schedule']",
+        "OPTIONS['CONFIG']['lease_ms']",
+        "OPTIONS['CONFIG']['workers']['count']",
+    ]
+    assert any("workers']['count']: must be an integer, got 'two'" in m.msg for m in messages)
