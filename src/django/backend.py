@@ -61,7 +61,9 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         #: `QUEUES` and `OPTIONS`, checked (`conveyor.django.options`).
-        self.settings: BackendOptions = read_options(self.queues, self.options)
+        # `QUEUES` as given: Django's own reading makes a string a set of its letters.
+        queues = params.get("QUEUES", self.queues)
+        self.settings: BackendOptions = read_options(queues, self.options)
 
     # ---- configuration ----------------------------------------------------------
 

@@ -67,7 +67,9 @@ def read_options(queues: Any, options: Any) -> BackendOptions:
     """`QUEUES` and `OPTIONS` of a `TASKS` entry, checked; never raises."""
     problems: list[FieldError] = []
     names = tuple(sorted(queues)) if isinstance(queues, set | list | tuple | frozenset) else ()
-    if not names:
+    if isinstance(queues, str):
+        problems.append(FieldError("QUEUES", "must be a list of queue names, not a string"))
+    elif not names:
         problems.append(FieldError("QUEUES", "must name at least one queue"))
     for name in names:
         problem = check_name("QUEUES", name) if isinstance(name, str) else None

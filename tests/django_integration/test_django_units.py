@@ -315,3 +315,12 @@ def test_a_config_the_worker_would_refuse_fails_the_checks_naming_each_key(
         "OPTIONS['CONFIG']['workers']['count']",
     ]
     assert any("workers']['count']: must be an integer, got 'two'" in m.msg for m in messages)
+
+
+def test_queues_given_as_a_string_is_one_error_asking_for_a_list(tmp_path: Path) -> None:
+    backend = ConveyorBackend(
+        "default", {"QUEUES": "default", "OPTIONS": {"URL": f"sqlite:///{tmp_path / 'j.db'}"}}
+    )
+    assert [(m.id, m.msg) for m in backend.check()] == [
+        ("conveyor.E001", "TASKS['default']: QUEUES: must be a list of queue names, not a string")
+    ]
