@@ -324,3 +324,18 @@ def test_queues_given_as_a_string_is_one_error_asking_for_a_list(tmp_path: Path)
     assert [(m.id, m.msg) for m in backend.check()] == [
         ("conveyor.E001", "TASKS['default']: QUEUES: must be a list of queue names, not a string")
     ]
+
+
+def test_a_traceback_option_after_conveyor_jobs_is_conveyors_own() -> None:
+    from conveyor.django.management.commands.conveyor import _split_argv
+
+    assert _split_argv(["jobs", "show", "1", "--traceback", "-v2"]) == (
+        ["jobs", "show", "1", "--traceback"],
+        False,
+        None,
+    )
+    assert _split_argv(["--log-level", "jobs", "status", "--traceback"]) == (
+        ["--log-level", "jobs", "status"],
+        True,
+        None,
+    )
