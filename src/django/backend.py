@@ -116,8 +116,21 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
             return RUNTIMES.get(json.dumps(config, sort_keys=True, default=str), config)
         except SchemaNotCurrent as exc:
             # The same problem, with the command a Django project runs.
-            wording = str(exc).replace('"conveyor migrate"', '"python manage.py conveyor migrate"')
+            wording = str(exc).replace('"conveyor migrate', f'"python {self.migrate_command()}')
             raise ImproperlyConfigured(f"TASKS[{self.alias!r}]: {wording}") from exc
+
+    def migrate_command(self) -> str:
+        """`manage.py conveyor migrate` for this backend's tables: with `--backend`
+        unless this is the backend the command picks when told none (the first on
+        Conveyor in `TASKS`)."""
+        from .handlers import first_alias
+
+        try:
+            first = first_alias()
+        except Exception:  # no TASKS to read (a backend made outside a project)
+            first = self.alias
+        backend = "" if first == self.alias else f"--backend {self.alias} "
+        return f"manage.py conveyor {backend}migrate"
 
     def close(self) -> None:
         """Release the connections of every runtime this process built (each is built

@@ -10,8 +10,10 @@
   PostgreSQL);
 * `conveyor.E003` (error): `CONFIG` makes workers poll a queue `QUEUES` does not name;
 * `conveyor.W001` (warning): Conveyor's tables are missing or from another version:
-  run `manage.py conveyor migrate`;
-* `conveyor.W002` (warning): the database could not be reached to look at them.
+  run `manage.py conveyor migrate` (with `--backend ALIAS` for any but the first
+  backend on Conveyor);
+* `conveyor.W002` (warning): the database could not be reached to look at them (an
+  outage: no migrate hint).
 
 The tables are a warning, not an error, so that `manage.py migrate` and
 `manage.py conveyor migrate` still run on a fresh database.
@@ -69,14 +71,19 @@ def backend_checks(backend: Any) -> list[Any]:
     problem = _schema_problem(url)
     if problem is not None:
         level, text = problem
-        found.append(
-            checks.Warning(
-                f"{where}: {text}",
-                hint="run: python manage.py conveyor migrate",
-                id=f"conveyor.{level}",
-            )
-        )
+        command = backend.migrate_command()
+        if level == "W001":
+            text = text.replace('"conveyor migrate', f'"{command}')
+        # An outage is not fixed by migrating: the hint is the database's to give.
+        hint = f"run: python {command}" if level == "W001" else _OUTAGE_HINT
+        found.append(checks.Warning(f"{where}: {text}", hint=hint, id=f"conveyor.{level}"))
     return found
+
+
+_OUTAGE_HINT = (
+    "check that the database is up and reachable from here with these settings; "
+    "this is a warning so that commands needing no database still run"
+)
 
 
 def _schema_problem(url: str) -> tuple[str, str] | None:
@@ -96,4 +103,4 @@ def _schema_problem(url: str) -> tuple[str, str] | None:
         engine.dispose()
     if problem is None:
         return None
-    return "W001", problem.replace('"conveyor migrate"', '"manage.py conveyor migrate"')
+    return "W001", problem

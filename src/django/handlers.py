@@ -53,11 +53,13 @@ def _setup_django() -> None:
 def backend_alias() -> str:
     """The `TASKS` alias this worker runs: `CONVEYOR_DJANGO_BACKEND`, else the first
     alias whose backend is Conveyor's."""
+    return os.environ.get(BACKEND_ENV) or first_alias()
+
+
+def first_alias() -> str:
+    """The first `TASKS` alias whose backend is Conveyor's."""
     from .backend import ConveyorBackend
 
-    named = os.environ.get(BACKEND_ENV)
-    if named:
-        return named
     for alias in task_backends.settings:
         if isinstance(task_backends[alias], ConveyorBackend):
             return str(alias)

@@ -33,7 +33,8 @@ TASKS = {
         "QUEUES": ["default"],
         "OPTIONS": {"CONFIG": {"workers": {"count": 1, "poll_interval_ms": 50}}},
         **json.loads(os.environ.get("PROBE_TASKS", "{}")),
-    }
+    },
+    **json.loads(os.environ.get("PROBE_MORE_TASKS", "{}")),
 }
 """
 
@@ -270,3 +271,43 @@ def test_djangos_standard_options_work_in_either_form_wherever_django_takes_them
     )
     assert shown.returncode == 1
     assert shown.stderr.startswith("Traceback (most recent call last):")
+
+
+# ---- the command a warning or an error asks for -----------------------------------
+
+
+def test_each_backend_is_told_its_own_migrate_command_and_an_outage_none(
+    tmp_path: Path,
+) -> None:
+    run = _project(tmp_path, _sqlite(tmp_path), {"probe": ADD_TASK})
+    url = f"sqlite:///{tmp_path / 'separate.db'}"
+    gone = f"sqlite:///{tmp_path / 'no-such-folder' / 'jobs.db'}"
+    run["env"]["PROBE_MORE_TASKS"] = json.dumps(
+        {
+            "separate": {"BACKEND": "conveyor.django.ConveyorBackend", "OPTIONS": {"URL": url}},
+            "gone": {"BACKEND": "conveyor.django.ConveyorBackend", "OPTIONS": {"URL": gone}},
+        }
+    )
+    done = subprocess.run([*DJANGO, "check"], **run)
+    assert done.returncode == 0, done.stderr
+    told = {
+        line.split("TASKS['")[1].split("'")[0]: (line, hint)
+        for line, hint in zip(done.stderr.splitlines(), done.stderr.splitlines()[1:], strict=False)
+        if "(conveyor.W00" in line
+    }
+    assert sorted(told) == ["default", "gone", "separate"]
+    assert "(conveyor.W001)" in told["default"][0]
+    assert '"manage.py conveyor migrate"' in told["default"][0]
+    assert told["default"][1].strip() == "HINT: run: python manage.py conveyor migrate"
+    assert "(conveyor.W001)" in told["separate"][0]
+    assert '"manage.py conveyor --backend separate migrate"' in told["separate"][0]
+    assert told["separate"][1].strip() == (
+        "HINT: run: python manage.py conveyor --backend separate migrate"
+    )
+    assert "(conveyor.W002)" in told["gone"][0]
+    assert "migrate" not in told["gone"][1]
+    enqueue = ENQUEUE.replace("add.enqueue", "add.using(backend='separate').enqueue")
+    refused = subprocess.run([*DJANGO, "shell", "-c", enqueue], **run)
+    last = refused.stdout.strip().splitlines()[-1]
+    assert last.startswith("django.core.exceptions.ImproperlyConfigured: TASKS['separate']: ")
+    assert '"python manage.py conveyor --backend separate migrate"' in last
