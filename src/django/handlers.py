@@ -19,6 +19,7 @@ the runtime's process id.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -161,7 +162,9 @@ class DjangoTasks(Tasks):
                 await close()
                 try:
                     return await task.func(*positional, **keywords)
-                except Exception as exc:
+                except STOPPING:
+                    raise
+                except BaseException as exc:
                     return _failure(exc)
                 finally:
                     await close()
@@ -173,7 +176,9 @@ class DjangoTasks(Tasks):
             _close_old_connections()
             try:
                 return task.func(*positional, **keywords)
-            except Exception as exc:
+            except STOPPING:
+                raise
+            except BaseException as exc:
                 return _failure(exc)
             finally:
                 _close_old_connections()
@@ -200,9 +205,15 @@ def _close_old_connections() -> None:
     close_old_connections()
 
 
-def _failure(exc: Exception) -> Failure[ErrorInfo]:
+#: What stops the task rather than fails it (an interrupt, an exit, a cancelled
+#: coroutine): Conveyor's runner decides what they mean, as for any handler.
+STOPPING = (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)
+
+
+def _failure(exc: BaseException) -> Failure[ErrorInfo]:
     """The attempt's failure, typed by the exception class's full path (what Django's
-    `TaskError.exception_class_path` names), with its traceback."""
+    `TaskError.exception_class_path` names), with its traceback; a BaseException
+    subclass of the task's own is one too, as Django's backends count it."""
     caught(exc)
     info = error_from_exception(exc)
     kind = type(exc)

@@ -45,29 +45,50 @@ except ImportError:
     from django_tasks import task
 
 
+class Halt(BaseException):
+    pass
+
+
 @task()
 def add(a, b):
     return a + b
+
+
+@task()
+def refuse(reason):
+    raise ValueError(reason)
+
+
+@task()
+def halt():
+    raise Halt("stop")
 """
 
-# Enqueues one call, runs a worker until it is done, and prints what `get_result` saw.
-RUN_ONE = """
+# Enqueues each call its arguments name (a task of `probe.tasks` and its arguments),
+# runs a worker (its output in worker.log) until all are done, and prints what
+# `get_result` saw of each.
+RUN = """
 import json, signal, subprocess, sys, time
 
 import django
 
 django.setup()
 
-from probe.tasks import add
+from probe import tasks
 
-result = add.enqueue(1, 2)
-worker = subprocess.Popen([sys.executable, "-m", "django", "conveyor", "worker"])
+results = [getattr(tasks, name).enqueue(*args) for name, *args in json.loads(sys.argv[1])]
+log = open("worker.log", "w")
+worker = subprocess.Popen(
+    [sys.executable, "-m", "django", "conveyor", "worker"], stdout=log, stderr=subprocess.STDOUT
+)
 try:
     end = time.monotonic() + 60
-    seen = add.get_result(result.id)
-    while str(seen.status) != "SUCCESSFUL" and time.monotonic() < end:
+    seen = [r.task.get_result(r.id) for r in results]
+    while any(str(r.status) not in ("SUCCESSFUL", "FAILED") for r in seen):
+        if time.monotonic() > end:
+            break
         time.sleep(0.05)
-        seen = add.get_result(result.id)
+        seen = [r.task.get_result(r.id) for r in results]
 finally:
     worker.send_signal(signal.SIGTERM)
     try:
@@ -75,8 +96,25 @@ finally:
     except subprocess.TimeoutExpired:
         worker.kill()
         worker.wait()
-print(json.dumps({"status": str(seen.status), "value": seen.return_value}))
+out = [
+    {
+        "id": r.id,
+        "status": str(r.status),
+        "value": r.return_value if str(r.status) == "SUCCESSFUL" else None,
+        "errors": [e.exception_class_path for e in r.errors],
+    }
+    for r in seen
+]
+print(json.dumps(out))
 """
+
+
+def _run(run: dict[str, Any], *calls: list[Any]) -> list[dict[str, Any]]:
+    """What `get_result` saw of each call (`[task name, *args]`) once a worker ran them."""
+    done = subprocess.run([sys.executable, "run.py", json.dumps(calls)], **run)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return seen
 
 
 def _project(
@@ -90,7 +128,7 @@ def _project(
         (tmp_path / name / "__init__.py").write_text("")
         (tmp_path / name / "tasks.py").write_text(source)
     (tmp_path / "probe_settings.py").write_text(SETTINGS)
-    (tmp_path / "run_one.py").write_text(RUN_ONE)
+    (tmp_path / "run.py").write_text(RUN)
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "probe_settings",
@@ -143,12 +181,8 @@ def test_a_search_path_in_databases_options_holds_conveyors_tables_end_to_end(
         assert migrated.returncode == 0, migrated.stderr
         checked = subprocess.run([*DJANGO, "check"], **run)
         assert checked.returncode == 0 and "conveyor." not in checked.stderr, checked.stderr
-        done = subprocess.run([sys.executable, "run_one.py"], **run)
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert json.loads(done.stdout.strip().splitlines()[-1]) == {
-            "status": "SUCCESSFUL",
-            "value": 3,
-        }
+        [seen] = _run(run, ["add", 1, 2])
+        assert (seen["status"], seen["value"]) == ("SUCCESSFUL", 3)
         with engine.connect() as conn:
             schemas = conn.execute(
                 text(
@@ -311,3 +345,16 @@ def test_each_backend_is_told_its_own_migrate_command_and_an_outage_none(
     last = refused.stdout.strip().splitlines()[-1]
     assert last.startswith("django.core.exceptions.ImproperlyConfigured: TASKS['separate']: ")
     assert '"python manage.py conveyor --backend separate migrate"' in last
+
+
+# ---- a failed task ----------------------------------------------------------------
+
+
+def test_a_failed_task_is_named_by_its_exceptions_full_path_even_a_base_exception(
+    tmp_path: Path,
+) -> None:
+    run = _project(tmp_path, _sqlite(tmp_path), {"probe": ADD_TASK})
+    assert subprocess.run([*DJANGO, "conveyor", "migrate"], **run).returncode == 0
+    refused, halted = _run(run, ["refuse", "no stamps"], ["halt"])
+    assert (refused["status"], refused["errors"]) == ("FAILED", ["builtins.ValueError"])
+    assert (halted["status"], halted["errors"]) == ("FAILED", ["probe.tasks.Halt"])
