@@ -10,7 +10,9 @@ Around each task the worker does what Django's request cycle does: it closes sta
 database connections before and after (`close_old_connections`). The task receives
 a `TaskContext` when it `takes_context`; an `async def` task runs on the worker's
 event loop. `task_started` and `task_finished` are sent after Conveyor has written
-the start and the outcome, from the runtime's hooks.
+the start and the outcome, from the runtime's hooks; a failure's `task_finished` is
+sent while its exception is handled, as Django's backends send it, so that the
+framework's log of it (`logger.exception`) carries the task's traceback.
 
 Every result this process builds of a running attempt names the worker running it
 as the start recorded it (`Job.worker`, the id the attempt keeps once it ends), not
@@ -77,6 +79,8 @@ class DjangoTasks(Tasks):
         self.project = dict(tasks)
         self._starts: dict[str, Job] = {}
         self._starts_lock = threading.Lock()
+        #: (job id, exception) of this thread's last failed attempt.
+        self._last_failure = threading.local()
         self._handlers = {path: self._handler(path) for path in self.project}
 
     def __getitem__(self, job_type: str) -> Callable[..., Any]:
@@ -94,10 +98,10 @@ class DjangoTasks(Tasks):
             return
         hooks = runtime.hooks
         hooks.on_started(self._started)
-        hooks.on_failed(lambda job, _exc: self._forget(job))
-        hooks.on_succeeded(lambda job: self._finished(job, JobStatus.COMPLETED))
-        hooks.on_dead_lettered(lambda job, _error: self._finished(job, JobStatus.FAILED))
-        hooks.on_cancelled(lambda job: self._finished(job, JobStatus.CANCELLED))
+        hooks.on_failed(self._failed)
+        hooks.on_succeeded(lambda job: self._finished(job, JobStatus.COMPLETED, None))
+        hooks.on_dead_lettered(lambda job, error: self._finished(job, JobStatus.FAILED, error))
+        hooks.on_cancelled(lambda job: self._finished(job, JobStatus.CANCELLED, None))
 
     # ---- the signals ------------------------------------------------------------
 
@@ -123,10 +127,34 @@ class DjangoTasks(Tasks):
         with self._starts_lock:
             self._starts.pop(str(job.id), None)
 
-    def _finished(self, job: Job, state: JobStatus) -> None:
+    def _failed(self, job: Job, exc: BaseException | None) -> None:
         self._forget(job)
-        if job.job_type in self.project:
-            task_finished.send(sender=self._sender(), task_result=self._result(job, state))
+        # The worker tells a dead letter right after the failed attempt, in this thread.
+        self._last_failure.value = (str(job.id), exc)
+
+    def _finished(self, job: Job, state: JobStatus, error: ErrorInfo | None) -> None:
+        self._forget(job)
+        last = getattr(self._last_failure, "value", None)
+        self._last_failure.value = None
+        if job.job_type not in self.project:
+            return
+        result = self._result(job, state)
+        if state is JobStatus.COMPLETED:
+            task_finished.send(sender=self._sender(), task_result=result)
+            return
+        exc = last[1] if last is not None and last[0] == str(job.id) else None
+        if exc is None:
+            exc = TaskFailed("cancelled" if error is None else f"{error.type}: {error.message}")
+        # The tasks framework logs a failure with `logger.exception`, which reads the
+        # exception being handled: Django's backends send `task_finished` inside their
+        # `except` block, so the task's exception and traceback reach the log.
+        kept = exc.__traceback__
+        try:
+            raise exc
+        except BaseException:
+            task_finished.send(sender=self._sender(), task_result=result)
+        finally:
+            exc.__traceback__ = kept
 
     # ---- running a task ---------------------------------------------------------
 
@@ -184,6 +212,11 @@ class DjangoTasks(Tasks):
                 _close_old_connections()
 
         return run
+
+
+class TaskFailed(Exception):
+    """A task's failure whose exception this process does not hold (its lease ran out
+    in another worker, it was cancelled): what Conveyor recorded, for the log."""
 
 
 def task_is_async(task: Any) -> bool:

@@ -358,3 +358,19 @@ def test_a_failed_task_is_named_by_its_exceptions_full_path_even_a_base_exceptio
     refused, halted = _run(run, ["refuse", "no stamps"], ["halt"])
     assert (refused["status"], refused["errors"]) == ("FAILED", ["builtins.ValueError"])
     assert (halted["status"], halted["errors"]) == ("FAILED", ["probe.tasks.Halt"])
+
+
+def test_a_failed_task_is_logged_with_its_own_exception_and_traceback(tmp_path: Path) -> None:
+    run = _project(tmp_path, _sqlite(tmp_path), {"probe": ADD_TASK})
+    assert subprocess.run([*DJANGO, "conveyor", "migrate"], **run).returncode == 0
+    results = _run(run, ["refuse", "no stamps"], ["halt"])
+    assert [r["status"] for r in results] == ["FAILED", "FAILED"]
+    log = (tmp_path / "worker.log").read_text()
+    # The tasks framework's receiver logs a failure with `logger.exception`: Django's
+    # backends send `task_finished` in the except block, so its traceback is the task's.
+    for result, raised in zip(results, ["ValueError: no stamps", "Halt: stop"], strict=True):
+        told = log[log.index(f"Task id={result['id']} ") :].splitlines()
+        told = told[next(i for i, line in enumerate(told) if "state=FAILED" in line) :]
+        assert told[1] == "Traceback (most recent call last):", told[:3]
+        assert any(line.endswith(raised) for line in told[2:30]), told[:30]
+    assert "NoneType: None" not in log
