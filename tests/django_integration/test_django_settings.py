@@ -271,42 +271,6 @@ def test_a_bad_config_key_is_named_by_the_checks_the_enqueue_and_the_worker(
     assert f"ImproperlyConfigured: {named}" in worker.stderr
 
 
-# ---- manage.py conveyor's command line --------------------------------------------
-
-
-def test_djangos_standard_options_work_in_either_form_wherever_django_takes_them(
-    tmp_path: Path,
-) -> None:
-    project = tmp_path / "project"
-    project.mkdir()
-    run = _project(project, _sqlite(project), {"probe": ADD_TASK})
-    # Only the options say where the project and its settings are.
-    del run["env"]["DJANGO_SETTINGS_MODULE"]
-    run["env"]["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
-    run["cwd"] = tmp_path
-    where = [f"--pythonpath={project}", "--settings=probe_settings"]
-    migrated = subprocess.run([*DJANGO, "conveyor", *where, "migrate"], **run)
-    assert migrated.returncode == 0, migrated.stderr
-    for line in (
-        ["--pythonpath", str(project), "--settings", "probe_settings", "status"],
-        ["status", *where, "--no-color", "-v", "2"],
-        ["--backend=default", "--force-color", "status", "--verbosity=0", *where],
-        ["--verbosity", "2", "-v3", "status", *where, "--backend", "default"],
-    ):
-        done = subprocess.run([*DJANGO, "conveyor", *line], **run)
-        assert done.returncode == 0, (line, done.stderr)
-    refused = subprocess.run([*DJANGO, "conveyor", *where, "--backend=nope", "status"], **run)
-    assert (refused.returncode, refused.stderr) == (
-        1,
-        "CommandError: The connection 'nope' doesn't exist.\n",
-    )
-    shown = subprocess.run(
-        [*DJANGO, "conveyor", "status", "--backend=nope", *where, "--traceback"], **run
-    )
-    assert shown.returncode == 1
-    assert shown.stderr.startswith("Traceback (most recent call last):")
-
-
 # ---- the command a warning or an error asks for -----------------------------------
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ...cli_enqueue import enqueue_command
 from ...compat import task_backends
 from ...config_file import written_config
 from ...handlers import BACKEND_ENV, backend_alias
@@ -75,6 +76,13 @@ class Command(BaseCommand):  # type: ignore[misc]
                 raise CommandError(str(exc)) from exc
             # Worker copies under `--processes` read the same alias from the environment.
             os.environ[BACKEND_ENV] = alias
+            if _command(argv) == "enqueue":
+                # A task's call goes through its backend, as `task.enqueue` would.
+                try:
+                    print(enqueue_command(argv[argv.index("enqueue") + 1 :], backend))
+                except ValueError as exc:
+                    raise CommandError(f"enqueue: {exc}", returncode=2) from exc
+                return 0
             with written_config(backend.conveyor_config()) as path:
                 return int(main(["--config", str(path), *argv]))
         finally:
@@ -126,7 +134,14 @@ def _split_argv(argv: list[str]) -> tuple[list[str], bool, str | None]:
             if DJANGO_OPTIONS[name] and not eq:
                 next(items, None)
         else:
-            if command is None and not item.startswith("-") and rest[-1:] not in VALUED:
-                command = item
             rest.append(item)
+            command = command or _command(rest)
     return rest, traceback, backend
+
+
+def _command(argv: list[str]) -> str | None:
+    """The conveyor command `argv` runs (its first word that is no option's value)."""
+    for at, item in enumerate(argv):
+        if not item.startswith("-") and argv[at - 1 : at] not in VALUED:
+            return item
+    return None
