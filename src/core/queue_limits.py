@@ -100,6 +100,12 @@ class QueueLimits:
     caps: tuple[Cap, ...] = attrs.field(default=(), converter=_caps, validator=_each_of(Cap))
     rates: tuple[Rate, ...] = attrs.field(default=(), converter=_rates, validator=_each_of(Rate))
 
+    def __attrs_post_init__(self) -> None:
+        if self.weights and not self.fair:
+            # Only the round robin reads them: without it they would do nothing, unseen.
+            reason = "apply only to fair shares: add fair = true, or drop the weights"
+            refuse(self, attrs.fields(QueueLimits).weights, reason)
+
     def weight(self, partition: str) -> float:
         """The weight of `partition` in its queue's round robin."""
         for key, weight in self.weights:

@@ -11,12 +11,15 @@ skipped, never acted on twice.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Protocol
 from uuid import UUID
 
 from ..core import Job, JobStatus, ValidationError
-from .ports import HistoryFilter, JobStore
+from .ports import HistoryFilter, JobStore, UniqueKeyHeld
+
+log = logging.getLogger("conveyor.dead")
 
 #: Dead letters read per page of a bulk action.
 PAGE = 500
@@ -61,8 +64,10 @@ def retry_matching(runtime: DeadLetterActions, where: HistoryFilter) -> int:
     def retry(job_id: UUID) -> int:
         try:
             runtime.retry_dead(job_id)
-        except ValidationError:
-            return 0  # no longer a dead letter: retried or purged by someone else
+        except ValidationError as refused:
+            if isinstance(refused.__cause__, UniqueKeyHeld):
+                log.warning("dead letter %s", refused.errors[0].reason)
+            return 0  # else no longer a dead letter: retried or purged by someone else
         return 1
 
     return _each(runtime.store, where, retry)

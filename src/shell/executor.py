@@ -50,6 +50,7 @@ from .ports import (
     JobQueue,
     JobStore,
     SystemClock,
+    UniqueKeyHeld,
 )
 from .retrying import Retrier
 
@@ -208,6 +209,8 @@ class Executor:
                     step.name,
                 )
                 return False
+            except UniqueKeyHeld:
+                raise  # a refusal with nothing written, for the caller to tell
             except Exception as exc:
                 self._left_to_leases(
                     exc, f"{step.name} job {_job_id(claim, decision)}", "it to its lease"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -13,26 +13,39 @@ from .ports.workflows import WorkflowJobQueue
 
 
 @attrs.frozen(slots=True)
-class Inputs:
-    """The results of the jobs a dependent waited for, by their name in the workflow and
-    by id (a failed or cancelled one's result is None). `inputs["fetch"]`,
-    `inputs[job_id]` or `inputs[handle]` each give one result."""
+class Inputs(Mapping[Any, Any]):
+    """The results of the jobs a dependent waited for (a failed or cancelled one's
+    result is None): a read-only mapping from each input's name in the workflow (its
+    id where it has none) to its result, in the order the job waited for them.
+    `inputs["fetch"]`, `inputs[job_id]`, `inputs[str(job_id)]` or `inputs[handle]`
+    each give one result; `inputs.values()` all of them, for a fan-in."""
 
     by_name: Mapping[str, Any]
     by_id: Mapping[UUID, Any]
+    #: Each named input's name, by id.
+    names: Mapping[UUID, str] = attrs.field(factory=dict)
 
     def __getitem__(self, key: object) -> Any:
         job_id = getattr(key, "job_id", key)
-        if isinstance(job_id, UUID):
+        if isinstance(job_id, UUID) and job_id in self.by_id:
             return self.by_id[job_id]
         if isinstance(job_id, str):
             if job_id in self.by_name:
                 return self.by_name[job_id]
-            return self.by_id[UUID(job_id)]
-        raise KeyError(key)
+            try:
+                return self.by_id[UUID(job_id)]
+            except (ValueError, KeyError):
+                pass
+        raise KeyError(f"no input named {key!r}; the inputs are {self._listed()}")
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self.names.get(job_id, job_id) for job_id in self.by_id)
 
     def __len__(self) -> int:
         return len(self.by_id)
+
+    def _listed(self) -> str:
+        return ", ".join(repr(key) if isinstance(key, str) else str(key) for key in self) or "none"
 
 
 def read_inputs(queue: object, store: JobStore, job_id: UUID) -> Inputs:
@@ -42,6 +55,7 @@ def read_inputs(queue: object, store: JobStore, job_id: UUID) -> Inputs:
         return NO_INPUTS
     by_name: dict[str, Any] = {}
     by_id: dict[UUID, Any] = {}
+    names: dict[UUID, str] = {}
     edges = queue.dependencies_of(job_id)
     records = records_of(store, [edge.dependency for edge in edges])
     for edge in edges:
@@ -50,7 +64,8 @@ def read_inputs(queue: object, store: JobStore, job_id: UUID) -> Inputs:
         by_id[edge.dependency] = result
         if edge.name is not None:
             by_name[edge.name] = result
-    return Inputs(by_name, by_id)
+            names[edge.dependency] = edge.name
+    return Inputs(by_name, by_id, names)
 
 
 NO_INPUTS = Inputs({}, {})

@@ -238,13 +238,16 @@ rates = st.builds(
     st.sampled_from([None, *TYPES]),
     st.booleans(),
 )
-limits_st = st.builds(
-    QueueLimits,
-    st.booleans(),
-    st.dictionaries(st.sampled_from(PARTITIONS), st.sampled_from([1, 2, 3]), max_size=2),
-    st.none() | st.integers(1, 6),
-    st.lists(caps, max_size=2).map(tuple),
-    st.lists(rates, max_size=2).map(tuple),
+weights = st.dictionaries(st.sampled_from(PARTITIONS), st.sampled_from([1, 2, 3]), max_size=2)
+limits_st = st.booleans().flatmap(
+    lambda fair: st.builds(
+        QueueLimits,
+        st.just(fair),
+        weights if fair else st.just({}),  # weights apply only to fair shares
+        st.none() | st.integers(1, 6),
+        st.lists(caps, max_size=2).map(tuple),
+        st.lists(rates, max_size=2).map(tuple),
+    )
 )
 
 
@@ -417,6 +420,8 @@ def test_property_equal_weights_keep_partitions_within_one_job_of_each_other(
         (lambda: Rate(1, 0), "Rate.per_seconds", "must be a finite number > 0, got 0"),
         (lambda: QueueLimits(max_running=-1), "QueueLimits.max_running", "must be >= 1, got -1"),
         (lambda: QueueLimits(weights={"a": -1}), "QueueLimits.weights.a", "must be a finite"),
+        # Weights without fair shares were taken, and did nothing.
+        (lambda: QueueLimits(weights={"a": 2}), "QueueLimits.weights", "apply only to fair"),
         (lambda: QueueLimits(caps=(3,)), "QueueLimits.caps[0]", "must be a Cap, got 3"),
         (lambda: QueueLimits(rates=[Cap(1)]), "QueueLimits.rates[0]", "must be a Rate, got"),
     ],

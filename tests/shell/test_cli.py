@@ -118,6 +118,41 @@ def test_jobs_list_keeps_one_tenants_jobs(cli) -> None:
     assert refused.returncode == 2 and "--tenant" in refused.stderr
 
 
+def test_job_show_of_an_id_it_cannot_find_says_whether_retention_pruned_it(cli) -> None:
+    # It said "no job X" either way, where `result()` told the two apart.
+    rt = conveyor.build()  # the project's config, as the commands read it
+    try:
+        job = rt.enqueue("ship", {})
+        rt.drain()
+        assert rt.prune(older_than_ms=0) == 1
+    finally:
+        rt.close()
+    pruned = cli("job", "show", str(job.id), check=False)
+    assert pruned.returncode == 1 and pruned.stdout == ""
+    assert pruned.stderr.startswith(
+        f"conveyor: no job {job.id}: its record was pruned by retention at "
+    ), pruned.stderr
+    unknown = cli("job", "show", "00000000-0000-4000-8000-000000000009", check=False)
+    assert unknown.returncode == 1
+    assert unknown.stderr == (
+        "conveyor: no job 00000000-0000-4000-8000-000000000009: it was never enqueued here "
+        "(or was purged, or pruned longer ago than retention.remember_pruned_ms)\n"
+    )
+
+
+def test_status_for_a_tenant_says_which_counts_are_that_tenants(cli) -> None:
+    # The docs said it showed one tenant's jobs only; only the dead letters are.
+    cli("enqueue", "ship", "{}", "--tenant", "acme")
+    cli("enqueue", "ship", "{}", "--tenant", "globex")
+    assert _row(json.loads(cli("status", "--tenant", "acme", "--json").stdout), "default")["ready"] == 2
+    text = cli("status", "--tenant", "acme").stdout
+    assert text.rstrip().endswith(
+        "--tenant acme: the dead column counts acme's dead letters only; the other columns "
+        "count every tenant's jobs (conveyor jobs list --tenant acme lists acme's)"
+    )
+    assert "--tenant" not in cli("status").stdout
+
+
 def test_bad_input_exits_2_naming_the_field(cli_project, cli) -> None:
     result = run_process(cli_project, "enqueue", "bad type!", "{}", check=False)
     assert result.returncode == 2 and "job_type" in result.stderr

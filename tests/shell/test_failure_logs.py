@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,25 @@ def test_a_missing_handler_dead_letter_is_an_error_without_a_failed_attempt(
     [error] = _records(caplog, logging.ERROR)
     assert str(job.id) in error.getMessage() and "no-handler" in error.getMessage()
     assert CANARY not in caplog.text
+
+
+def test_a_job_requeued_for_want_of_a_handler_is_one_warning_per_job_type(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The worker said nothing until the job was dead-lettered, 5 minutes later.
+    policies = Policies(requeue=RequeuePolicy(requeue_delay_ms=10))
+    worker, queue, _, clock = _worker({"other": lambda a: None}, policies)
+    first, second = make_job("unknown"), make_job("unknown")
+    queue.enqueue(first)
+    queue.enqueue(second)
+    with caplog.at_level(logging.DEBUG):
+        worker.drain()
+        clock.advance(timedelta(seconds=1))
+        worker.drain()
+    told = [r.getMessage() for r in _records(caplog, logging.WARNING)]
+    assert len(told) == 1, told
+    assert f"job {first.id} (unknown): no handler for job type 'unknown' in this worker" in told[0]
+    assert "requeue.max_requeue_age_ms" in told[0]
 
 
 class _Tenants:

@@ -110,6 +110,11 @@ def test_limits_tables_become_queue_limits() -> None:
         ),
         ({"rates": [{"starts": 5}]}, "limits.payments.rates[0].per_seconds: is required"),
         (
+            {"weights": {"a": 2}},
+            "limits.payments.weights: apply only to fair shares: add fair = true, or drop "
+            "the weights",
+        ),
+        (
             {"weights": {"a": -2, "b": 0, "c": 1}},
             "limits.payments.weights.a: must be a number > 0, got -2; "
             "limits.payments.weights.b: must be a number > 0, got 0",

@@ -195,6 +195,21 @@ def test_a_misspelt_job_type_is_warned_about_once_with_the_closest_names(caplog)
     assert "'send-reciept'" in warnings[0] and "did you mean 'send-receipt'" in warnings[0]
 
 
+def test_a_workflow_step_of_a_misspelt_type_or_unpolled_queue_warns_as_an_enqueue_does(
+    caplog,
+) -> None:
+    # A workflow's steps were written without either warning.
+    rt = conveyor.build({"provider": "memory"}, handlers={"send-receipt": lambda a: None})
+    wf = conveyor.Workflow()
+    first = wf.add("send-receipt")
+    wf.add("send-reciept", after=[first], queue="mail")
+    with caplog.at_level(logging.WARNING, logger="conveyor.runtime"):
+        rt.enqueue(wf)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert any("did you mean 'send-receipt'" in w for w in warnings), warnings
+    assert any("queue 'mail', which no worker pool" in w for w in warnings), warnings
+
+
 def test_a_node_that_loads_no_handlers_cannot_tell_a_misspelt_type() -> None:
     rt = conveyor.build({"provider": "memory", "workers": {"count": 0}})
     assert rt.unknown_job_type("anything") is None

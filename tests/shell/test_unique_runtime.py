@@ -135,6 +135,29 @@ def test_the_cli_prints_the_id_of_the_job_already_there(tmp_path, capsys) -> Non
     assert capsys.readouterr().out.strip() == job_id
 
 
+def test_the_cli_takes_spans_of_time_with_their_unit_as_prune_does(tmp_path, capsys) -> None:
+    # `--unique-for 1h` was refused as "invalid float value", while `prune --older-than`
+    # took 12h: every span of the command line takes both forms now.
+    config = tmp_path / "conveyor.toml"
+    config.write_text(f'url = "sqlite:///{tmp_path / "jobs.db"}"\nentry_points = false\n')
+    argv = ["--config", str(config), "enqueue", "digest", "{}", "--unique-key", "digest:bob"]
+    assert main([*argv, "--unique-for", "1h", "--delay", "2m", "--timeout", "90s"]) == 0
+    job_id = capsys.readouterr().out.strip()
+    rt = conveyor.build(str(config))
+    try:
+        job = rt.get(job_id).job
+    finally:
+        rt.close()
+    assert job.unique.expires_at - job.created_at == timedelta(hours=1)
+    assert job.run_at - job.created_at == timedelta(minutes=2)
+    assert job.timeout_ms == 90_000
+    with pytest.raises(SystemExit) as refused:
+        main([*argv, "--unique-for", "1x"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "--unique-for: must be seconds (90, 1.5) or a duration such as 90s" in err
+
+
 def test_the_cli_refuses_a_malformed_id_in_one_line(tmp_path, capsys) -> None:
     config = tmp_path / "conveyor.toml"
     config.write_text(f'url = "sqlite:///{tmp_path / "jobs.db"}"\nentry_points = false\n')

@@ -248,3 +248,40 @@ def test_a_long_job_keeps_its_claim_alive_by_heartbeat() -> None:
     runner.join(5)
     assert seen_abandoned == [], "the heartbeat renewed the lease while the handler ran"
     assert worker.stats.completed == 1
+
+
+def test_a_graceful_stop_of_several_pools_claims_nothing_more_in_any_of_them(caplog) -> None:
+    # The pools were stopped one after another: while the first waited out its grace
+    # for a running job, the second went on claiming (and started jobs enqueued after
+    # the stop began), then was given no grace at all ("busy after 0.0s").
+    import threading
+    import time
+
+    import conveyor
+
+    started, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def slow(args: Any) -> None:
+        started.set()
+        release.wait(10)
+
+    workers = {"queues": ["slow", "fast"], "count": 1, "poll_interval_ms": 10}
+    rt = conveyor.build(
+        {"provider": "memory", "workers": workers},
+        handlers={"slow": slow, "fast": lambda a: ran.append("fast")},
+    )
+    rt.enqueue("slow", {}, queue="slow")
+    rt.start()
+    assert started.wait(10)
+    stopping = threading.Thread(target=rt.stop, args=(1.0,))
+    with caplog.at_level(logging.WARNING, logger="conveyor.worker"):
+        stopping.start()
+        time.sleep(0.2)
+        late = rt.enqueue("fast", {}, queue="fast")
+        stopping.join(10)
+    release.set()
+    assert ran == [], "a pool claimed a job enqueued after the stop began"
+    assert rt.get(late.id).state is JobStatus.PENDING
+    busy = [r.getMessage() for r in caplog.records if "still busy" in r.getMessage()]
+    assert busy == ["1 worker(s) on 'slow' still busy after 1.0s; their jobs are left to the lease"]

@@ -175,6 +175,26 @@ def test_a_refused_graph_leaves_the_key_free(backend: Backend) -> None:
     assert rt.enqueue_workflow(good) == good.id
 
 
+def test_a_stored_id_or_a_held_key_answers_before_the_graph_is_checked(
+    backend: Backend,
+) -> None:
+    # A re-sent workflow whose outside job was pruned since, or a keyed root whose
+    # key another holds: the stored workflow (the holder) is the answer on every
+    # backend, as a second send writes nothing; Redis checked the graph first.
+    rt = node(backend.queue, backend.store, ManualClock(T0))
+    stored = keyed("daily")
+    assert rt.enqueue_workflow(stored) == stored.id
+    resent = Workflow(id=stored.id)
+    resent.add("report", name="fetch")
+    resent.add("report", after=[uuid4()], name="ghost")
+    assert rt.enqueue_workflow(resent) == stored.id
+    assert [m.name for m in rt.workflow(stored.id).members] == ["fetch", "mail"]  # type: ignore[union-attr]
+    held = keyed("daily")
+    held.add("report", after=[uuid4()], name="ghost")
+    assert rt.enqueue_workflow(held) == stored.id, "the key's holder is the answer"
+    assert rt.workflow(held.id) is None
+
+
 def test_only_one_root_of_a_workflow_holds_a_key() -> None:
     wf = Workflow()
     root = wf.add("report", name="fetch", unique_key="k")

@@ -156,9 +156,27 @@ def test_cancelling_a_workflow_ends_every_unfinished_member(where: dict[str, Any
     wf.add("a", after=[root])
     rt.enqueue(wf)
     counts = rt.cancel_workflow(wf.id)
-    assert counts == {"cancelled": 1, "finished": 1}, "the root's cancel cascades"
+    # The root's cancel cascades to the job waiting for it: this call ended both (it
+    # said "1 cancelled, 1 finished", as if the waiting one had finished before).
+    assert counts == {"cancelled": 2}
     assert rt.workflow(wf.id).counts == {"cancelled": 2}
     assert rt.drain().processed == 0
+
+
+def test_cancelling_a_workflow_counts_the_members_finished_before_as_finished(
+    where: dict[str, Any],
+) -> None:
+    rt = _runtime(where, {"a": lambda a: None})
+    wf = Workflow()
+    first = wf.add("a")
+    # No handler here for "b": the drain runs the first job only, and requeues these.
+    wf.add("b", after=[first])
+    other = wf.add("b", after=[first])
+    rt.enqueue(wf)
+    rt.drain()
+    assert rt.get(first.job_id).state is JobStatus.COMPLETED
+    assert not rt.get(other.job_id).state.is_terminal
+    assert rt.cancel_workflow(wf.id) == {"finished": 1, "cancelled": 2}
 
 
 def test_cancelling_a_waiting_job_cascades_to_what_waits_for_it(where: dict[str, Any]) -> None:
@@ -332,3 +350,41 @@ def test_a_fan_in_reads_its_inputs_in_one_store_read_where_the_store_can(
     inputs = read_inputs(rt.queue, store, merge.job_id)
     assert [inputs[f"p{n}"] for n in range(30)] == [n * 10 for n in range(30)]
     assert store.calls == (["get_many"] if many else ["get"] * 30)
+
+
+def test_a_workflow_enqueued_already_takes_no_more_steps(where: dict[str, Any]) -> None:
+    # The step was accepted, given a handle, and never written.
+    rt = _runtime(where, {"a": lambda a: None})
+    wf = Workflow()
+    first = wf.add("a", name="first")
+    rt.enqueue(wf)
+    with pytest.raises(ValidationError) as late:
+        wf.add("a", name="second", after=[first])
+    assert late.value.fields == ("workflow",)
+    assert "was enqueued already" in str(late.value)
+    assert rt.enqueue(wf) == wf.id, "sending it again is still the stored workflow"
+    assert [m.name for m in rt.workflow(wf.id).members] == ["first"]
+
+
+def test_a_member_that_completed_shows_no_error_of_an_attempt_before(
+    where: dict[str, Any],
+) -> None:
+    # A dead step retried and then completed was shown "completed" with the old error.
+    fixed: list[bool] = []
+
+    def flaky(args: Any) -> None:
+        if not fixed:
+            raise conveyor.Permanent("flag missing")
+
+    rt = _runtime(where, {"a": flaky})
+    wf = Workflow()
+    wf.add("a", name="step")
+    rt.enqueue(wf)
+    rt.drain()
+    [dead] = rt.workflow(wf.id).members
+    assert dead.error == "Permanent: flag missing"
+    fixed.append(True)
+    rt.retry_dead(dead.job_id)
+    rt.drain()
+    [done] = rt.workflow(wf.id).members
+    assert done.state is JobStatus.COMPLETED and done.error is None

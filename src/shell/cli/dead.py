@@ -21,7 +21,7 @@ from ...core.validation import parse_job_id
 from ..dead_letters import count_dead, dead_filter, purge_matching, retry_matching
 from ..lookup import attempt_dict
 from ..notices import notice
-from ..ports import HistoryFilter
+from ..ports import HistoryFilter, UniqueKeyHeld
 from ..terminal import escape, print_table
 
 if TYPE_CHECKING:
@@ -82,7 +82,10 @@ def run_dead(args: argparse.Namespace, make_runtime: Callable[[], Runtime]) -> i
             else:
                 try:
                     job = runtime.retry_dead(job_id)
-                except ValidationError:
+                except ValidationError as refused:
+                    if isinstance(refused.__cause__, UniqueKeyHeld):
+                        notice(f"conveyor: job {refused.errors[0].reason}", level=logging.ERROR)
+                        return 1
                     return _no_dead_letter(runtime, job_id)
                 print(f"re-enqueued {job.id} on {escape(job.queue)}")
             return 0

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ...core import FieldError, ValidationError
+from ...core import FieldError, ValidationError, parse_duration_ms
 from ...core.times import as_delay
 from .runtime import command_runtime
 
@@ -27,19 +27,32 @@ def add_enqueue_command(sub: Any) -> None:
         help="(default: the task's, else normal)",
     )
     e.add_argument("--max-retries", type=int, default=None, help="(default: the task's, else 3)")
-    e.add_argument("--delay", type=float, default=None, help="seconds from now")
+    e.add_argument(
+        "--delay",
+        type=seconds,
+        default=None,
+        help="from now: seconds (90, 1.5) or 90s, 30m, 12h, 7d",
+    )
     e.add_argument("--tenant", default=None)
     e.add_argument(
         "--partition", default=None, help="the job's partition under limits (default: the tenant)"
     )
     e.add_argument(
-        "--timeout", type=float, default=None, help="seconds one attempt may run (see handlers)"
+        "--timeout",
+        type=seconds,
+        default=None,
+        help="how long one attempt may run (seconds, or 90s, 30m, ...; see handlers)",
     )
     e.add_argument(
         "--id", default=None, help="the job's id (a UUID); if taken, the job already there stays"
     )
     e.add_argument("--unique-key", default=None, help="enqueue nothing while this key is held")
-    e.add_argument("--unique-for", type=float, default=None, help="seconds the key is held at most")
+    e.add_argument(
+        "--unique-for",
+        type=seconds,
+        default=None,
+        help="how long the key is held at most (seconds, or 90s, 30m, 12h, 7d)",
+    )
     e.add_argument(
         "--unique-state",
         action="append",
@@ -52,6 +65,21 @@ def add_enqueue_command(sub: Any) -> None:
         help="refuse a job type that no configured handler module registers",
     )
     e.set_defaults(func=cmd_enqueue)
+
+
+def seconds(text: str) -> float:
+    """A command line's span of time: seconds as a number (`90`, `1.5`), or a duration
+    with its unit (`90s`, `30m`, `12h`, `7d`), as `prune --older-than` takes it."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    ms = parse_duration_ms(text.strip())
+    if ms is None:
+        raise argparse.ArgumentTypeError(
+            f"must be seconds (90, 1.5) or a duration such as 90s, 30m, 12h or 7d, got {text!r}"
+        )
+    return ms / 1000
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:

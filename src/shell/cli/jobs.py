@@ -67,10 +67,12 @@ def cmd_job(args: argparse.Namespace) -> int:
     runtime = command_runtime(args, reads_only=True)
     try:
         view = runtime.get(job_id)
+        missing = None if view is not None else runtime.not_found(job_id)
     finally:
         runtime.close()
     if view is None:
-        notice(f"conveyor: no job {job_id}", level=logging.ERROR)
+        # Pruned by retention, or never known here: said as `result()` says it.
+        notice(f"conveyor: {missing}", level=logging.ERROR)
         return 1
     shown = {"show_args": args.show_args, "show_result": args.show_result}
     if args.json:

@@ -16,7 +16,11 @@ def add_status_command(sub: Any) -> None:
     """The `status` command, on the CLI's subparsers `sub`."""
     s = sub.add_parser("status", help="queues, counts, dead letters and live workers")
     s.add_argument("--json", action="store_true", help="machine-readable output")
-    s.add_argument("--tenant", default=None, help="count only this tenant's dead letters")
+    s.add_argument(
+        "--tenant",
+        default=None,
+        help="count only this tenant's dead letters (the other counts are of every tenant)",
+    )
     s.add_argument("--strict", action="store_true", help="exit 1 when a queue is flagged")
     s.set_defaults(func=cmd_status)
 
@@ -125,4 +129,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(status.to_dict(), indent=2))
     else:
         render_status(status)
+        if args.tenant is not None:
+            # Queues keep no count per tenant (a listing reads their jobs one by one).
+            tenant = escape(args.tenant)
+            print(
+                f"\n--tenant {tenant}: the dead column counts {tenant}'s dead letters only; "
+                f"the other columns count every tenant's jobs (conveyor jobs list --tenant "
+                f"{tenant} lists {tenant}'s)"
+            )
     return 1 if any(q.flagged for q in status.queues) and args.strict else 0

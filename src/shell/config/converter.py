@@ -31,7 +31,7 @@ from cattrs.errors import (
 )
 from cattrs.gen import make_dict_structure_fn_from_attrs, override
 
-from ...core import FieldError, RequeuePolicy, RetentionPolicy, RetryPolicy
+from ...core import FieldError, RequeuePolicy, RetentionPolicy, RetryPolicy, ValidationError
 from ...core.cron import CronEntry
 from ...core.limits import Cap, QueueLimits, Rate
 from .checks import (
@@ -392,6 +392,10 @@ def problems(exc: BaseException, path: str = "") -> Iterator[FieldError]:
             yield FieldError(f"{prefix}{key}", f"unknown key; expected one of {known}")
     elif isinstance(exc, Bad):
         yield FieldError(path, exc.reason)
+    elif isinstance(exc, ValidationError):  # a class's rule across its fields, at __init__
+        for error in exc.errors:
+            attribute = error.field.split(".", 1)[-1]
+            yield FieldError(f"{path}.{attribute}" if path else attribute, error.reason)
     elif isinstance(exc, KeyError):
         yield FieldError(path, "is required")
     else:

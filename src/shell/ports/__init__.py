@@ -37,7 +37,13 @@ from .claims import PREFETCH_MARK, BadClaim, Claim, is_prefetched, prefetch_toke
 from .clock import Clock, Handler, HandlerRegistry, Jitter, SystemClock
 from .finishes import FinishWaiter, FinishWatchingStore, RecordCarryingWaiter
 from .limits import LimitedClaims, LimitedJobQueue, LimitReportingJobQueue, LimitUsage
-from .queue import BatchingJobQueue, FinishingJobQueue, JobQueue, TransactionalJobQueue
+from .queue import (
+    BatchingJobQueue,
+    FinishingJobQueue,
+    JobQueue,
+    TransactionalJobQueue,
+    UniqueKeyHeld,
+)
 from .reads import (
     HISTORY_FILTER_SCAN,
     FinishedPerMinute,
@@ -84,6 +90,7 @@ __all__ = [
     "RecordCarryingWaiter",
     "SystemClock",
     "TransactionalJobQueue",
+    "UniqueKeyHeld",
     "WakingJobQueue",
     "is_prefetched",
     "is_transactional",

@@ -19,6 +19,16 @@ from .reads import Place, QueueCounts, QueuedJob
 from .store import JobStore
 
 
+class UniqueKeyHeld(Exception):
+    """A write refused, with nothing written, because it would give a unique key a
+    second live job: `holder` holds `key` (an operator's retry of a dead letter whose
+    key another job took meanwhile)."""
+
+    def __init__(self, key: str, holder: Job) -> None:
+        super().__init__(f"unique key {key!r} is held by job {holder.id} ({holder.status.value})")
+        self.key, self.holder = key, holder
+
+
 @runtime_checkable
 class JobQueue(Protocol):
     """Work still to do: ready queues, the scheduled set and the in-flight claims."""
@@ -146,7 +156,9 @@ class FinishingJobQueue(JobQueue, Protocol):
         """An operator's retry of a dead letter, as one atomic step: only while the store
         still records `dead.id` as a dead letter (status failed), put `fresh` in the
         queue (ready, or parked by its status) and record `fresh` in the store. False,
-        with nothing written, when it is no longer a dead letter."""
+        with nothing written, when it is no longer a dead letter. A unique key of
+        `fresh` is taken for it in the same step; while another job holds it, nothing
+        is written and `UniqueKeyHeld` names that job."""
 
 
 @runtime_checkable

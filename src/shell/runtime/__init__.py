@@ -40,7 +40,8 @@ from ..retention import Pruner
 from ..worker.inline import InlineRunner
 from .backends import open_backend, open_tenancy
 from .enqueue_options import ENQUEUE_OPTIONS
-from .enqueueing import EnqueueMethods, EnqueueWarnings
+from .enqueue_warnings import EnqueueWarnings
+from .enqueueing import EnqueueMethods
 from .operator_actions import OperatorMethods
 from .presence_beat import PRESENCE_INTERVAL, PRESENCE_TTL, PresenceBeat, process_worker_id
 from .reads import ReadMethods

@@ -8,14 +8,14 @@ already there. Around the write: a tracing `send` span when tracing is on, the
 `enqueued` hook for each job written, and, in inline mode, the run of the jobs'
 queue.
 
-Two warnings are given once per process: a job on a queue no pool of this config
-polls, and a job type no configured handler module registers (likely misspelt).
+Two warnings are given once per process (`enqueue_warnings`): a job on a queue no
+pool of this config polls, and a job type no configured handler module registers
+(likely misspelt).
 """
 
 from __future__ import annotations
 
 import asyncio
-import difflib
 import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,6 +32,7 @@ from ..hooks import Hooks
 from ..ports import Clock, JobQueue, is_transactional
 from ..registry import Registry
 from .enqueue_options import EnqueueOptions, args_list_of
+from .enqueue_warnings import EnqueueWarnings, unknown_job_type
 from .workflow_writes import WorkflowWrites
 
 if TYPE_CHECKING:
@@ -46,54 +47,6 @@ class SendSpans(Protocol):
     """Makes the tracing `send` span around a write (`conveyor.shell.tracing.JobTracer`)."""
 
     def send(self, jobs: Sequence[Job]) -> AbstractContextManager[list[Job]]: ...
-
-
-def unknown_job_type(registry: Registry, job_type: str) -> str | None:
-    """Why `job_type` looks misspelt (no handler module configured here registers it,
-    though some are configured), with the closest registered types; None when it is
-    registered, or when this node loads no handlers and so cannot tell."""
-    known = registry.job_types()
-    if not known or job_type in known:
-        return None
-    close = difflib.get_close_matches(job_type, sorted(known), n=3)
-    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-    return (
-        f"no configured handler module registers job type {job_type!r}{hint} "
-        "(it would wait for a worker that has it, then be dead-lettered as no-handler)"
-    )
-
-
-class EnqueueWarnings:
-    """The warnings an enqueue gives once per process: for each queue no pool polls,
-    and for each job type no configured handler module registers."""
-
-    def __init__(self) -> None:
-        self._queues: set[str] = set()
-        self._types: set[str] = set()
-
-    def unknown_type(self, registry: Registry, job_type: str) -> None:
-        if job_type in self._types:
-            return
-        reason = unknown_job_type(registry, job_type)
-        if reason is not None:
-            self._types.add(job_type)
-            log.warning("%s", reason)
-        elif registry.registration(job_type) is not None:
-            # Registered here, so never misspelt: the next enqueue need not ask again.
-            self._types.add(job_type)
-
-    def unpolled(self, queue: str, polled: Sequence[str]) -> None:
-        if queue in polled or queue in self._queues:
-            return
-        self._queues.add(queue)
-        log.warning(
-            "job enqueued on queue %r, which no worker pool is configured to poll "
-            "(workers.queues = %s). It will wait there until a worker polls it: "
-            "add %r to workers.queues.",
-            queue,
-            list(polled),
-            queue,
-        )
 
 
 @attrs.frozen(slots=True)
@@ -125,12 +78,16 @@ class Enqueuer:
         options once; `listed`: see `EnqueueOptions.jobs`), all made at one instant; the
         once-per-process warnings given for them."""
         jobs = options.jobs(job_type, args_list, self.clock.now(), listed=listed)
-        if jobs:
-            if self.polled is not None:
-                self.warnings.unpolled(jobs[0].queue, self.polled)
-            for name in dict.fromkeys(j.job_type for j in jobs):
-                self.warnings.unknown_type(self.registry, name)
+        self.warn_for(jobs)
         return jobs
+
+    def warn_for(self, jobs: Sequence[Job]) -> None:
+        """The once-per-process warnings for `jobs`, about to be written."""
+        for queue in dict.fromkeys(j.queue for j in jobs):
+            if self.polled is not None:
+                self.warnings.unpolled(queue, self.polled)
+        for name in dict.fromkeys(j.job_type for j in jobs):
+            self.warnings.unknown_type(self.registry, name)
 
     def _sending(self, jobs: list[Job]) -> AbstractContextManager[list[Job]]:
         """The jobs to write, in a `send` span carrying its context when tracing."""

@@ -33,7 +33,7 @@ from ...core import (
 from ...core.field_checks import MAX_DURATION_MS
 from ..cancellation import cancel_job, cancel_many
 from ..executor import Executor
-from ..ports import Clock, JobQueue, JobStore
+from ..ports import Clock, JobQueue, JobStore, UniqueKeyHeld
 from ..retention import prune_all
 from .reads import as_job_id
 
@@ -90,7 +90,17 @@ class OperatorActions:
         """Queue a dead letter afresh, only while it is still a dead letter."""
         job = self.store.get(as_job_id(job_id))
         decision = None if job is None else decide_revive(job, self.clock.now())
-        if decision is not None and self.executor.carry_out(None, decision):
+        try:
+            revived = decision is not None and self.executor.carry_out(None, decision)
+        except UniqueKeyHeld as held:
+            # Two live jobs under one key is what a unique key rules out.
+            holder = f"job {held.holder.id} ({held.holder.status.value})"
+            raise ValidationError.of(
+                "job_id",
+                f"{job_id} was not retried: its unique key {held.key!r} is held by {holder}; "
+                "retry it once that job has ended, or cancel that job first",
+            ) from held
+        if decision is not None and revived:
             return decision.job
         now = self.store.get(as_job_id(job_id))
         if decision is not None and now is not None and now.status is JobStatus.FAILED:

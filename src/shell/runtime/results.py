@@ -191,7 +191,7 @@ class ResultMethods:
         lease = timedelta(milliseconds=self.policies.lease.lease_ms)
         view = find_job(self.queue, self.store, job_id, lease)
         if view is None:
-            raise self._not_found(job_id)
+            raise self.not_found(job_id)
         done, value = outcome(job_id, view)
         return done, value, view.state, view.job
 
@@ -208,9 +208,10 @@ class ResultMethods:
         done, value = settled(job_id, carried.status, carried.result, carried.last_error)
         return done, value, carried.status, seen
 
-    def _not_found(self, job_id: UUID) -> JobNotFound:
-        """`JobNotFound`, saying whether retention pruned the record where the store
-        keeps tombstones (`PruneRememberingStore`)."""
+    def not_found(self, job_id: UUID) -> JobNotFound:
+        """`JobNotFound` for an id no queue or store holds, saying whether retention
+        pruned its record where the store keeps tombstones (`PruneRememberingStore`);
+        its text is what `conveyor job show` says of such an id."""
         store = self.store
         if not isinstance(store, PruneRememberingStore):
             return JobNotFound(job_id)

@@ -115,6 +115,11 @@ def start_pools(
 def stop_pools(pools: Sequence[WorkerPool], grace_s: float) -> bool:
     """Stop every pool, letting in-flight jobs finish within `grace_s` in all; True
     when every job finished."""
+    # Every worker of every pool is told first: a pool still waiting for its turn
+    # would otherwise go on claiming while the first waits out its grace.
+    for pool in pools:
+        for worker in pool.workers:
+            worker.stop()
     end = time.monotonic() + grace_s
     return all([pool.stop(max(0.0, end - time.monotonic())) for pool in pools])
 

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 @attrs.frozen(slots=True)
 class MemberState:
     """One job of a workflow as it stands: its name, id, state, the error it ended with
-    (if any), and what it waits for (the dependencies' names or ids, with policies)."""
+    or is retrying after (none once completed), and what it waits for (the
+    dependencies' names or ids, with policies)."""
 
     name: str
     job_id: UUID
@@ -120,7 +121,9 @@ class WorkflowMethods:
         for name, job_id in found.names.items():
             view = views[job_id]
             error = None
-            if view is not None and view.job is not None and view.job.last_error is not None:
+            failed = view is not None and view.state is not JobStatus.COMPLETED
+            if failed and view is not None and view.job is not None and view.job.last_error:
+                # A completed job ended with none: an earlier attempt's is history.
                 error = f"{view.job.last_error.type}: {view.job.last_error.message}"
             edges = waits.get(job_id, [])
             shown = tuple(
@@ -139,15 +142,20 @@ class WorkflowMethods:
 
     def cancel_workflow(self, workflow_id: UUID | str) -> Mapping[str, int]:
         """Cancel every unfinished job of the workflow (waiting, queued, or by a request
-        when running); how many of each `CancelResult` it met."""
+        when running); how many of each `CancelResult` it met. A job that this call's
+        cascade ended counts as cancelled; `finished` counts those that had ended."""
         state = self.workflow(workflow_id)
         if state is None:
             raise ValidationError.of("workflow_id", f"no workflow with id {workflow_id}")
         out: dict[str, int] = {}
         # Roots first: a cancelled root cascades to what waits for it, which then is
-        # already finished when its own turn comes.
+        # already finished when its own turn comes: cancelled by this call all the same.
         for member in state.members:
             result = self.cancel(member.job_id)
+            if result is CancelResult.FINISHED and not _ended(member.state):
+                now = self.get(member.job_id)
+                if now is not None and now.state is JobStatus.CANCELLED:
+                    result = CancelResult.CANCELLED
             out[result.value] = out.get(result.value, 0) + 1
         return out
 
@@ -169,3 +177,8 @@ class WorkflowMethods:
     def inputs_of(self, job_id: UUID | str) -> Inputs:
         """The results of the jobs `job_id` waited for (see `Inputs`)."""
         return read_inputs(self.queue, self.store, as_job_id(job_id))
+
+
+def _ended(state: JobStatus | None) -> bool:
+    """A member that had ended when the workflow was read (or whose record is gone)."""
+    return state is None or state.is_terminal

@@ -39,6 +39,8 @@ class GraphEnqueuer(Protocol):
         listed: bool = False,
     ) -> list[Job]: ...
 
+    def warn_for(self, jobs: Sequence[Job]) -> None: ...
+
     def _written(self, jobs: Sequence[Job]) -> None: ...
 
 
@@ -62,6 +64,7 @@ class WorkflowWrites:
 
     def _write(self, graph: Graph, field: str) -> list[Job]:
         queue = workflow_queue(self.enqueuer.queue, self.provider, field)
+        self.enqueuer.warn_for([m.job for m in graph.members])
         written = queue.enqueue_graph(graph)
         # A workflow id already stored gives back that workflow's jobs: none of them
         # was enqueued by this call.
@@ -85,7 +88,9 @@ class WorkflowWrites:
                 "provider",
                 f"{self.provider!r} cannot enqueue a workflow in a transaction; use provider 'db'",
             )
-        written = queue.enqueue_graph_in_tx(conn, workflow.graph(self.enqueuer.clock.now()))
+        graph = workflow.graph(self.enqueuer.clock.now())
+        self.enqueuer.warn_for([m.job for m in graph.members])
+        written = queue.enqueue_graph_in_tx(conn, graph)
         return _written_id(workflow, written)
 
     def enqueue_after(

@@ -157,6 +157,8 @@ class Workflow:
         self._names: set[str] = set()
         #: The step holding the workflow's unique key, if one does.
         self._keyed: str | None = None
+        #: Handed to an enqueue: a step added after would never be written.
+        self._sent = False
 
     @property
     def steps(self) -> Sequence[Step]:
@@ -177,7 +179,14 @@ class Workflow:
         `unique_states`): while it holds the key, enqueueing another workflow whose
         root asks for it writes nothing and returns the holder's id.
         `name` (default: the job type, numbered when repeated) is how its dependents'
-        handlers find its result. Returns its handle."""
+        handlers find its result. Returns its handle. A workflow already handed to an
+        enqueue takes no more steps."""
+        if self._sent:
+            raise ValidationError.of(
+                "workflow",
+                f"{self.id} was enqueued already: a step added now would never be written "
+                "(an enqueue of a stored workflow id writes nothing); build a new Workflow",
+            )
         job_type = job_type_of(task)
         defaults = getattr(task, "options", None)
         chosen = EnqueueOptions.of(defaults(**options) if callable(defaults) else options)
@@ -229,7 +238,8 @@ class Workflow:
         return f"{job_type}#{n}"
 
     def graph(self, now: datetime) -> Graph:
-        """The jobs, built at `now`, and their edges, ready to write."""
+        """The jobs, built at `now`, and their edges, ready to write (the workflow takes
+        no more steps from then on)."""
         if not self._steps:
             raise ValidationError.of("workflow", "has no steps")
         members = []
@@ -239,6 +249,7 @@ class Workflow:
             job = options.job(step.job_type, step.args, now)
             edges = edges_for(job.id, step.after, field, self.id)
             members.append(Member(job, edges, field, step.handle.name))
+        self._sent = True
         return Graph(tuple(members), self.id)
 
 

@@ -27,7 +27,7 @@ from ...core import (
     Succeeded,
 )
 from ..hooks import Hooks
-from ..logs import log_dead_letter, log_failed_attempt
+from ..logs import job_fields, log_dead_letter, log_failed_attempt
 from ..ports import BadClaim
 from .attempts import Attempted
 
@@ -81,6 +81,8 @@ class Reporter:
     def __init__(self, hooks: Hooks) -> None:
         self.hooks = hooks
         self.counts: Counter[str] = Counter()
+        #: The job types this worker found no handler for, told once each.
+        self._unhandled: set[str] = set()
 
     def stats(self) -> WorkerStats:
         """The counts so far."""
@@ -147,6 +149,18 @@ class Reporter:
             self.hooks.dead_lettered(job, decision.error)
         elif isinstance(decision, Complete):
             self.hooks.succeeded(job)
+        elif isinstance(decision, Requeue) and job.job_type not in self._unhandled:
+            # Silence until the dead letter minutes later hid a handler left out here.
+            self._unhandled.add(job.job_type)
+            log.warning(
+                "job %s (%s): no handler for job type %r in this worker; requeued for a "
+                "worker that has one, and dead-lettered as no-handler if none takes it "
+                "within requeue.max_requeue_age_ms (told once per job type)",
+                job.id,
+                job.job_type,
+                job.job_type,
+                extra=job_fields(job),
+            )
 
     def cancelled(self, decision: CancelClaim) -> None:
         """A claimed job was recorded cancelled instead of its outcome, because a cancel

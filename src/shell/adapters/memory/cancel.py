@@ -8,7 +8,7 @@ from datetime import datetime
 from uuid import UUID
 
 from ....core import Job, JobStatus
-from ...ports import BadClaim, Claim
+from ...ports import BadClaim, Claim, UniqueKeyHeld
 from .state import QueueState
 
 
@@ -64,6 +64,10 @@ class Cancelling(QueueState):
             current = store.get(dead.id)
             if current is None or current.status is not JobStatus.FAILED:
                 return False
+            holder = self._lock_holder(fresh, fresh.run_at)
+            if holder is not None and holder.id != fresh.id and fresh.unique is not None:
+                raise UniqueKeyHeld(fresh.unique.key, holder)
+            self._take_lock(fresh)
             self._drop(fresh.id)
             self._place(fresh)
             store.record(fresh)

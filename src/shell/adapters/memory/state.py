@@ -204,15 +204,17 @@ class QueueState:
             return found_in_queue(queued.place, queued.job)
         return None if self._store is None else self._store.get(job_id)
 
-    def _lock_holder(self, job: Job) -> Job | None:
-        """The job holding `job`'s unique key, when the core says it holds it (caller
-        holds the lock); None when `job` has no key or the key is free."""
+    def _lock_holder(self, job: Job, now: datetime | None = None) -> Job | None:
+        """The job holding `job`'s unique key at `now` (default: `job`'s creation), when
+        the core says it holds it (caller holds the lock); None when `job` has no key
+        or the key is free."""
         lock = job.unique
         held = None if lock is None else self._unique.get(lock.key)
         if held is None:
             return None
         holder = self._stored(held[1])
-        if holder is not None and lock_holds(held[0], holder.status, job.created_at):
+        at = job.created_at if now is None else now
+        if holder is not None and lock_holds(held[0], holder.status, at):
             return holder
         return None
 

@@ -138,9 +138,10 @@ def finished_us_of_body(body: bytes | str) -> str:
     return ""
 
 
-def unique_args(job: Job) -> list[str]:
+def unique_args(job: Job, now: datetime | None = None) -> list[str]:
     """A job's unique key as the scripts take it: the key ('' for none), its states,
-    its window's end, now (the job's creation) and the key's time to live."""
+    its window's end, now (default: the job's creation) and the key's time to live."""
+    at = job.created_at if now is None else now
     lock = job.unique
     key = states = expires = ttl = ""
     if lock is not None:
@@ -148,5 +149,5 @@ def unique_args(job: Job) -> list[str]:
         if lock.expires_at is not None:
             expires = us_digits(lock.expires_at)
             # Only for Redis to forget the key: the verdict reads `expires`.
-            ttl = str(max(1, ms_ceil(lock.expires_at) - ms(job.created_at)) + 1000)
-    return [key, states, expires, us_digits(job.created_at), ttl]
+            ttl = str(max(1, ms_ceil(lock.expires_at) - ms(at)) + 1000)
+    return [key, states, expires, us_digits(at), ttl]

@@ -9,8 +9,10 @@ from datetime import datetime
 
 from ....core import Job
 from ...codec import encode_many
-from .arguments import now_args, placement, record_facts
+from ...ports import UniqueKeyHeld
+from .arguments import now_args, placement, record_facts, unique_args
 from .base import RedisQueueBase
+from .replies import found
 
 
 class Enqueueing(RedisQueueBase):
@@ -42,19 +44,24 @@ class Enqueueing(RedisQueueBase):
 
     def revive(self, dead: Job, fresh: Job) -> bool:
         """Put `fresh` in the queue and record it, in one script, only while the store
-        still records `dead.id` as a dead letter."""
-        return bool(
-            self._write(
-                "revive",
-                self._revive,
-                str(dead.id),
-                *placement(fresh),
-                fresh.status.value,
-                fresh.tenant_id or "",
-                *record_facts(fresh),
-                uuid.uuid4().hex,
-            )
+        still records `dead.id` as a dead letter, taking its unique key (see
+        `JobQueue.revive`)."""
+        answer = self._write(
+            "revive",
+            self._revive,
+            str(dead.id),
+            *placement(fresh),
+            fresh.status.value,
+            fresh.tenant_id or "",
+            *record_facts(fresh),
+            uuid.uuid4().hex,
+            *unique_args(fresh, fresh.run_at),
         )
+        if isinstance(answer, list):
+            holder = found(answer)
+            assert holder is not None and fresh.unique is not None
+            raise UniqueKeyHeld(fresh.unique.key, holder)
+        return bool(answer)
 
     def promote_due(self, now: datetime, limit: int = 1000) -> int:
         """Move up to `limit` parked jobs due by `now` to their ready lists (one script),

@@ -31,8 +31,9 @@ from .client import text
 from .replies import found
 from .settling import STALE, STALE_TRIES, Settling, decoded, edge_json, edge_of, status_named
 
-#: The graph script's answer when the workflow id is already stored.
-STORED = 4
+#: The graph script's answers when the workflow id is already stored, and when a
+#: graph Python refused meets neither a stored id nor a held key.
+STORED, REFUSED = 4, 5
 
 
 def _member_args(member: Member, record: Job) -> list[object]:
@@ -82,25 +83,38 @@ class Workflows(Settling):
                     statuses[job_id] = status_named(text(raw_status))
             error = check_graph([(m.job, m.edges, m.field) for m in members], existing)
             if error is not None:
-                raise error
+                # A stored id or a held key is the answer all the same, as on SQL.
+                refused = [nonce, 0, workflow, "1", *lock, 0, 0, "", 0]
+                answer = self._write("enqueue", self._enqueue_graph, *refused)
+                known = None if answer == REFUSED else self._known(graph, answer)
+                if known is None:
+                    raise error
+                return known
             now = members[0].job.created_at
             records = settle_new([(m.job, m.edges) for m in members], statuses, now)
-            args: list[object] = [nonce, self._receipt_ms, workflow, *lock, *facts, 0, doc]
-            args.append(len(members))
+            args: list[object] = [nonce, self._receipt_ms, workflow, "0", *lock, *facts]
+            args += [0, doc, len(members)]
             for member, record in zip(members, records, strict=True):
                 args += _member_args(member, record)
             answer = self._write("enqueue", self._enqueue_graph, *args)
-            if isinstance(answer, list):
-                held = found(answer)  # a root's unique key, and the job holding it
-                assert held is not None
-                return [held]
-            reply = int(answer)
-            if reply == STORED:
-                assert graph.workflow_id is not None
-                return self._stored_members(graph.workflow_id)
-            if reply != STALE:
+            known = self._known(graph, answer)
+            if known is not None:
+                return known
+            if int(answer) != STALE:
                 return records
         raise RuntimeError("the jobs this graph waits for kept changing while it was written")
+
+    def _known(self, graph: Graph, answer: object) -> list[Job] | None:
+        """What the graph script's answer says is there already: the holder of the
+        root's key, or the stored workflow's members; None for any other answer."""
+        if isinstance(answer, list):
+            held = found(answer)  # a root's unique key, and the job holding it
+            assert held is not None
+            return [held]
+        if int(answer) == STORED:  # type: ignore[call-overload]
+            assert graph.workflow_id is not None
+            return self._stored_members(graph.workflow_id)
+        return None
 
     def _stored_members(self, workflow_id: UUID) -> list[Job]:
         """The members of the stored workflow `workflow_id` as they stand (one that

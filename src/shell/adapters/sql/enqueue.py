@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from ....core import Job, JobStatus, ValidationError
+from ...ports import UniqueKeyHeld
 from .awaited import mark_awaited
 from .base import SqlQueueBase
 from .schema import JOB_COUNTER
@@ -104,12 +105,16 @@ class Enqueueing(SqlQueueBase):
             status = conn.execute(sql.store_status, {"job_id": str(dead.id)}).scalar()
             if status != JobStatus.FAILED.value:
                 return False
+            if fresh.unique is not None:
+                holder = self._adder.lock(conn, fresh.unique, str(fresh.id), fresh.run_at)
+                if holder is not None and holder.id != fresh.id:
+                    raise UniqueKeyHeld(fresh.unique.key, holder)  # rolls back
             self._enqueue(conn, fresh)
             write_record(self._db, conn, fresh)
             mark_awaited(self._db, conn, fresh.id)  # jobs may still wait for it
             return True
 
-        return self._db.run(work)
+        return rerun_on_contention(lambda: self._db.run(work))
 
 
 def check_outbox(conn: Any) -> None:

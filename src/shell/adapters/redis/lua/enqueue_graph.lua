@@ -1,5 +1,6 @@
 -- enqueue_graph: a workflow's jobs, their edges and the workflow, all or nothing.
--- ARGV: base, nonce, receipt_ms (0 = keep no receipt), workflow id ('' = none), a
+-- ARGV: base, nonce, receipt_ms (0 = keep no receipt), workflow id ('' = none),
+-- refused ('1' when Python found the graph bad: see below, else '0'), a
 -- root's unique key ('' = none; then its states, exp_us, now_us and ttl_ms as
 -- enqueue_new takes them, and the root's id), facts ({n, id, status, ...}: the status Python read for
 -- each job outside the graph that an edge names, then 0: no witness groups; see
@@ -14,17 +15,23 @@
 -- that workflow (another node's cron slot, a retried call): this writes nothing and
 -- answers STORED, and Python reads the stored members. A root's unique key held by
 -- another job writes nothing either: the answer is {0, where, body} of the holder.
-local STORED = 4
+-- Both answer before the graph's own check, as a second send writes nothing: a graph
+-- Python refused is sent with refused = '1' and no members, and unless one of them
+-- answers, this writes nothing and answers REFUSED.
+local STORED, REFUSED = 4, 5
 local nonce, receipt_ms, workflow = ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local receipt = key('graph', nonce)
 if redis.call('EXISTS', receipt) == 1 then return 1 end
 if workflow ~= '' and redis.call('EXISTS', key('workflow', workflow)) == 1 then
   return STORED
 end
-local ok, at = facts_hold(11)
+if ARGV[5] == '1' then
+  return (ARGV[6] ~= '' and unique_holder(ARGV[6], ARGV[9])) or REFUSED
+end
+local ok, at = facts_hold(12)
 if not ok then return STALE end
-if ARGV[5] ~= '' then
-  local holder = take_unique(ARGV[10], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9])
+if ARGV[6] ~= '' then
+  local holder = take_unique(ARGV[11], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
   if holder then return holder end
 end
 local doc = ARGV[at]
