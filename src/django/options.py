@@ -297,7 +297,9 @@ def config_problems(config: Mapping[str, Any]) -> tuple[FieldError, ...]:
     from ..core import ValidationError
     from ..shell.config import load_config
 
-    key = json.dumps(config, sort_keys=True, default=str)
+    # The variables are read too: a config checked under others is checked again.
+    variables = {k: v for k, v in os.environ.items() if k.startswith("CONVEYOR_")}
+    key = json.dumps([config, variables], sort_keys=True, default=str)
     with _checked_lock:
         found = _checked.get(key)
     if found is None:

@@ -326,11 +326,12 @@ def test_queues_given_as_a_string_is_one_error_asking_for_a_list(tmp_path: Path)
     ]
 
 
-def test_a_traceback_option_after_conveyor_jobs_is_conveyors_own() -> None:
+def test_a_traceback_option_after_conveyor_job_is_conveyors_own() -> None:
     from conveyor.django.management.commands.conveyor import _split_argv
 
-    assert _split_argv(["jobs", "show", "1", "--traceback", "-v2"]) == (
-        ["jobs", "show", "1", "--traceback"],
+    # `conveyor job show ID --traceback` prints each attempt's traceback.
+    assert _split_argv(["job", "show", "1", "--traceback", "-v2"]) == (
+        ["job", "show", "1", "--traceback"],
         False,
         None,
     )

@@ -104,9 +104,9 @@ DJANGO_OPTIONS = {
     "--force-color": False,
     "--traceback": False,
 }
-#: Conveyor commands with a `--traceback` of their own (`jobs show --traceback`
+#: Conveyor commands with a `--traceback` of their own (`job show --traceback`
 #: prints each attempt's traceback): after them, it is theirs.
-OWN_TRACEBACK = frozenset({"jobs"})
+OWN_TRACEBACK = frozenset({"job"})
 #: Conveyor's options before its command that take a value (not a command's name).
 VALUED = [["--config"], ["-c"], ["--log-level"], ["--log-format"]]
 
