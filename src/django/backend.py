@@ -31,7 +31,14 @@ from ..shell.migrate import SchemaNotCurrent
 from ..shell.runtime import Runtime, build
 from .compat import BaseTaskBackend, InvalidTask, TaskResultDoesNotExist, task_enqueued
 from .discovery import known_task
-from .options import BackendOptions, conveyor_config, database_url, read_options
+from .options import (
+    BackendOptions,
+    config_problems,
+    conveyor_config,
+    database_options_problems,
+    database_url,
+    read_options,
+)
 from .outbox import DJANGO_CONNECTIONS
 from .results import (
     build_result,
@@ -54,7 +61,9 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         #: `QUEUES` and `OPTIONS`, checked (`conveyor.django.options`).
-        self.settings: BackendOptions = read_options(self.queues, self.options)
+        # `QUEUES` as given: Django's own reading makes a string a set of its letters.
+        queues = params.get("QUEUES", self.queues)
+        self.settings: BackendOptions = read_options(queues, self.options)
 
     # ---- configuration ----------------------------------------------------------
 
@@ -67,12 +76,32 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         alias = self.settings.database or "default"
         wrapper = connections[alias]
         # Conveyor's own connections use psycopg 3 whatever Django's use.
-        return database_url(wrapper.settings_dict)
+        return database_url(wrapper.settings_dict, alias=alias)
+
+    def database_problems(self) -> list[Any]:
+        """What in the `DATABASES` entry of Conveyor's tables Conveyor's own
+        connections cannot carry (`FieldError`s); none with `URL` or an unknown alias
+        (the database URL's own error tells that)."""
+        from django.conf import settings
+
+        alias = self.settings.database
+        entry = settings.DATABASES.get(alias) if alias and self.settings.url is None else None
+        return database_options_problems(alias or "", entry) if entry else []
 
     def conveyor_config(self) -> dict[str, Any]:
         """The Conveyor config this backend runs on (`manage.py conveyor` writes it)."""
+        from django.core.exceptions import ImproperlyConfigured
+
         self._refuse_problems()
-        return conveyor_config(self.settings, self.database_url())
+        try:
+            url = self.database_url()
+        except ValueError as exc:  # an in-memory SQLite, an OPTIONS entry it cannot carry
+            raise ImproperlyConfigured(f"TASKS[{self.alias!r}]: {exc}") from exc
+        config = conveyor_config(self.settings, url)
+        problems = config_problems(config)
+        if problems:
+            raise ImproperlyConfigured(f"TASKS[{self.alias!r}]: " + "; ".join(map(str, problems)))
+        return config
 
     @property
     def runtime(self) -> Runtime:
@@ -87,8 +116,21 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
             return RUNTIMES.get(json.dumps(config, sort_keys=True, default=str), config)
         except SchemaNotCurrent as exc:
             # The same problem, with the command a Django project runs.
-            wording = str(exc).replace('"conveyor migrate"', '"python manage.py conveyor migrate"')
+            wording = str(exc).replace('"conveyor migrate', f'"python {self.migrate_command()}')
             raise ImproperlyConfigured(f"TASKS[{self.alias!r}]: {wording}") from exc
+
+    def migrate_command(self) -> str:
+        """`manage.py conveyor migrate` for this backend's tables: with `--backend`
+        unless this is the backend the command picks when told none (the first on
+        Conveyor in `TASKS`)."""
+        from .handlers import first_alias
+
+        try:
+            first = first_alias()
+        except Exception:  # no TASKS to read (a backend made outside a project)
+            first = self.alias
+        backend = "" if first == self.alias else f"--backend {self.alias} "
+        return f"manage.py conveyor {backend}migrate"
 
     def close(self) -> None:
         """Release the connections of every runtime this process built (each is built
@@ -107,7 +149,19 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
 
     def validate_task(self, task: Any) -> None:
         """Django's checks, and Conveyor's options on the task (retries, timeout,
-        unique key, partition)."""
+        unique key, partition); the error names the task, since Django declares tasks
+        as their module is imported, where nothing else would say which one."""
+        try:
+            self._validate_task(task)
+        except InvalidTask as exc:
+            raise InvalidTask(f"task {task.module_path!r}: {exc}") from None
+
+    def _validate_task(self, task: Any) -> None:
+        if self.queues and task.queue_name not in self.queues:
+            listed = ", ".join(sorted(map(str, self.queues)))
+            raise InvalidTask(
+                f"queue_name {task.queue_name!r} is not one of the backend's QUEUES ({listed})"
+            )
         super().validate_task(task)
         options = task_options(task)
         retries, timeout = options["retries"], options["timeout"]

@@ -6,8 +6,10 @@ already imported) are rebuilt by `get_result`: a job type read from the database
 never makes this process import a module.
 
 A `MODULES` entry that cannot be imported is a configuration error, named by its
-index: `conveyor.E001` in the checks (`module_problems`), `ImproperlyConfigured`
-where the tasks are looked up (an enqueue, a worker, `get_result`).
+index, and so is an installed app's `tasks` module, named by its path:
+`conveyor.E001` in the checks (`module_problems`, `app_module_problems`),
+`ImproperlyConfigured` where the tasks are looked up (an enqueue, a worker,
+`get_result`).
 """
 
 from __future__ import annotations
@@ -53,20 +55,51 @@ def module_problems(modules: tuple[str, ...]) -> list[FieldError]:
     return problems
 
 
+def app_module_problems() -> list[FieldError]:
+    """Why each installed app's `tasks` module that cannot be imported cannot (a
+    missing import, a task Django refuses as it is declared). Imports them, as every
+    enqueue, worker and `get_result` does."""
+    from django.apps import apps
+
+    if not apps.ready:  # a backend built outside a set-up project has no apps yet
+        return []
+    problems = []
+    for name in _app_task_modules():
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            problems.append(_app_cannot_import(name, exc))
+    return problems
+
+
+def _app_task_modules() -> list[str]:
+    from django.apps import apps
+    from django.utils.module_loading import module_has_submodule
+
+    return [
+        f"{config.name}.tasks"
+        for config in apps.get_app_configs()
+        if module_has_submodule(config.module, "tasks")
+    ]
+
+
+def _app_cannot_import(name: str, exc: Exception) -> FieldError:
+    return FieldError("INSTALLED_APPS", f"{name!r} cannot be imported: {type(exc).__name__}: {exc}")
+
+
 def _cannot_import(index: int, name: str, exc: Exception) -> FieldError:
     why = f"{name!r} cannot be imported: {type(exc).__name__}: {exc}"
     return FieldError(f"OPTIONS['MODULES'][{index}]", why)
 
 
 def _discover(backend_class: type, modules: tuple[str, ...], where: str) -> dict[str, Any]:
-    from django.apps import apps
-    from django.utils.module_loading import module_has_submodule
-
-    imported = [
-        importlib.import_module(f"{config.name}.tasks")
-        for config in apps.get_app_configs()
-        if module_has_submodule(config.module, "tasks")
-    ]
+    imported = []
+    for name in _app_task_modules():
+        try:
+            imported.append(importlib.import_module(name))
+        except Exception as exc:
+            problem = _app_cannot_import(name, exc)
+            raise ImproperlyConfigured(f"{where}: {problem}" if where else str(problem)) from exc
     for index, name in enumerate(modules):
         try:
             imported.append(importlib.import_module(name))

@@ -10,7 +10,9 @@ Around each task the worker does what Django's request cycle does: it closes sta
 database connections before and after (`close_old_connections`). The task receives
 a `TaskContext` when it `takes_context`; an `async def` task runs on the worker's
 event loop. `task_started` and `task_finished` are sent after Conveyor has written
-the start and the outcome, from the runtime's hooks.
+the start and the outcome, from the runtime's hooks; a failure's `task_finished` is
+sent while its exception is handled, as Django's backends send it, so that the
+framework's log of it (`logger.exception`) carries the task's traceback.
 
 Every result this process builds of a running attempt names the worker running it
 as the start recorded it (`Job.worker`, the id the attempt keeps once it ends), not
@@ -19,6 +21,7 @@ the runtime's process id.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -53,11 +56,13 @@ def _setup_django() -> None:
 def backend_alias() -> str:
     """The `TASKS` alias this worker runs: `CONVEYOR_DJANGO_BACKEND`, else the first
     alias whose backend is Conveyor's."""
+    return os.environ.get(BACKEND_ENV) or first_alias()
+
+
+def first_alias() -> str:
+    """The first `TASKS` alias whose backend is Conveyor's."""
     from .backend import ConveyorBackend
 
-    named = os.environ.get(BACKEND_ENV)
-    if named:
-        return named
     for alias in task_backends.settings:
         if isinstance(task_backends[alias], ConveyorBackend):
             return str(alias)
@@ -74,6 +79,8 @@ class DjangoTasks(Tasks):
         self.project = dict(tasks)
         self._starts: dict[str, Job] = {}
         self._starts_lock = threading.Lock()
+        #: (job id, exception) of this thread's last failed attempt.
+        self._last_failure = threading.local()
         self._handlers = {path: self._handler(path) for path in self.project}
 
     def __getitem__(self, job_type: str) -> Callable[..., Any]:
@@ -91,10 +98,10 @@ class DjangoTasks(Tasks):
             return
         hooks = runtime.hooks
         hooks.on_started(self._started)
-        hooks.on_failed(lambda job, _exc: self._forget(job))
-        hooks.on_succeeded(lambda job: self._finished(job, JobStatus.COMPLETED))
-        hooks.on_dead_lettered(lambda job, _error: self._finished(job, JobStatus.FAILED))
-        hooks.on_cancelled(lambda job: self._finished(job, JobStatus.CANCELLED))
+        hooks.on_failed(self._failed)
+        hooks.on_succeeded(lambda job: self._finished(job, JobStatus.COMPLETED, None))
+        hooks.on_dead_lettered(lambda job, error: self._finished(job, JobStatus.FAILED, error))
+        hooks.on_cancelled(lambda job: self._finished(job, JobStatus.CANCELLED, None))
 
     # ---- the signals ------------------------------------------------------------
 
@@ -120,10 +127,34 @@ class DjangoTasks(Tasks):
         with self._starts_lock:
             self._starts.pop(str(job.id), None)
 
-    def _finished(self, job: Job, state: JobStatus) -> None:
+    def _failed(self, job: Job, exc: BaseException | None) -> None:
         self._forget(job)
-        if job.job_type in self.project:
-            task_finished.send(sender=self._sender(), task_result=self._result(job, state))
+        # The worker tells a dead letter right after the failed attempt, in this thread.
+        self._last_failure.value = (str(job.id), exc)
+
+    def _finished(self, job: Job, state: JobStatus, error: ErrorInfo | None) -> None:
+        self._forget(job)
+        last = getattr(self._last_failure, "value", None)
+        self._last_failure.value = None
+        if job.job_type not in self.project:
+            return
+        result = self._result(job, state)
+        if state is JobStatus.COMPLETED:
+            task_finished.send(sender=self._sender(), task_result=result)
+            return
+        exc = last[1] if last is not None and last[0] == str(job.id) else None
+        if exc is None:
+            exc = TaskFailed("cancelled" if error is None else f"{error.type}: {error.message}")
+        # The tasks framework logs a failure with `logger.exception`, which reads the
+        # exception being handled: Django's backends send `task_finished` inside their
+        # `except` block, so the task's exception and traceback reach the log.
+        kept = exc.__traceback__
+        try:
+            raise exc
+        except BaseException:
+            task_finished.send(sender=self._sender(), task_result=result)
+        finally:
+            exc.__traceback__ = kept
 
     # ---- running a task ---------------------------------------------------------
 
@@ -159,7 +190,9 @@ class DjangoTasks(Tasks):
                 await close()
                 try:
                     return await task.func(*positional, **keywords)
-                except Exception as exc:
+                except STOPPING:
+                    raise
+                except BaseException as exc:
                     return _failure(exc)
                 finally:
                     await close()
@@ -171,12 +204,19 @@ class DjangoTasks(Tasks):
             _close_old_connections()
             try:
                 return task.func(*positional, **keywords)
-            except Exception as exc:
+            except STOPPING:
+                raise
+            except BaseException as exc:
                 return _failure(exc)
             finally:
                 _close_old_connections()
 
         return run
+
+
+class TaskFailed(Exception):
+    """A task's failure whose exception this process does not hold (its lease ran out
+    in another worker, it was cancelled): what Conveyor recorded, for the log."""
 
 
 def task_is_async(task: Any) -> bool:
@@ -198,9 +238,15 @@ def _close_old_connections() -> None:
     close_old_connections()
 
 
-def _failure(exc: Exception) -> Failure[ErrorInfo]:
+#: What stops the task rather than fails it (an interrupt, an exit, a cancelled
+#: coroutine): Conveyor's runner decides what they mean, as for any handler.
+STOPPING = (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)
+
+
+def _failure(exc: BaseException) -> Failure[ErrorInfo]:
     """The attempt's failure, typed by the exception class's full path (what Django's
-    `TaskError.exception_class_path` names), with its traceback."""
+    `TaskError.exception_class_path` names), with its traceback; a BaseException
+    subclass of the task's own is one too, as Django's backends count it."""
     caught(exc)
     info = error_from_exception(exc)
     kind = type(exc)

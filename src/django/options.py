@@ -23,7 +23,11 @@ from them and Django's settings.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import re
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,7 +67,9 @@ def read_options(queues: Any, options: Any) -> BackendOptions:
     """`QUEUES` and `OPTIONS` of a `TASKS` entry, checked; never raises."""
     problems: list[FieldError] = []
     names = tuple(sorted(queues)) if isinstance(queues, set | list | tuple | frozenset) else ()
-    if not names:
+    if isinstance(queues, str):
+        problems.append(FieldError("QUEUES", "must be a list of queue names, not a string"))
+    elif not names:
         problems.append(FieldError("QUEUES", "must name at least one queue"))
     for name in names:
         problem = check_name("QUEUES", name) if isinstance(name, str) else None
@@ -157,9 +163,73 @@ def _url_problem(url: str) -> str | None:
     return None
 
 
-def database_url(settings: Mapping[str, Any], *, driver: str = "psycopg") -> str:
-    """The SQLAlchemy URL of one entry of Django's `DATABASES` (SQLite or PostgreSQL);
-    `driver` is the PostgreSQL driver module ("psycopg" or "psycopg2")."""
+#: libpq's connection parameters (PostgreSQL's "Parameter Key Words") that may stand in
+#: Django's `OPTIONS`: psycopg takes each as a URL query parameter, so Conveyor's own
+#: connections (migrate, the checks, the worker, `get_result`) reach the same database,
+#: schema and TLS setup as Django's, which enqueue through.
+LIBPQ_PARAMETERS = frozenset(
+    {
+        "application_name", "channel_binding", "client_encoding", "connect_timeout",
+        "fallback_application_name", "gssdelegation", "gssencmode", "gsslib",
+        "hostaddr", "keepalives", "keepalives_count", "keepalives_idle",
+        "keepalives_interval", "krbsrvname", "load_balance_hosts", "options", "passfile",
+        "require_auth", "requiressl", "requirepeer", "service", "ssl_max_protocol_version",
+        "ssl_min_protocol_version", "sslcert", "sslcertmode", "sslcompression", "sslcrl",
+        "sslcrldir", "sslkey", "sslnegotiation", "sslmode", "sslpassword", "sslrootcert",
+        "sslsni", "target_session_attrs", "tcp_user_timeout",
+    }
+)  # fmt: skip
+#: Django's own `OPTIONS` of PostgreSQL: how its connections behave (their isolation
+#: level, binding, pool), nothing about which database or schema they reach.
+DJANGO_ONLY_OPTIONS = frozenset({"isolation_level", "server_side_binding", "pool"})
+
+
+#: libpq parameters Django has a `DATABASES` field of its own for.
+DJANGO_FIELDS = {"host": "HOST", "port": "PORT", "dbname": "NAME", "user": "USER"}
+DJANGO_FIELDS["password"] = "PASSWORD"
+
+
+def database_options_problems(alias: str, settings: Mapping[str, Any]) -> list[FieldError]:
+    """The `OPTIONS` entries of Django's `DATABASES[alias]` that Conveyor's own
+    connections cannot carry (PostgreSQL only: SQLite's are about Django's connection)."""
+    if not str(settings.get("ENGINE", "")).endswith("postgresql"):
+        return []
+    problems = []
+    for key, value in (settings.get("OPTIONS") or {}).items():
+        if key in DJANGO_ONLY_OPTIONS or (key in LIBPQ_PARAMETERS and _scalar(value)):
+            continue
+        where = f"DATABASES[{alias!r}]['OPTIONS'][{key!r}]"
+        if key in DJANGO_FIELDS:
+            why = f"give it as DATABASES[{alias!r}][{DJANGO_FIELDS[key]!r}]"
+        elif key == "assume_role":
+            why = (
+                "Conveyor's own connections (migrate, the worker) would not take the role; "
+                "give it as libpq's startup option instead: "
+                '"options": "-c role=..."'
+            )
+        elif key in LIBPQ_PARAMETERS:
+            why = f"must be a string or a number, got {type(value).__name__}"
+        else:
+            why = (
+                "is not a libpq connection parameter, so Conveyor's own connections "
+                "(migrate, the worker, get_result) cannot use it; remove it, or give "
+                "Conveyor its own database with TASKS OPTIONS['URL']"
+            )
+        problems.append(FieldError(where, why))
+    return problems
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float) and not isinstance(value, bool)
+
+
+def database_url(
+    settings: Mapping[str, Any], *, driver: str = "psycopg", alias: str = "default"
+) -> str:
+    """The SQLAlchemy URL of one entry of Django's `DATABASES` (SQLite or PostgreSQL),
+    the libpq parameters of its `OPTIONS` included; `driver` is the PostgreSQL driver
+    module ("psycopg" or "psycopg2"). `ValueError` when it cannot be made, an `OPTIONS`
+    entry it cannot carry among the reasons (`database_options_problems`)."""
     engine = str(settings.get("ENGINE", ""))
     name = settings.get("NAME")
     if engine.endswith("sqlite3"):
@@ -171,10 +241,17 @@ def database_url(settings: Mapping[str, Any], *, driver: str = "psycopg") -> str
             )
         return f"sqlite:///{text}"
     if engine.endswith("postgresql"):
+        problems = database_options_problems(alias, settings)
+        if problems:
+            raise ValueError("; ".join(str(p) for p in problems))
         host = str(settings.get("HOST") or "") or None
-        query = {}
+        query = {
+            key: str(value)
+            for key, value in (settings.get("OPTIONS") or {}).items()
+            if key in LIBPQ_PARAMETERS
+        }
         if host is not None and host.startswith("/"):
-            query, host = {"host": host}, None
+            query, host = {**query, "host": host}, None
         port = settings.get("PORT")
         url = URL.create(
             f"postgresql+{driver}",
@@ -207,3 +284,39 @@ def conveyor_config(options: BackendOptions, url: str) -> dict[str, Any]:
     workers.setdefault("queues", list(options.queues))
     config["workers"] = workers
     return config
+
+
+_checked_lock = threading.Lock()
+_checked: dict[str, tuple[FieldError, ...]] = {}
+
+
+def config_problems(config: Mapping[str, Any]) -> tuple[FieldError, ...]:
+    """What the worker would refuse in the Conveyor config of a backend
+    (`conveyor_config`), each named as the key of `OPTIONS['CONFIG']` that holds it.
+    Read as the worker reads it, `CONVEYOR_*` variables included; once per config."""
+    from ..core import ValidationError
+    from ..shell.config import load_config
+
+    # The variables are read too: a config checked under others is checked again.
+    variables = {k: v for k, v in os.environ.items() if k.startswith("CONVEYOR_")}
+    key = json.dumps([config, variables], sort_keys=True, default=str)
+    with _checked_lock:
+        found = _checked.get(key)
+    if found is None:
+        try:
+            load_config(config, env=os.environ)
+            found = ()
+        except ValidationError as exc:
+            found = tuple(FieldError(_config_key(e.field), e.reason) for e in exc.errors)
+        with _checked_lock:
+            _checked[key] = found
+    return found
+
+
+def _config_key(field: str) -> str:
+    """`workers.count` or `cron[0].name` (a Conveyor config field) as the key of the
+    backend's `OPTIONS` holding it; a field the backend sets, or a variable, as is."""
+    parts = re.findall(r"\[\d+\]|[^.\[\]]+", field)
+    if not parts or parts[0] in OWNED_CONFIG or parts[0].startswith("CONVEYOR_"):
+        return field
+    return "OPTIONS['CONFIG']" + "".join(p if p.startswith("[") else f"[{p!r}]" for p in parts)

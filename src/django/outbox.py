@@ -83,7 +83,7 @@ class DjangoConnections:
             if found is None:
                 wrapper = connections[alias]
                 driver = getattr(wrapper.Database, "__name__", "psycopg")
-                url = database_url(wrapper.settings_dict, driver=driver)
+                url = database_url(wrapper.settings_dict, driver=driver, alias=alias)
                 found = create_engine(
                     url,
                     creator=self._borrow,

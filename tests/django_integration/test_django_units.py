@@ -22,7 +22,12 @@ from conveyor.core import (
 from conveyor.django.backend import ConveyorBackend
 from conveyor.django.compat import TaskResultStatus
 from conveyor.django.config_file import toml_text
-from conveyor.django.options import conveyor_config, database_url, read_options
+from conveyor.django.options import (
+    conveyor_config,
+    database_options_problems,
+    database_url,
+    read_options,
+)
 from conveyor.django.results import (
     STATUS_OF,
     django_priority_order,
@@ -31,6 +36,7 @@ from conveyor.django.results import (
     pack_call,
     worker_ids_of,
 )
+from sqlalchemy import make_url
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -235,3 +241,102 @@ def test_an_unreachable_database_is_a_check_warning(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-folder" / "jobs.db"  # SQLite cannot create it there
     backend = ConveyorBackend("default", {"OPTIONS": {"URL": f"sqlite:///{missing}"}})
     assert [m.id for m in backend.check()] == ["conveyor.W002"]
+
+
+def test_libpq_parameters_in_databases_options_reach_conveyors_url() -> None:
+    pg = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "shop",
+        "HOST": "db",
+        "OPTIONS": {
+            "sslmode": "verify-full",
+            "sslrootcert": "/etc/ca.pem",
+            "connect_timeout": 7,
+            "options": "-c search_path=app",
+            "application_name": "shop",
+            # Django's own: how its connections behave, nothing about where they lead.
+            "isolation_level": 2,
+            "server_side_binding": True,
+            "pool": True,
+        },
+    }
+    query = make_url(database_url(pg)).query
+    assert dict(query) == {
+        "sslmode": "verify-full",
+        "sslrootcert": "/etc/ca.pem",
+        "connect_timeout": "7",
+        "options": "-c search_path=app",
+        "application_name": "shop",
+    }
+    service = {"ENGINE": "django.db.backends.postgresql", "OPTIONS": {"service": "shop"}}
+    assert database_url(service) == "postgresql+psycopg://?service=shop"
+
+
+def test_a_databases_option_conveyor_cannot_carry_is_named_with_why() -> None:
+    pg = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "shop",
+        "OPTIONS": {"sslmode": "require", "assume_role": "owner", "cursor_factory": object},
+    }
+    problems = [str(p) for p in database_options_problems("jobs", pg)]
+    assert [p.split(": ")[0] for p in problems] == [
+        "DATABASES['jobs']['OPTIONS']['assume_role']",
+        "DATABASES['jobs']['OPTIONS']['cursor_factory']",
+    ]
+    assert "-c role=" in problems[0]
+    with pytest.raises(
+        ValueError, match=re.escape("DATABASES['default']['OPTIONS']['assume_role']")
+    ):
+        database_url(pg)
+    sqlite = {"ENGINE": "django.db.backends.sqlite3", "NAME": "/x.db", "OPTIONS": {"timeout": 9}}
+    assert database_options_problems("default", sqlite) == []
+
+
+def test_a_config_the_worker_would_refuse_fails_the_checks_naming_each_key(
+    tmp_path: Path,
+) -> None:
+    config = {"bogus": 1, "lease_ms": "x", "workers": {"count": "two"}, "cron": [{}]}
+    backend = ConveyorBackend(
+        "default",
+        {
+            "QUEUES": ["default"],
+            "OPTIONS": {"URL": f"sqlite:///{tmp_path / 'jobs.db'}", "CONFIG": config},
+        },
+    )
+    messages = list(backend.check())
+    assert {m.id for m in messages} == {"conveyor.E001"}
+    named = sorted(m.msg.split(": ")[1] for m in messages)
+    assert named == [
+        "OPTIONS['CONFIG']['bogus']",
+        "OPTIONS['CONFIG']['cron'][0]['job_type']",
+        "OPTIONS['CONFIG']['cron'][0]['name']",
+        "OPTIONS['CONFIG']['cron'][0]['schedule']",
+        "OPTIONS['CONFIG']['lease_ms']",
+        "OPTIONS['CONFIG']['workers']['count']",
+    ]
+    assert any("workers']['count']: must be an integer, got 'two'" in m.msg for m in messages)
+
+
+def test_queues_given_as_a_string_is_one_error_asking_for_a_list(tmp_path: Path) -> None:
+    backend = ConveyorBackend(
+        "default", {"QUEUES": "default", "OPTIONS": {"URL": f"sqlite:///{tmp_path / 'j.db'}"}}
+    )
+    assert [(m.id, m.msg) for m in backend.check()] == [
+        ("conveyor.E001", "TASKS['default']: QUEUES: must be a list of queue names, not a string")
+    ]
+
+
+def test_a_traceback_option_after_conveyor_job_is_conveyors_own() -> None:
+    from conveyor.django.management.commands.conveyor import _split_argv
+
+    # `conveyor job show ID --traceback` prints each attempt's traceback.
+    assert _split_argv(["job", "show", "1", "--traceback", "-v2"]) == (
+        ["job", "show", "1", "--traceback"],
+        False,
+        None,
+    )
+    assert _split_argv(["--log-level", "jobs", "status", "--traceback"]) == (
+        ["--log-level", "jobs", "status"],
+        True,
+        None,
+    )

@@ -7,8 +7,9 @@
 Every `conveyor` command works (docs/cli.md lists them); the config is the one the
 backend makes from `TASKS` and `DATABASES` (docs/django.md), and a worker runs the
 project's tasks (`conveyor.django.handlers`). `--backend ALIAS` picks the `TASKS`
-entry when more than one uses Conveyor; `--traceback` before the conveyor command
-shows the traceback of a `CommandError`, as for any Django command.
+entry when more than one uses Conveyor; Django's standard options (`--settings`,
+`--pythonpath`, `--traceback`, `--verbosity`, `--no-color`, `--force-color`) are
+taken wherever they stand, as for any Django command.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ...cli_enqueue import enqueue_command
 from ...compat import task_backends
 from ...config_file import written_config
 from ...handlers import BACKEND_ENV, backend_alias
@@ -31,12 +33,15 @@ class Command(BaseCommand):  # type: ignore[misc]
     requires_system_checks: list[str] = []
 
     def run_from_argv(self, argv: list[str]) -> None:
-        """Hand everything after `conveyor` to Conveyor's own parser, `--help` included.
-        A `CommandError` ends it as Django ends any command's: one line on stderr and
-        its status, the traceback only with a leading `--traceback`."""
-        conveyor_argv, traceback = _without_traceback(argv[2:])
+        """Hand everything after `conveyor` to Conveyor's own parser, `--help` included,
+        but Django's standard options and `--backend` (`_split_argv`). A
+        `CommandError` ends it as Django ends any command's: one line on stderr and
+        its status, the traceback only with `--traceback`."""
+        conveyor_argv, traceback, backend = _split_argv(argv[2:])
         try:
-            code = self.run_conveyor(conveyor_argv)
+            code = self.run_conveyor(
+                ["--backend", backend, *conveyor_argv] if backend else conveyor_argv
+            )
         except CommandError as exc:
             if traceback:
                 raise
@@ -71,6 +76,13 @@ class Command(BaseCommand):  # type: ignore[misc]
                 raise CommandError(str(exc)) from exc
             # Worker copies under `--processes` read the same alias from the environment.
             os.environ[BACKEND_ENV] = alias
+            if _command(argv) == "enqueue":
+                # A task's call goes through its backend, as `task.enqueue` would.
+                try:
+                    print(enqueue_command(argv[argv.index("enqueue") + 1 :], backend))
+                except ValueError as exc:
+                    raise CommandError(f"enqueue: {exc}", returncode=2) from exc
+                return 0
             with written_config(backend.conveyor_config()) as path:
                 return int(main(["--config", str(path), *argv]))
         finally:
@@ -80,17 +92,56 @@ class Command(BaseCommand):  # type: ignore[misc]
                 os.environ[BACKEND_ENV] = before
 
 
-def _without_traceback(argv: list[str]) -> tuple[list[str], bool]:
-    """`argv` without Django's `--traceback` among its leading options (before the
-    conveyor command, whose own options may hold a `--traceback` of their own), and
-    whether it was there."""
-    rest, shown, i = list(argv), False, 0
-    while i < len(rest):
-        if rest[i] == "--traceback":
-            del rest[i]
-            shown = True
-        elif rest[i] == "--backend":
-            i += 2
+#: Django's options of every command, with whether each takes a value. `manage.py`
+#: has applied `--settings` and `--pythonpath` already, wherever they stand; the rest
+#: concern Django's own output, which here is one error line at most.
+DJANGO_OPTIONS = {
+    "--settings": True,
+    "--pythonpath": True,
+    "--verbosity": True,
+    "-v": True,
+    "--no-color": False,
+    "--force-color": False,
+    "--traceback": False,
+}
+#: Conveyor commands with a `--traceback` of their own (`job show --traceback`
+#: prints each attempt's traceback): after them, it is theirs.
+OWN_TRACEBACK = frozenset({"job"})
+#: Conveyor's options before its command that take a value (not a command's name).
+VALUED = [["--config"], ["-c"], ["--log-level"], ["--log-format"]]
+
+
+def _split_argv(argv: list[str]) -> tuple[list[str], bool, str | None]:
+    """`argv` without Django's standard options and `--backend` (in either form,
+    `--backend X` or `--backend=X`, anywhere Django would take them: Conveyor's
+    commands have none of these names), whether `--traceback` was among them, and the
+    `--backend` given."""
+    rest: list[str] = []
+    traceback, backend, command = False, None, None
+    items = iter(argv)
+    for item in items:
+        name, eq, value = item.partition("=")
+        if item == "--":
+            rest.extend([item, *items])
+        elif name == "--backend":
+            backend = value if eq else next(items, None)
+            if backend is None:  # no alias after it: Conveyor's parser says so
+                rest.append(item)
+        elif item.startswith("-v") and len(item) > 2:
+            pass  # `-v2`: the short option with its value attached
+        elif name in DJANGO_OPTIONS and (name != "--traceback" or command not in OWN_TRACEBACK):
+            traceback = traceback or name == "--traceback"
+            if DJANGO_OPTIONS[name] and not eq:
+                next(items, None)
         else:
-            break
-    return rest, shown
+            rest.append(item)
+            command = command or _command(rest)
+    return rest, traceback, backend
+
+
+def _command(argv: list[str]) -> str | None:
+    """The conveyor command `argv` runs (its first word that is no option's value)."""
+    for at, item in enumerate(argv):
+        if not item.startswith("-") and argv[at - 1 : at] not in VALUED:
+            return item
+    return None
