@@ -469,6 +469,41 @@ def test_bulk_purge_with_no_filter_purges_every_dead_letter(
     assert rt.list_dead() == []
 
 
+AS_OF = re.compile(r'<input type="hidden" name="as_of" value="(\d+)">')
+
+
+def test_a_bulk_action_acts_only_on_the_dead_letters_its_confirmation_counted(
+    rt: Runtime, client: TestClient, clock: ManualClock
+) -> None:
+    # Confirmed "Purge 2"; three more died before the click, and five were purged.
+    for _ in range(2):
+        dead_letter(rt)
+    page = client.get("/dead/confirm?action=purge").text
+    assert "This will purge <strong>2</strong> dead letter(s)" in page
+    found = AS_OF.search(page)
+    assert found is not None, "the confirmation says as of when it counted"
+    clock.advance(timedelta(seconds=1))
+    later = [dead_letter(rt) for _ in range(3)]
+    answer = post(client, "/dead/bulk", action="purge", as_of=found.group(1))
+    assert "done=purged&n=2" in answer.headers["location"]
+    assert sorted(str(j.id) for j in rt.list_dead()) == sorted(str(j.id) for j in later)
+
+
+def test_a_bulk_purge_with_no_filter_takes_at_most_what_one_action_takes(
+    rt: Runtime, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The page promised 10,000 and "run it again for the rest"; all 10,050 went.
+    from conveyor.shell.dashboard import actions, views
+
+    monkeypatch.setattr(views, "BULK_LIMIT", 2)
+    monkeypatch.setattr(actions, "BULK_LIMIT", 2, raising=False)
+    for _ in range(3):
+        dead_letter(rt)
+    answer = post(client, "/dead/bulk", action="purge")
+    assert "done=purged&n=2" in answer.headers["location"]
+    assert len(rt.list_dead()) == 1
+
+
 def test_bulk_purge_by_type_leaves_other_dead_letters(rt: Runtime, client: TestClient) -> None:
     dead_letter(rt)
     post(client, "/dead/bulk", action="purge", type="ok")

@@ -10,6 +10,7 @@ backend. `Actions` is mixed into `app.Dashboard`, which checks each request firs
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from starlette.requests import Request
@@ -20,6 +21,7 @@ from ..runtime import Runtime
 from .reachability import BackendReads
 from .views import Filters, matching_dead, parse_filters, whole_number
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: What a redirect after an action reports, by the `done` code in its query string.
 NOTICES = {
     "retried": "Retried {n} dead letter(s): they are queued again.",
@@ -79,15 +81,18 @@ class Actions:
         what = form.get("action", "")
         if what not in ("retry", "purge"):
             raise ValidationError.of("action", "must be retry or purge")
-        count = await self.backend.act(self._bulk, what, filters)
+        as_of = _as_of(form.get("as_of"))
+        count = await self.backend.act(self._bulk, what, filters, as_of)
         done = "retried" if what == "retry" else "purged"
         return self._redirect(request, "/dead", done=done, n=count, **filters.query())
 
-    def _bulk(self, what: str, filters: Filters) -> int:
-        if what == "purge" and filters == Filters():
-            return self.runtime.purge_dead(None)  # one statement, however many there are
+    def _bulk(self, what: str, filters: Filters, as_of: datetime | None) -> int:
+        """`what` on the dead letters the confirmation counted: at most `BULK_LIMIT`,
+        and none that died after it (`as_of`), which the operator never saw."""
         done = 0
         for job in matching_dead(self.runtime, filters):
+            if as_of is not None and (job.finished_at is None or job.finished_at > as_of):
+                continue
             try:
                 if what == "retry":
                     self.runtime.retry_dead(job.id)
@@ -101,3 +106,17 @@ class Actions:
     async def cron_run(self, request: Request, form: dict[str, str]) -> Response:
         job = await self.backend.act(self.runtime.cron.run, form.get("name", ""))
         return self._redirect(request, f"/jobs/{job.id}", done="ran")
+
+
+def confirmed_at(now: datetime) -> str:
+    """The moment a bulk confirmation counted, as its form carries it (µs since 1970)."""
+    return str((now - EPOCH) // timedelta(microseconds=1))
+
+
+def _as_of(value: str | None) -> datetime | None:
+    """The form's `as_of` (see `confirmed_at`); None when none was sent."""
+    if value is None:
+        return None
+    if not (value.isascii() and value.isdigit() and len(value) <= 20):
+        raise ValidationError.of("as_of", f"must be the confirmation's moment, got {value!r}")
+    return EPOCH + timedelta(microseconds=int(value))

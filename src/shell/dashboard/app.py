@@ -36,7 +36,7 @@ from ...core import FieldError, JobStatus, ValidationError
 from ...core.validation import parse_job_id
 from ..job_text import progress_text
 from ..runtime import Runtime
-from .actions import Actions, notice_of
+from .actions import Actions, confirmed_at, notice_of
 from .auth import AuthHook, BasicAuth, LoginThrottle
 from .csrf import CSRF_COOKIE, CSRF_FIELD, CsrfGuard
 from .gate import Gate, Refused
@@ -321,6 +321,7 @@ class Dashboard(Actions, WorkflowPages):
                 "action": what,
                 "count": min(count, BULK_LIMIT),
                 "more": count > BULK_LIMIT,
+                "as_of": confirmed_at(self.runtime.clock.now()),
             },
         )
 
