@@ -120,6 +120,8 @@ FOREIGN = [
     {"sec-fetch-site": "cross-site"},
     # The browser's word on the request wins over an Origin that would pass.
     {"sec-fetch-site": "same-site", "origin": "http://testserver"},
+    # "none" (the user's own doing) vouches for no page: a foreign Origin still counts.
+    {"sec-fetch-site": "none", "origin": "http://evil.example"},
 ]
 
 

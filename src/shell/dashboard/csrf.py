@@ -3,7 +3,8 @@ action (every POST), each of which alone refuses the attacks it is for.
 
 1. **Where the request comes from.** A browser says it: `Sec-Fetch-Site` (sent by
    current browsers to HTTPS and loopback origins) must be `same-origin` (or
-   `none`, a request the user made directly); else the `Origin` header must be the
+   `none`, a request the user made directly, whose `Origin`, if any, is then
+   checked as below); else the `Origin` header must be the
    dashboard's own (its scheme-less host and port equal the `Host` header's) or one
    of the `trusted_origins`. A request carrying neither header did not come from a
    browser page, so no other site can have made it; the token below still applies.
@@ -41,10 +42,6 @@ CSRF_FIELD = "csrf_token"
 
 #: What `secrets.token_urlsafe` makes: a cookie of any other shape is not a nonce.
 _URLSAFE = re.compile(r"[A-Za-z0-9_-]{20,100}")
-
-#: The `Sec-Fetch-Site` values of a request this dashboard's own page (or the user,
-#: typing or following a bookmark) made.
-_OWN = ("same-origin", "none")
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -119,10 +116,13 @@ class CsrfGuard:
         if origin is not None and origin in self._trusted:
             return None
         site = request.headers.get("sec-fetch-site")
-        if site is not None:
-            if site.strip().lower() in _OWN:
-                return None
+        said = None if site is None else site.strip().lower()
+        if said == "same-origin":
+            return None
+        if site is not None and said != "none":
             return f"it came from another origin (Sec-Fetch-Site: {site[:40]})"
+        # "none" is the user's own doing (a bookmark, a typed address): no page sent
+        # it, so an Origin it carries must still be this dashboard's.
         if origin_header is None:
             return None
         if origin is not None and _matches_host(origin, request.headers.get("host", "")):
