@@ -55,6 +55,8 @@ PAGES = {
     "cron": ("/cron", "Cron"),
 }
 
+LONG_PARTITION = "tenant-" + "x" * 193
+
 
 def _install_chromium() -> str:
     """The path of the system's Chromium, installed with apt when missing."""
@@ -177,6 +179,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             "succeed", [{"n": i} for i in range(n)], queue="payments", partition=partition
         )
     runtime.queue.dequeue_limited("payments", runtime.clock.now(), 4, runtime.limits["payments"])
+    # The longest partition key there may be (200 characters, one word), once claimed.
+    runtime.enqueue("succeed", {"n": 0}, queue="payments", partition=LONG_PARTITION)
     server, url = _serve(config)
     try:
         yield {
@@ -246,6 +250,15 @@ def test_the_limits_page_names_the_partition_a_cap_holds_back(
     assert page.locator('section[data-queue="payments"] .throttled').inner_text() == "4"
     page.goto(served["url"] + "/")
     assert "Limits hold back 4 ready jobs of payments" in page.locator("#throttled").inner_text()
+
+
+def test_the_longest_partition_key_keeps_the_limits_page_within_the_window(
+    served: dict[str, Any], page: Page
+) -> None:
+    # A 200-character key made the page 2,038 px wide in a 1,280 px window.
+    page.goto(served["url"] + "/limits")
+    assert page.locator(f'tr[data-partition="{LONG_PARTITION}"]').count() == 1
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
 
 
 def test_the_overview_updates_live_without_a_reload(served: dict[str, Any], page: Page) -> None:
