@@ -16,8 +16,10 @@ Missed slots. A slot is *on time* when the check that sees it comes at most
 `grace` after it. Slots older than that were missed: the process was down,
 asleep or stuck. `Missed.SKIP` lets them go; `Missed.CATCH_UP_ONE` enqueues
 the latest of them, once (if the record that would show it already ran is still
-kept: see `plan_slots`). A process that starts has never checked, so every slot
-before its start counts as missed: starting ten workers never replays a day.
+kept: see `plan_slots`). A process that starts has never checked: the newest slot
+of the last `grace` before its start is on time (a restart just after a slot keeps
+it; the slot's job id holds it to one job however many processes start), and the
+older ones count as missed: starting ten workers never replays a day.
 """
 
 from __future__ import annotations
@@ -160,25 +162,29 @@ def plan_slots(
     catch_up_within: timedelta | None = None,
 ) -> CronPlan:
     """The slots a check at `now` enqueues, when this process last checked at `since`
-    (None: it never has, so every slot up to `now` was missed).
+    (None: it never has).
 
     On time: the slots in `(since, now]` that are at most `grace` old (the newest
-    `limit` of them). Missed: the older ones, and on a first check every slot up to
-    `now`; only the latest of them matters, and `missed` says whether it runs.
+    `limit` of them; on a first check, the newest slot that young). Missed: the
+    older ones; only the latest of them matters, and `missed` says whether it runs.
 
     `catch_up_within` bounds how old a caught-up slot may be: the slot's own job is
     what tells whether it already ran, and a finished job's record is kept only so
     long (the retention of completed records), so an older slot is let go rather
     than risk a second run."""
     tick = timedelta(microseconds=1)  # the resolution of a datetime
-    # Slots strictly after this instant are on time: `grace` old at most.
-    on_time_after = now if since is None else max(since, now - grace - tick)
+    # Slots strictly after this instant are on time: `grace` old at most. A first
+    # check takes them too: a restart just after a slot must not lose it (its job id
+    # is the slot's, so a slot already written by a process before is not again).
+    on_time_after = now - grace - tick if since is None else max(since, now - grace - tick)
     on_time: list[datetime] = []
     slot = schedule.next_after(on_time_after)
     while slot <= now:
         on_time.append(slot)
         slot = schedule.next_after(slot)
-    on_time = on_time[-limit:] if limit > 0 else []
+    # A first check takes the newest only: the older ones of the grace were the
+    # business of whichever process ran then (a dense schedule is not replayed).
+    on_time = on_time[-(1 if since is None else limit) :] if limit > 0 else []
 
     latest_missed = schedule.last_before(on_time_after + tick)
     if latest_missed is not None and since is not None and latest_missed <= since:

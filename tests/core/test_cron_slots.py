@@ -69,20 +69,35 @@ MINUTELY = Every(60)
 # ---- a process's first check: everything before its start was missed ---------
 
 
-def test_a_first_check_under_skip_enqueues_no_slot_from_before_the_start() -> None:
+def test_a_first_check_takes_the_slots_of_the_last_grace_as_on_time() -> None:
+    # A restart 30 s after a slot keeps it (it was counted missed, and lost under skip);
+    # the slot's job id keeps it to one job however many processes start.
     plan = plan_slots(MINUTELY, since=None, now=at(150), missed=Missed.SKIP)
-    assert plan == CronPlan(slots=(), missed=at(120))
+    assert plan == CronPlan(slots=(at(120),), missed=at(60))
+
+
+def test_a_first_check_takes_only_the_newest_slot_of_a_dense_schedule() -> None:
+    plan = plan_slots(Every(10), since=None, now=at(100), missed=Missed.SKIP)
+    assert plan == CronPlan(slots=(at(100),), missed=at(30))
+
+
+def test_a_first_check_under_skip_enqueues_no_slot_older_than_the_grace() -> None:
+    plan = plan_slots(Every(100), since=None, now=at(170), missed=Missed.SKIP)
+    assert plan == CronPlan(slots=(), missed=at(100))
 
 
 def test_a_first_check_under_catch_up_one_enqueues_only_the_latest_missed_slot() -> None:
-    plan = plan_slots(MINUTELY, since=None, now=at(150), missed=Missed.CATCH_UP_ONE)
-    assert plan == CronPlan(slots=(at(120),), missed=at(120))
+    plan = plan_slots(Every(100), since=None, now=at(370), missed=Missed.CATCH_UP_ONE)
+    assert plan == CronPlan(slots=(at(300),), missed=at(300))
+    both = plan_slots(MINUTELY, since=None, now=at(150), missed=Missed.CATCH_UP_ONE)
+    assert both == CronPlan(slots=(at(60), at(120)), missed=at(60))
 
 
-def test_a_first_check_exactly_at_a_slot_counts_that_slot_as_missed() -> None:
-    assert plan_slots(MINUTELY, since=None, now=at(120), missed=Missed.SKIP).slots == ()
-    caught = plan_slots(MINUTELY, since=None, now=at(120), missed=Missed.CATCH_UP_ONE)
-    assert caught.slots == (at(120),)
+def test_a_first_check_exactly_at_a_slot_takes_that_slot_as_on_time() -> None:
+    hourly = Every(100)
+    assert plan_slots(hourly, since=None, now=at(300), missed=Missed.SKIP).slots == (at(300),)
+    caught = plan_slots(hourly, since=None, now=at(300), missed=Missed.CATCH_UP_ONE)
+    assert caught.slots == (at(200), at(300))
 
 
 def test_a_first_check_before_the_first_slot_misses_nothing() -> None:
@@ -126,17 +141,17 @@ def test_a_missed_slot_older_than_the_catch_up_bound_is_let_go() -> None:
     plan = plan_slots(
         Every(3600),
         since=None,
-        now=at(7 * 3600 + 10),
+        now=at(7 * 3600 + 100),
         missed=Missed.CATCH_UP_ONE,
-        catch_up_within=timedelta(seconds=5),
+        catch_up_within=timedelta(seconds=95),
     )
     assert plan == CronPlan(slots=(), missed=at(7 * 3600))
     within = plan_slots(
         Every(3600),
         since=None,
-        now=at(7 * 3600 + 10),
+        now=at(7 * 3600 + 100),
         missed=Missed.CATCH_UP_ONE,
-        catch_up_within=timedelta(seconds=10),
+        catch_up_within=timedelta(seconds=100),
     )
     assert within.slots == (at(7 * 3600),)
 
