@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import inspect
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -20,6 +21,15 @@ from .registry import Registry
 
 def _contribution(where: str, value: Any) -> Mapping[str, Callable[..., Any]] | Registry:
     if not isinstance(value, Mapping | Registry) and callable(value):
+        if _takes_arguments(value):
+            # A handler (or task) named in place of its collection: calling it here
+            # would run the application's code, with no args, as the config loads.
+            raise ValidationError.of(
+                where,
+                f"names {getattr(value, '__name__', type(value).__name__)!r}, which takes "
+                "arguments, as a handler does: name the mapping, Tasks collection or "
+                "Registry that holds it (or a function of no arguments returning one)",
+            )
         value = value()
     if not isinstance(value, Mapping | Registry):
         raise ValidationError.of(
@@ -28,6 +38,13 @@ def _contribution(where: str, value: Any) -> Mapping[str, Callable[..., Any]] | 
             f"got {type(value).__name__}",
         )
     return value
+
+
+def _takes_arguments(value: Callable[..., Any]) -> bool:
+    try:
+        return bool(inspect.signature(value).parameters)
+    except (TypeError, ValueError):  # no signature to read: call it, as before
+        return False
 
 
 def _mapping_of(where: str, value: Any) -> Mapping[str, Callable[..., Any]]:

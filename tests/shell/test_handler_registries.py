@@ -34,6 +34,12 @@ def make_registry():
 
 taken = Registry()
 taken.register("video.render", render)
+
+CALLED = []
+
+def purge_old_rows(args=None):
+    CALLED.append(args)
+    return {"purged": 10}
 """
 
 
@@ -70,6 +76,17 @@ def test_a_job_type_both_a_registry_and_a_mapping_claim_is_refused_naming_the_en
         _built("registry_jobs:registry", "registry_jobs:taken")
     assert str(refused.value).startswith("handlers[1]: ")
     assert "'video.render' is already registered" in str(refused.value)
+
+
+@pytest.mark.parametrize("name", ["purge_old_rows", "render"])
+def test_an_entry_naming_a_handler_is_refused_without_calling_it(modules: Path, name: str) -> None:
+    # The handler ran at config load (with no args), then was refused as a mapping
+    # ("handler for 'purged' is not callable"), or failed with a bare TypeError.
+    with pytest.raises(ValidationError) as refused:
+        _built(f"registry_jobs:{name}")
+    assert str(refused.value).startswith("handlers[0]: ")
+    assert "takes arguments, as a handler does" in str(refused.value)
+    assert sys.modules["registry_jobs"].CALLED == []
 
 
 def test_conveyor_worker_runs_a_process_executed_handler_a_registry_declares(
