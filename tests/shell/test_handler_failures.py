@@ -244,7 +244,8 @@ def test_start_and_stop_cycles_leave_no_heartbeat_thread_behind() -> None:
     deadline = time.monotonic() + 5
     while beats() > before and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert beats() == before
+    # At most as many as before: another test's heartbeat may end meanwhile.
+    assert beats() <= before
 
 
 @pytest.mark.parametrize("where", ["memory", "sqlite"])

@@ -210,6 +210,26 @@ def test_a_workflow_step_of_a_misspelt_type_or_unpolled_queue_warns_as_an_enqueu
     assert any("queue 'mail', which no worker pool" in w for w in warnings), warnings
 
 
+def test_a_worker_starting_warns_of_a_timeout_or_cron_entry_for_a_misspelt_type(caplog) -> None:
+    # A timeout under a misspelt type applied to nothing, silently.
+    rt = conveyor.build(
+        {
+            "provider": "memory",
+            "timeouts_ms": {"report.biuld": 1000, "report.build": 2000},
+            "cron": [{"name": "nightly", "schedule": "0 3 * * *", "job_type": "tikc"}],
+        },
+        handlers={"report.build": lambda a: None, "tick": lambda a: None},
+        env={},
+    )
+    with caplog.at_level(logging.WARNING, logger="conveyor.runtime"):
+        rt.start()
+        rt.stop()
+    told = [r.getMessage() for r in caplog.records if r.name == "conveyor.runtime"]
+    assert len(told) == 2, told
+    assert told[0].startswith("timeouts_ms.report.biuld: ") and "'report.build'" in told[0]
+    assert told[1].startswith("cron entry 'nightly': ") and "did you mean 'tick'" in told[1]
+
+
 def test_a_node_that_loads_no_handlers_cannot_tell_a_misspelt_type() -> None:
     rt = conveyor.build({"provider": "memory", "workers": {"count": 0}})
     assert rt.unknown_job_type("anything") is None

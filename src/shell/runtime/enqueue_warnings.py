@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+from ...core.cron import CronEntry
 from ..registry import Registry
 
 log = logging.getLogger("conveyor.runtime")
@@ -59,3 +60,19 @@ class EnqueueWarnings:
             list(polled),
             queue,
         )
+
+
+def warn_of_config_types(
+    registry: Registry, timeouts_ms: Iterable[tuple[str, int]], cron: Iterable[CronEntry]
+) -> None:
+    """One WARNING, as a worker starts, for each job type a `[timeouts_ms]` key or a
+    `[[cron]]` entry names that no configured handler module registers: a timeout that
+    would apply to nothing, a slot whose job no worker would run."""
+    for job_type, _ in timeouts_ms:
+        reason = unknown_job_type(registry, job_type)
+        if reason is not None:
+            log.warning("timeouts_ms.%s: %s", job_type, reason)
+    for entry in cron:
+        reason = unknown_job_type(registry, entry.job_type)
+        if reason is not None:
+            log.warning("cron entry %r: %s", entry.name, reason)

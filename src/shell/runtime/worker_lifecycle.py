@@ -26,6 +26,7 @@ from ..worker import WorkerPool
 from ..worker.claiming import JobBudget
 from ..worker.lease_keeper import check_clock
 from ..worker.loop import Worker, WorkerStats
+from .enqueue_warnings import warn_of_config_types
 from .presence_beat import PresenceBeat, worker_info
 
 if TYPE_CHECKING:
@@ -233,6 +234,7 @@ class WorkerMethods:
             self.pools, self.queue, self.store, self.registry, workers, self.limits, options
         )
         self._beat.start()
+        warn_of_config_types(self.registry, self.config.timeouts_ms, self.config.cron)
         # Every worker process ticks; slot ids keep each slot to one job.
         self.cron.start()
         return self
