@@ -259,6 +259,13 @@ class Tasks(Mapping[str, Callable[..., Any]]):
         with self._lock:
             self._runtime = runtime
 
+    def release(self, runtime: TaskRuntime) -> None:
+        """Unbind, when bound to `runtime` (which is closing): a task enqueued after
+        raises `TaskNotBound` rather than write through a closed runtime."""
+        with self._lock:
+            if self._runtime is runtime:
+                self._runtime = None
+
     def runtime_for(self, task: Task[Any, Any], runtime: TaskRuntime | None = None) -> TaskRuntime:
         """`runtime` when given, else the bound one; `TaskNotBound` when neither."""
         found = runtime if runtime is not None else self.runtime

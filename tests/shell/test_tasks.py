@@ -247,6 +247,21 @@ def test_enqueue_without_a_runtime_says_how_to_give_one() -> None:
         send.enqueue({})
 
 
+def test_closing_the_runtime_a_collection_is_bound_to_unbinds_it() -> None:
+    # A test that forgot its fixture enqueued into the previous test's closed runtime.
+    mine = Tasks()
+    send = mine.task(name="send")(lambda args: None)
+    first = conveyor.build({"provider": "memory"}, handlers=mine, env={})
+    second = conveyor.build({"provider": "memory"}, handlers=Tasks(), env={})
+    first.close()
+    with pytest.raises(TaskNotBound, match="'send' has no runtime"):
+        send.enqueue({})
+    mine.bind(second)
+    first.close()  # closed again: the collection is another runtime's now
+    assert mine.runtime is second
+    second.close()
+
+
 @pytest.fixture
 def app_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (tmp_path / "billing_jobs.py").write_text(

@@ -143,6 +143,8 @@ class Runtime(
         #: Each queue's fair shares, caps and rates (`[limits.<queue>]`, or `build`'s
         #: `limits`); its workers claim under them (docs/limits.md).
         self.limits: dict[str, QueueLimits] = dict(config.limits)
+        #: The `Tasks` collections `build` bound to this runtime (released by `close`).
+        self.bound_collections: list[Any] = []
 
     def __enter__(self) -> Runtime:
         return self.start()
@@ -152,8 +154,11 @@ class Runtime(
         self.close()
 
     def close(self) -> None:
-        """Release the backend's connections. Call `stop` first when pools are running;
-        `with runtime:` does both."""
+        """Release the backend's connections, and the `Tasks` collections bound to this
+        runtime (their tasks then raise `TaskNotBound`). Call `stop` first when pools
+        are running; `with runtime:` does both."""
+        for collection in self.bound_collections:
+            collection.release(self)
         for part in (self.queue, self.store):
             try:
                 part.close()
@@ -222,7 +227,8 @@ def build(
         hooks=hooks,
         inline=cfg.inline if inline is None else inline,
     )
-    from ..tasks import bind_collections
+    from ..tasks import Tasks, bind_collections
 
     bind_collections(runtime, sources, registry)
+    runtime.bound_collections.extend(s for s in sources if isinstance(s, Tasks))
     return runtime
