@@ -557,6 +557,16 @@ def test_sqlite_write_transactions_take_the_write_lock_at_begin(tmp_path: Path) 
         engine.dispose()
 
 
+def test_a_sqlite_url_with_two_slashes_is_told_how_to_name_the_file() -> None:
+    # It said "an in-memory SQLite database is per connection" of `sqlite://jobs.db`.
+    with pytest.raises(ValidationError) as refused:
+        make_engine("sqlite://jobs.db")
+    assert str(refused.value) == (
+        "url: names no file: write sqlite:///jobs.db (three slashes) for a path relative "
+        "to the current directory, four for an absolute one"
+    )
+
+
 def test_make_engine_refuses_in_memory_sqlite() -> None:
     with pytest.raises(ValidationError) as error:
         make_engine("sqlite://")

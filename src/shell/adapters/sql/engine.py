@@ -156,6 +156,13 @@ def make_engine(
         options["pool_size"] = pool_size
     if backend == "sqlite":
         database = parsed.database or ""
+        if not database and parsed.host:
+            # `sqlite://jobs.db`: the name went to the host part, and nothing is a file.
+            raise ValidationError.of(
+                "url",
+                f"names no file: write sqlite:///{parsed.host} (three slashes) for a path "
+                "relative to the current directory, four for an absolute one",
+            )
         if database in ("", ":memory:") or parsed.query.get("mode") == "memory":
             raise ValidationError.of(
                 "url", "an in-memory SQLite database is per connection; give a file path"
