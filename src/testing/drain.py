@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..core import ValidationError, check_name
 from ..shell.runtime import Runtime
 from ..shell.worker.inline import add_stats
 from ..shell.worker.loop import WorkerStats
@@ -44,6 +45,11 @@ def drain(
     what was done. Raises `DrainLimit` when more than `max_jobs` would run. `queues`
     may name one queue as a string."""
     only = None if queues is None else [queues] if isinstance(queues, str) else list(queues)
+    if only is not None:
+        # A name no queue can have would drain nothing, and a test would pass on it.
+        problems = [check_name(f"queues[{n}]", name) for n, name in enumerate(only)]
+        if any(problems):
+            raise ValidationError([p for p in problems if p is not None])
     clock = runtime.clock
     total, claimed = WorkerStats(), 0
     while True:

@@ -351,6 +351,15 @@ def test_drain_runs_only_the_queues_it_is_given(build: Any, app: App) -> None:
     assert app.sent == ["b"]
 
 
+@pytest.mark.parametrize("queues", [["emails", ""], ["bad queue!"], [5]])
+def test_drain_refuses_a_queue_name_no_queue_can_have(build: Any, app: App, queues: Any) -> None:
+    # It drained nothing, silently: the test then passed on nothing run.
+    runtime = build(app.tasks)
+    with pytest.raises(conveyor.ValidationError) as refused:
+        drain(runtime, queues=queues)
+    assert refused.value.fields[0].startswith("queues[")
+
+
 def test_drain_stops_at_its_limit_when_work_does_not_end(build: Any) -> None:
     tasks = Tasks()
 
