@@ -121,6 +121,13 @@ class Task(Generic[P, R]):
         call's `run_at` replaces a default `delay` and the other way round (they are
         one setting given two ways), and a call's `unique_key=None` drops the task's
         `unique_for` and `unique_states` with its key."""
+        unknown = sorted(set(overrides) - ENQUEUE_OPTIONS)
+        if unknown:
+            # Most often the job's args given as keywords: say where they go.
+            raise TypeError(
+                f"task {self.job_type!r}: unexpected options {unknown}; the job's args "
+                f"go in one mapping: {self.job_type}.enqueue({{{unknown[0]!r}: ...}})"
+            )
         merged = {**self.defaults, **overrides}
         for given, other in (("run_at", "delay"), ("delay", "run_at")):
             if given in overrides and other not in overrides:

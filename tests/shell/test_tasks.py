@@ -247,6 +247,19 @@ def test_enqueue_without_a_runtime_says_how_to_give_one() -> None:
         send.enqueue({})
 
 
+def test_args_given_as_keywords_are_told_to_go_in_one_mapping(build: Any) -> None:
+    # It said "EnqueueMethods.enqueue() got an unexpected keyword argument 'to'".
+    mine = Tasks()
+    send = mine.task(name="send")(lambda args: None)
+    build(mine)
+    with pytest.raises(TypeError) as refused:
+        send.enqueue(to="a@example.com")
+    assert str(refused.value) == (
+        "task 'send': unexpected options ['to']; the job's args go in one mapping: "
+        "send.enqueue({'to': ...})"
+    )
+
+
 def test_closing_the_runtime_a_collection_is_bound_to_unbinds_it() -> None:
     # A test that forgot its fixture enqueued into the previous test's closed runtime.
     mine = Tasks()
