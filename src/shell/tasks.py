@@ -121,7 +121,7 @@ class Task(Generic[P, R]):
         call's `run_at` replaces a default `delay` and the other way round (they are
         one setting given two ways), and a call's `unique_key=None` drops the task's
         `unique_for` and `unique_states` with its key."""
-        unknown = sorted(set(overrides) - ENQUEUE_OPTIONS)
+        unknown = sorted(set(overrides) - ENQUEUE_OPTIONS - {"after"})
         if unknown:
             # Most often the job's args given as keywords: say where they go.
             raise TypeError(
