@@ -29,7 +29,13 @@ from asgiref.sync import sync_to_async
 from ..core import ValidationError
 from ..shell.migrate import SchemaNotCurrent
 from ..shell.runtime import Runtime, build
-from .compat import BaseTaskBackend, InvalidTask, TaskResultDoesNotExist, task_enqueued
+from .compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    TaskResultDoesNotExist,
+    task_backends,
+    task_enqueued,
+)
 from .discovery import known_task
 from .options import (
     BackendOptions,
@@ -47,6 +53,15 @@ from .results import (
     task_for,
 )
 from .task import ConveyorTask, task_options
+
+
+def first_conveyor_alias() -> str:
+    """The first `TASKS` alias whose backend is Conveyor's (the one `manage.py conveyor`
+    and the worker take when told none)."""
+    for alias in task_backends.settings:
+        if isinstance(task_backends[alias], ConveyorBackend):
+            return str(alias)
+    raise LookupError("no TASKS entry uses conveyor.django.ConveyorBackend")
 
 
 class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
@@ -123,10 +138,8 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         """`manage.py conveyor migrate` for this backend's tables: with `--backend`
         unless this is the backend the command picks when told none (the first on
         Conveyor in `TASKS`)."""
-        from .handlers import first_alias
-
         try:
-            first = first_alias()
+            first = first_conveyor_alias()
         except Exception:  # no TASKS to read (a backend made outside a project)
             first = self.alias
         backend = "" if first == self.alias else f"--backend {self.alias} "

@@ -61,12 +61,9 @@ def backend_alias() -> str:
 
 def first_alias() -> str:
     """The first `TASKS` alias whose backend is Conveyor's."""
-    from .backend import ConveyorBackend
+    from .backend import first_conveyor_alias
 
-    for alias in task_backends.settings:
-        if isinstance(task_backends[alias], ConveyorBackend):
-            return str(alias)
-    raise LookupError("no TASKS entry uses conveyor.django.ConveyorBackend")
+    return first_conveyor_alias()
 
 
 class DjangoTasks(Tasks):

@@ -136,6 +136,22 @@ def test_bad_variables_and_the_files_problems_are_reported_together(tmp_path: Pa
     assert "-5" in reasons["lease_ms"] and "0" in reasons["workers.prefetch"]
 
 
+def test_a_value_out_of_range_from_a_variable_names_the_variable(tmp_path: Path) -> None:
+    # "workers.count: must be >= 0, got -1" sent the reader to a file that says 2.
+    config = tmp_path / "conveyor.toml"
+    config.write_text("[workers]\ncount = 2\n")
+    env = {"CONVEYOR_WORKERS": "-1", "CONVEYOR_PROVIDER": "mem"}
+    with pytest.raises(ValidationError) as refused:
+        load_config(config, env=env)
+    reasons = dict((e.field, e.reason) for e in refused.value.errors)
+    assert reasons["workers.count"].endswith(" (set by CONVEYOR_WORKERS)")
+    assert reasons["provider"].endswith(" (set by CONVEYOR_PROVIDER)")
+    config.write_text("[workers]\ncount = -1\n")
+    with pytest.raises(ValidationError) as from_file:
+        load_config(config, env={"CONVEYOR_LEASE_MS": "1000"})
+    assert str(from_file.value) == "workers.count: must be >= 0, got -1"
+
+
 def test_a_bad_variable_joins_the_problems_of_a_mapping_too() -> None:
     with pytest.raises(ValidationError) as refused:
         load_config({"workers": {"prefetch": 0}}, env={"CONVEYOR_POOL_SIZE": "big"})

@@ -201,8 +201,22 @@ def load_config(
             "config", f"must be a mapping, a TOML file's path or a Config, got {what}"
         )
     if path is None:
-        return _parse(*_overridden(raw, env))
-    # A file's relative SQLite paths are read from its folder (see config_paths).
-    merged, env_errors = _overridden(anchored(raw, path.parent), env)
-    merged = with_default_database(merged, path.parent, DEFAULT_URL, DEFAULT_PROVIDER)
-    return _parse(merged, env_errors)
+        merged, env_errors = _overridden(raw, env)
+    else:
+        # A file's relative SQLite paths are read from its folder (see config_paths).
+        merged, env_errors = _overridden(anchored(raw, path.parent), env)
+        merged = with_default_database(merged, path.parent, DEFAULT_URL, DEFAULT_PROVIDER)
+    try:
+        return _parse(merged, env_errors)
+    except ValidationError as exc:
+        raise ValidationError([_by_variable(e, env) for e in exc.errors]) from None
+
+
+def _by_variable(error: FieldError, env: Mapping[str, str]) -> FieldError:
+    """`error`, saying which `CONVEYOR_*` variable set its key, when one did: the file
+    may say otherwise, and that is where one would look first."""
+    for name, (key, _) in ENV.items():
+        within = error.field == key or error.field.startswith((f"{key}.", f"{key}["))
+        if within and name in env and name not in error.reason:
+            return FieldError(error.field, f"{error.reason} (set by {name})")
+    return error
