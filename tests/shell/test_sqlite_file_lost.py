@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Callable
@@ -22,43 +21,25 @@ from pathlib import Path
 
 import conveyor
 import pytest
+from cli_support import CONVEYOR, HANDLERS, process_env
 from conveyor.shell.adapters.sql.database_file import DatabaseFile
 from conveyor.shell.worker.signals import RECYCLED_EXIT
-
-CONVEYOR = [sys.executable, "-m", "conveyor.shell.cli"]
-
-HANDLERS = """
-import json, os, pathlib
-OUT = pathlib.Path(os.environ["JOBS_OUT"])
-def work(args):
-    with OUT.open("a") as f:
-        f.write(json.dumps({"n": args["n"], "pid": os.getpid()}) + "\\n")
-HANDLERS = {"work": work}
-"""
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "lost_file_handlers.py").write_text(HANDLERS)
+    (tmp_path / "cli_handlers.py").write_text(HANDLERS)  # `ship` writes its args out
     (tmp_path / "conveyor.toml").write_text(
         textwrap.dedent(f"""
         provider = "db"
         url = "sqlite:///{tmp_path / "jobs.db"}"
-        handlers = ["lost_file_handlers:HANDLERS"]
+        handlers = ["cli_handlers:HANDLERS"]
         entry_points = false
         [workers]
         poll_interval_ms = 20
         """)
     )
     return tmp_path
-
-
-def _env(project: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(project) + os.pathsep + env.get("PYTHONPATH", "")
-    env["JOBS_OUT"] = str(project / "out.jsonl")
-    env.pop("CONVEYOR_URL", None)
-    return env
 
 
 def _enqueue(project: Path, n: int) -> None:
@@ -68,7 +49,7 @@ def _enqueue(project: Path, n: int) -> None:
         env={},
     )
     try:
-        runtime.enqueue("work", {"n": n})
+        runtime.enqueue("ship", {"n": n})
     finally:
         runtime.close()
 
@@ -105,7 +86,7 @@ def test_a_worker_whose_database_file_is_lost_stops_to_be_started_again(
 ) -> None:
     _enqueue(project, 1)
     worker = subprocess.Popen(
-        [*CONVEYOR, "worker"], cwd=project, env=_env(project), stderr=subprocess.PIPE, text=True
+        [*CONVEYOR, "worker"], cwd=project, env=process_env(project), stderr=subprocess.PIPE, text=True
     )
     try:
         _until(lambda: _ran(project) == [1], "the worker ran the first job")
@@ -125,7 +106,7 @@ def test_under_a_supervisor_the_fresh_copy_runs_what_the_new_file_holds(project:
     supervisor = subprocess.Popen(
         [*CONVEYOR, "worker", "--processes", "2"],
         cwd=project,
-        env=_env(project),
+        env=process_env(project),
         stderr=subprocess.PIPE,
         text=True,
     )
