@@ -59,6 +59,8 @@ def describe(
         f"attempt: {job.attempt} (retries {job.retry_count} of {job.max_retries})",
         f"created at: {data['created_at']}",
     ]
+    if job.timeout_ms is not None:
+        lines.append(f"timeout: {job.timeout_ms / 1000:g} s per attempt")
     if view.next_run_at is not None:
         lines.append(f"next run at: {data['next_run_at']}")
     if view.token is not None:

@@ -83,6 +83,8 @@ class JobView:
                 "attempt": job.attempt,
                 "retry_count": job.retry_count,
                 "max_retries": job.max_retries,
+                # The job's own; None when its type's (registration or config) applies.
+                "timeout_ms": job.timeout_ms,
                 "created_at": _iso(job.created_at),
                 "run_at": _iso(job.run_at),
                 "next_run_at": _iso(self.next_run_at),

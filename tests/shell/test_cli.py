@@ -118,6 +118,16 @@ def test_jobs_list_keeps_one_tenants_jobs(cli) -> None:
     assert refused.returncode == 2 and "--tenant" in refused.stderr
 
 
+def test_job_show_shows_a_jobs_own_timeout(cli) -> None:
+    # Set with --timeout, it was shown nowhere but in Python.
+    timed = cli("enqueue", "ship", "{}", "--timeout", "2").stdout.strip()
+    plain = cli("enqueue", "ship", "{}").stdout.strip()
+    assert json.loads(cli("job", "show", timed, "--json").stdout)["timeout_ms"] == 2000
+    assert "timeout: 2 s per attempt" in cli("job", "show", timed).stdout.splitlines()
+    assert json.loads(cli("job", "show", plain, "--json").stdout)["timeout_ms"] is None
+    assert "timeout:" not in cli("job", "show", plain).stdout
+
+
 def test_job_show_of_an_id_it_cannot_find_says_whether_retention_pruned_it(cli) -> None:
     # It said "no job X" either way, where `result()` told the two apart.
     rt = conveyor.build()  # the project's config, as the commands read it
