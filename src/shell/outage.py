@@ -251,7 +251,7 @@ class ServerUnreachable(BackendError):
         self, backend: str, where: str, key: str, detail: str, waited_s: float = 0.0
     ) -> None:
         waited = (
-            f"; gave up after waiting {waited_s:g} s (startup_timeout_ms, or "
+            f"; gave up after waiting {waited_s:.1f} s (startup_timeout_ms, or "
             "--startup-timeout, sets how long)"
             if waited_s > 0
             else ""

@@ -78,7 +78,8 @@ def run_dead(args: argparse.Namespace, make_runtime: Callable[[], Runtime]) -> i
         if args.dead_command == "retry":
             if job_id is None:
                 done = retry_matching(runtime, where)
-                print(f"re-enqueued {done} dead letters{_described(where)}")
+                letters = "dead letter" if done == 1 else "dead letters"
+                print(f"re-enqueued {done} {letters}{_described(where)}")
             else:
                 try:
                     job = runtime.retry_dead(job_id)
