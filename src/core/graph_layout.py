@@ -49,7 +49,9 @@ class Box:
 
 @attrs.frozen(slots=True)
 class Arrow:
-    """An edge drawn, from the right side of `source`'s box to the left of `target`'s."""
+    """An edge drawn, from the right side of `source`'s box to the left of `target`'s:
+    straight across, or, when a box of a layer between stands in its way, round below
+    the boxes of those layers, along `lane`, turning down and up at `bends`."""
 
     source: str
     target: str
@@ -57,6 +59,13 @@ class Arrow:
     y1: int
     x2: int
     y2: int
+    lane: int | None = None
+
+    @property
+    def bends(self) -> tuple[int, int]:
+        """Where the way round turns: in the gap after the source's layer and in the
+        gap before the target's."""
+        return self.x1 + LAYER_GAP // 2, self.x2 - LAYER_GAP // 2
 
 
 @attrs.frozen(slots=True)
@@ -146,6 +155,7 @@ def place(nodes: Sequence[str], edges: Sequence[tuple[str, str]]) -> Drawing:
             boxes[before].y + NODE_HEIGHT // 2,
             boxes[after].x,
             boxes[after].y + NODE_HEIGHT // 2,
+            _lane(boxes[before], boxes[after], boxes.values()),
         )
         for before, after in edges
         if before in boxes and after in boxes and before != after
@@ -154,4 +164,17 @@ def place(nodes: Sequence[str], edges: Sequence[tuple[str, str]]) -> Drawing:
     rows = 1 + max((s.row for s in slots), default=-1)
     width = 2 * MARGIN + columns * NODE_WIDTH + max(columns - 1, 0) * LAYER_GAP
     height = 2 * MARGIN + rows * NODE_HEIGHT + max(rows - 1, 0) * ROW_GAP
+    lanes = [a.lane for a in arrows if a.lane is not None]
+    height = max([height, *(lane + MARGIN for lane in lanes)])
     return Drawing(tuple(boxes[n] for n in nodes), arrows, width, height)
+
+
+def _lane(source: Box, target: Box, boxes: Iterable[Box]) -> int | None:
+    """Where an arrow from `source` to `target` runs round the boxes of the layers
+    between (half a row gap below the lowest of them), when one of those stands
+    across the band its straight way would cross; None when nothing is in its way."""
+    between = [b for b in boxes if source.slot.layer < b.slot.layer < target.slot.layer]
+    ends = (source.y + NODE_HEIGHT // 2, target.y + NODE_HEIGHT // 2)
+    if not any(b.y <= max(ends) and b.y + NODE_HEIGHT >= min(ends) for b in between):
+        return None
+    return max(b.y + NODE_HEIGHT for b in between) + ROW_GAP // 2

@@ -124,3 +124,20 @@ def test_an_empty_graph_is_an_empty_picture() -> None:
     drawing = place([], [])
     assert drawing.boxes == () and drawing.arrows == ()
     assert (drawing.width, drawing.height) == (2 * MARGIN, 2 * MARGIN)
+
+
+def test_an_arrow_past_a_box_in_its_way_goes_round_below_it() -> None:
+    # fetch -> transform -> load -> notify, and notify also waits for fetch: that arrow
+    # ran straight through transform and load, and the picture showed a plain chain.
+    nodes = ["fetch", "transform", "load", "notify"]
+    edges = [("fetch", "transform"), ("transform", "load"), ("load", "notify")]
+    drawing = place(nodes, [*edges, ("fetch", "notify")])
+    lanes = {(a.source, a.target): a.lane for a in drawing.arrows}
+    assert all(lanes[edge] is None for edge in edges), "arrows to the next layer go straight"
+    lane = lanes[("fetch", "notify")]
+    boxes = {b.slot.key: b for b in drawing.boxes}
+    assert lane is not None and lane > boxes["load"].y + NODE_HEIGHT
+    assert lane < drawing.height, "the picture holds the way round"
+    [round_arrow] = [a for a in drawing.arrows if a.lane is not None]
+    assert round_arrow.bends[0] > boxes["fetch"].x + NODE_WIDTH
+    assert round_arrow.bends[1] < boxes["notify"].x
