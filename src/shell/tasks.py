@@ -212,6 +212,14 @@ class Tasks(Mapping[str, Callable[..., Any]]):
         """
         defaults = {"queue": queue, "priority": priority, "max_retries": max_retries}
         defaults = {k: v for k, v in defaults.items() if v is not None} | options
+        for option in ("execution", "tenant_scoped"):
+            if option in options:
+                # How a worker runs the handler, not an enqueue default: a registration's.
+                raise TypeError(
+                    f"{option}= is not a task option: register the function with a "
+                    f"conveyor.Registry (registry.register(job_type, fn, {option}=...)) "
+                    "and give that registry to build(handlers=registry)"
+                )
 
         def register(fn: Callable[P, R]) -> Task[P, R]:
             job_type = default_job_type(fn) if name is None else name

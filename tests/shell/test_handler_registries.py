@@ -89,6 +89,21 @@ def test_an_entry_naming_a_handler_is_refused_without_calling_it(modules: Path, 
     assert sys.modules["registry_jobs"].CALLED == []
 
 
+def test_build_takes_a_registry_as_its_handlers_with_each_registrations_options() -> None:
+    # It was refused: "handlers: must be a mapping of job type to handler (or Tasks)".
+    import process_handlers
+    from conveyor import Registry, Tasks
+
+    registry = Registry()
+    registry.register("render", process_handlers.double, execution="process", timeout=5)
+    runtime = conveyor.build({"provider": "memory", "entry_points": False}, handlers=registry, env={})
+    render = runtime.registry.registration("render")
+    assert render is not None and render.execution == "process" and render.timeout_ms == 5000
+    runtime.close()
+    with pytest.raises(TypeError, match=r"execution= is not a task option: register the function"):
+        Tasks().task(name="render", execution="process")
+
+
 def test_conveyor_worker_runs_a_process_executed_handler_a_registry_declares(
     modules: Path,
 ) -> None:

@@ -169,7 +169,7 @@ class Runtime(
 def build(
     config: Mapping[str, Any] | str | Path | Config | None = None,
     *,
-    handlers: Mapping[str, Callable[..., Any]] | None = None,
+    handlers: Mapping[str, Callable[..., Any]] | Registry | None = None,
     registry: Registry | None = None,
     clock: Clock | None = None,
     jitter: Callable[[], float] | None = None,
@@ -203,10 +203,15 @@ def build(
         given = dict(parse_limits(limits))
         cfg = attrs.evolve(cfg, limits=tuple({**dict(cfg.limits), **given}.items()))
     registry = registry or Registry()
+    if isinstance(handlers, Registry):
+        # Its registrations keep their options (timeout, execution="process", ...).
+        registry.merge(handlers)
+        handlers = None
     if handlers is not None and not isinstance(handlers, Mapping):
         what = type(handlers).__name__
         raise ValidationError.of(
-            "handlers", f"must be a mapping of job type to handler (or Tasks), got {what}"
+            "handlers",
+            f"must be a mapping of job type to handler (or Tasks), or a Registry, got {what}",
         )
     for job_type, handler in (handlers or {}).items():
         registry.register(job_type, handler)
