@@ -31,6 +31,10 @@ def dies(args: Any) -> None:
     os._exit(3)
 
 
+def exits(args: Any) -> None:
+    raise SystemExit(3)
+
+
 def sums_inputs(args: Any, ctx: Any) -> int:
     """The sum of the results the job waited for, read in a child process."""
     return sum(ctx.inputs().by_id.values())

@@ -540,6 +540,18 @@ def test_a_process_that_dies_without_an_answer_is_a_retryable_failure(
     assert error.type == "process-died" and error.retryable and "exit code 3" in error.message
 
 
+def test_a_process_handlers_sys_exit_is_its_failure_as_on_a_thread(
+    process_registry: Callable[..., Registry],
+) -> None:
+    # It ended the child: "process-died ... (exit code 3)", where a thread says SystemExit.
+    worker, store = _memory_worker(process_registry("exits", process_handlers.exits))
+    job = make_job("exits", now=_now(), max_retries=0)
+    worker.queue.enqueue(job)
+    assert worker.drain() == 1
+    error = store.get(job.id).last_error
+    assert (error.type, error.message) == ("SystemExit", "3")
+
+
 @pytest.mark.parametrize(
     ("handler", "options", "field"),
     [

@@ -31,7 +31,7 @@ import attrs
 from ...core import ErrorInfo, Failed, Outcome, cap_message
 from ..context import JobContext, check_progress
 from ..inputs import KnownInputs
-from ..registry import run_handler
+from ..registry import error_from_exception, run_handler
 
 #: How often the worker asks whether a running child's job should stop (a cancel).
 STOP_POLL_S = 0.5
@@ -79,7 +79,12 @@ def run_in_process(
 
 
 def _child(conn: Connection, handler: Callable[..., Any], arguments: tuple[Any, ...]) -> None:
-    outcome = run_handler(handler, *arguments)
+    try:
+        outcome = run_handler(handler, *arguments)
+    except SystemExit as exc:
+        # The handler runs on the child's main thread, where an exit is let through:
+        # here it is the handler's failure, as on a worker thread.
+        outcome = Failed(error_from_exception(exc))
     try:
         conn.send(outcome)
     except Exception as exc:
