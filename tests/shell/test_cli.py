@@ -233,6 +233,17 @@ def test_a_misspelt_job_type_warns_and_strict_refuses_it(cli, caplog) -> None:
     assert cli("enqueue", "--strict", "ship", "{}").returncode == 0
 
 
+def test_strict_refuses_to_check_a_type_when_no_handler_module_is_loaded(
+    cli, monkeypatch
+) -> None:
+    # With no handler module (CONVEYOR_HANDLERS empty), --strict let anything through.
+    monkeypatch.setenv("CONVEYOR_HANDLERS", "")
+    refused = cli("enqueue", "--strict", "anything", "{}", check=False)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "--strict: this config loads no handler module" in refused.stderr
+    assert cli("enqueue", "anything", "{}").returncode == 0, "without --strict it is taken"
+
+
 TASKS = """
 import conveyor
 tasks = conveyor.Tasks()

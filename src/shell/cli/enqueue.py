@@ -100,6 +100,12 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         unknown = runtime.unknown_job_type(args.job_type)
         if unknown is not None and args.strict:
             raise ValidationError.of("job_type", unknown)
+        if args.strict and not runtime.registry.job_types():
+            raise ValidationError.of(
+                "--strict",
+                "this config loads no handler module, so no job type can be checked: name "
+                "one in `handlers` (or CONVEYOR_HANDLERS)",
+            )
         given = {
             "queue": args.queue,
             "priority": args.priority,
