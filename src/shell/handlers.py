@@ -110,8 +110,12 @@ def contribute(
     found: list[Mapping[str, Callable[..., Any]]] = [] if loaded is None else loaded
     sources: list[str] = []
     errors: list[FieldError] = []
+    seen: set[str] = set()
     for i, spec in enumerate(specs):
         where = f"handlers[{i}]"
+        if spec.strip() in seen:
+            continue  # listed twice (a file and a variable, say): one collection, loaded once
+        seen.add(spec.strip())
         try:
             mapping = _register(registry, _contribution(where, import_attr(spec, where)))
             if mapping is not None:

@@ -89,6 +89,14 @@ def test_an_entry_naming_a_handler_is_refused_without_calling_it(modules: Path, 
     assert sys.modules["registry_jobs"].CALLED == []
 
 
+def test_one_collection_listed_twice_is_loaded_once(modules: Path) -> None:
+    # The second entry was refused: "already registered; pass replace=True", which no
+    # config can pass.
+    runtime = _built("registry_jobs:registry", "registry_jobs:registry")
+    assert runtime.registry.registration("video.render") is not None
+    runtime.close()
+
+
 def test_build_takes_a_registry_as_its_handlers_with_each_registrations_options() -> None:
     # It was refused: "handlers: must be a mapping of job type to handler (or Tasks)".
     import process_handlers
