@@ -139,6 +139,11 @@ def test_the_states_drawn_follow_the_jobs_as_they_run(rt: Runtime) -> None:
         str(wf.ids["mail"]): "skipped",
         str(wf.ids["audit"]): "completed",
     }
+    # The summary counts a skipped job as the graph draws it (it said "2 cancelled").
+    summary = re.search(r'<p id="counts">(.*?)</p>', page)
+    assert summary is not None
+    spans = re.findall(r'<span class="state (\w+)">(\d+) \1</span>', summary.group(1))
+    assert dict(spans) == {"completed": "3", "failed": "1", "cancelled": "1", "skipped": "1"}
     # A finished workflow has nothing left to cancel; the error is shown as text.
     assert "cancel-workflow" not in page
     assert "<script>window.__xss=1</script>" not in page

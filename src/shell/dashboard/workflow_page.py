@@ -58,6 +58,12 @@ class WorkflowView:
     policies: Mapping[tuple[str, str], str]  # (dependency, dependent) -> a policy not `fail`
 
     @property
+    def counts(self) -> dict[str, int]:
+        """How many members each state the graph draws has (skipped apart)."""
+        shown = [self.nodes[str(m.job_id)].state for m in self.state.members]
+        return {state: shown.count(state) for state in dict.fromkeys(shown)}
+
+    @property
     def unfinished(self) -> bool:
         """True while a member can still be cancelled."""
         return any(m.state is None or not m.state.is_terminal for m in self.state.members)
