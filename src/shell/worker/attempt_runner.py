@@ -163,15 +163,16 @@ class AttemptRunner:
         )
         if outcome is not None:
             return outcome
+        error = timeout_error(timeout_ms)
         log.warning(
-            "job %s (%s) ran past its timeout of %d ms: recorded as a Timeout failure; "
+            "job %s (%s) %s: recorded as a Timeout failure; "
             "its handler's thread is abandoned (%d abandoned still running)",
             job.id,
             job.job_type,
-            timeout_ms,
+            error.message,
             self.overruns.still_running,
         )
-        return Failed(timeout_error(timeout_ms))
+        return Failed(error)
 
     def _outcome(
         self,
@@ -233,11 +234,12 @@ class AttemptRunner:
             return outcome
         assert timeout_ms is not None  # only a deadline stops a child early
         gate.abandon()  # the child was killed at its deadline: the attempt timed out
+        error = timeout_error(timeout_ms)
         log.warning(
-            "job %s (%s) ran past its timeout of %d ms: its process was killed and the "
-            "attempt recorded as a Timeout failure",
+            "job %s (%s) %s: its process was killed and the attempt recorded as a "
+            "Timeout failure",
             job.id,
             job.job_type,
-            timeout_ms,
+            error.message,
         )
-        return Failed(timeout_error(timeout_ms))
+        return Failed(error)
