@@ -95,17 +95,39 @@ def test_a_count_int_refuses_is_ignored_on_every_page(
     assert client.get(f"{path}{joiner}n={count}").status_code == status
 
 
+SECRET = "a-secret-of-this-test-server"
+
+
+def sealed(done: str, count: str) -> str:
+    """The query string a redirect of this server gives after an action."""
+    from urllib.parse import unquote, urlencode
+
+    from conveyor.shell.dashboard.csrf import CsrfGuard
+
+    count = unquote(count)  # as the server reads it: NOT_INT holds %-escapes
+    seal = CsrfGuard(SECRET).seal(f"{done}:{count}")
+    return urlencode({"done": done, "n": count, "seal": seal})
+
+
 @pytest.mark.parametrize("count", [*NOT_INT, *NOT_ASCII, "abc", "-2", "+2", "1_000"])
-def test_the_notice_of_a_count_that_is_no_plain_number_says_one(
-    client: TestClient, count: str
-) -> None:
-    page = client.get(f"/dead?done=purged&n={count}")
+def test_the_notice_of_a_count_that_is_no_plain_number_says_one(rt: Runtime, count: str) -> None:
+    client = client_for(rt, csrf_secret=SECRET)
+    page = client.get(f"/dead?{sealed('purged', count)}")
     assert page.status_code == 200 and "Purged 1 dead letter(s)." in page.text
 
 
 @pytest.mark.parametrize("count", ["0", "3", "10000"])
-def test_the_notice_reports_a_plain_count(client: TestClient, count: str) -> None:
-    assert f"Purged {count} dead letter(s)." in client.get(f"/dead?done=purged&n={count}").text
+def test_the_notice_reports_a_plain_count(rt: Runtime, count: str) -> None:
+    client = client_for(rt, csrf_secret=SECRET)
+    assert f"Purged {count} dead letter(s)." in client.get(f"/dead?{sealed('purged', count)}").text
+
+
+def test_a_notice_this_server_did_not_seal_is_not_shown(rt: Runtime) -> None:
+    # A link could show "Purged 303 dead letter(s)." when nothing was done.
+    client = client_for(rt, csrf_secret=SECRET)
+    assert "Purged" not in client.get("/dead?done=purged&n=303").text
+    forged = sealed("purged", "303").replace("n=303", "n=304")
+    assert "Purged" not in client.get(f"/dead?{forged}").text
 
 
 # ---- `page` ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ backend. `Actions` is mixed into `app.Dashboard`, which checks each request firs
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,6 +19,7 @@ from starlette.responses import HTMLResponse, Response
 
 from ...core import CancelResult, FieldError, ValidationError
 from ..runtime import Runtime
+from .csrf import CsrfGuard
 from .reachability import BackendReads
 from .views import Filters, matching_dead, parse_filters, whole_number
 
@@ -33,11 +35,22 @@ NOTICES = {
 }
 
 
-def notice_of(params: Mapping[str, str]) -> str:
-    """The line a redirect's `done` and `n` ask a page to show ("" for none). `n` is
-    only a count to report: one that is no plain number reads as 1."""
-    count = whole_number(params.get("n", "1"))
-    return NOTICES.get(params.get("done", ""), "").format(n=1 if count is None else count)
+def notice_of(params: Mapping[str, str], guard: CsrfGuard) -> str:
+    """The line a redirect's `done` and `n` ask a page to show ("" for none, and for
+    a notice this server did not seal: a link cannot claim an action). `n` is only a
+    count to report: one that is no plain number reads as 1."""
+    done, given = params.get("done", ""), params.get("n", "")
+    if not hmac.compare_digest(params.get("seal", ""), guard.seal(f"{done}:{given}")):
+        return ""
+    count = whole_number(given or "1")
+    return NOTICES.get(done, "").format(n=1 if count is None else count)
+
+
+def sealed(params: dict[str, Any], guard: CsrfGuard) -> dict[str, Any]:
+    """A redirect's query with its notice sealed (see `notice_of`)."""
+    if "done" not in params:
+        return params
+    return {**params, "seal": guard.seal(f"{params['done']}:{params.get('n', '')}")}
 
 
 class Actions:

@@ -36,7 +36,7 @@ from ...core import FieldError, JobStatus, ValidationError
 from ...core.validation import parse_job_id
 from ..job_text import progress_text
 from ..runtime import Runtime
-from .actions import Actions, confirmed_at, notice_of
+from .actions import Actions, confirmed_at, notice_of, sealed
 from .auth import AuthHook, BasicAuth, LoginThrottle
 from .csrf import CSRF_COOKIE, CSRF_FIELD, CsrfGuard
 from .gate import Gate, Refused
@@ -168,7 +168,7 @@ class Dashboard(Actions, WorkflowPages):
             csrf_token=self.csrf.token(nonce, request),
             read_only=self.read_only,
             live_every_ms=self.live_every_ms,
-            notice=notice_of(request.query_params),
+            notice=notice_of(request.query_params, self.csrf),
             **context,
         )
         response = HTMLResponse(html, status)
@@ -192,7 +192,7 @@ class Dashboard(Actions, WorkflowPages):
         )
 
     def _redirect(self, request: Request, path: str, **params: Any) -> Response:
-        query = f"?{urlencode(params)}" if params else ""
+        query = f"?{urlencode(sealed(params, self.csrf))}" if params else ""
         return RedirectResponse(f"{self._base(request)}{path}{query}", 303)
 
     def _filters(self, request: Request, *, with_state: bool = True) -> Filters | HTMLResponse:

@@ -108,6 +108,12 @@ class CsrfGuard:
         mac.update(credentials)
         return base64.urlsafe_b64encode(mac.digest()).decode().rstrip("=")
 
+    def seal(self, text: str) -> str:
+        """A mark that this server wrote `text` (the notice a redirect after an action
+        asks its page to show), so a link made elsewhere cannot show a false one."""
+        mac = hmac.new(self._key, b"conveyor-notice\x00" + text.encode(), "sha256")
+        return base64.urlsafe_b64encode(mac.digest()[:12]).decode()
+
     def foreign_origin(self, request: Request) -> str | None:
         """Why the request did not come from the dashboard's own pages (None when it
         did, or when it came from no browser page at all)."""
