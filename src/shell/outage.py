@@ -31,7 +31,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
-from ..core import WriteRetryPolicy
+from ..core import WriteRetryPolicy, write_retry_delay_s
 from .redact import BackendError, one_line, redact
 from .retrying import Retrier
 
@@ -269,20 +269,23 @@ class ServerUnreachable(BackendError):
 
 
 class Backoff:
-    """Capped exponential pauses: `first`, twice that, ... up to `cap` seconds."""
+    """Capped exponential pauses: `first`, twice that, ... up to `cap` seconds, as the
+    core's `write_retry_delay_s` reckons them (never giving up: a server that is away
+    is waited for)."""
 
     def __init__(self, first: float = 0.1, cap: float = 5.0) -> None:
-        self.first, self.cap = first, cap
-        self._next = first
+        self.policy = WriteRetryPolicy(initial_s=first, max_s=cap, max_attempts=None)
+        self._failures = 0
 
     def next(self) -> float:
         """The pause to take now; the following one is twice as long (capped)."""
-        pause = self._next
-        self._next = min(self._next * 2, self.cap)
+        self._failures += 1
+        pause = write_retry_delay_s(self.policy, self._failures, 0.0, 0.0)
+        assert pause is not None  # no attempt limit, no deadline
         return pause
 
     def reset(self) -> None:
-        self._next = self.first
+        self._failures = 0
 
 
 def until_reachable(
