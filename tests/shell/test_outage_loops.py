@@ -74,3 +74,12 @@ def test_a_worker_with_cron_and_pruning_tells_a_postgresql_outage_in_two_lines(
     assert len(back) == 1, lines
     # Cron's own note that slots fell behind during the outage may follow, once per entry.
     assert len(records) <= 6, lines
+
+
+def test_the_pauses_while_a_server_is_away_double_to_their_cap_and_start_again() -> None:
+    from conveyor.shell.outage import Backoff
+
+    away = Backoff(0.1, 1.0)
+    assert [away.next() for _ in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    away.reset()
+    assert away.next() == 0.1
