@@ -28,8 +28,9 @@ finish, then the hand-over to the waiter, until it runs, until it has settled.
 
 The check is that every waiter returns the value its job returned (none lost, none
 wrong) and that wake stays within pickup: a waiter hears a finish as fast as a worker
-hears an enqueue. Times are reported as p50 / p95 / p99 / max in ms; figures from a
-shared machine are indicative only.
+hears an enqueue (the last column: the median wake over the median pickup, unrounded).
+Times are reported as p50 / p95 / p99 / max in ms; figures from a shared machine are
+indicative only.
 
 PostgreSQL comes from `conveyor.testing.postgres_server`, Redis from
 `conveyor.testing.redis_server` (or DATABASE_URL / REDIS_URL).
@@ -233,6 +234,10 @@ def measure(
                       _quantiles([v["started"] - v["enqueued"] for v in got]).items()},
         "wake_ms": {k: round(v * 1000, 1) for k, v in
                     _quantiles([v["woke"] - v["ended"] for v in got]).items()},
+        # The check: the median wake over the median pickup, unrounded (at most 1).
+        "wake_over_pickup": round(
+            statistics.median([v["woke"] - v["ended"] for v in got])
+            / statistics.median([v["started"] - v["enqueued"] for v in got]), 3),
         **({"wake_split_ms": stamps.segments({v["id"]: v["ended"] for v in got})}
            if split else {}),
     }  # fmt: skip
@@ -244,7 +249,8 @@ def _line(r: dict[str, Any]) -> str:
 
     return (
         f"| {r['backend']} | {r['mode']} | {r['returned']}/{r['jobs']}"
-        f"{'' if r['all_right'] else ' (WRONG)'} | {q(r['pickup_ms'])} | {q(r['wake_ms'])} |"
+        f"{'' if r['all_right'] else ' (WRONG)'} | {q(r['pickup_ms'])} | {q(r['wake_ms'])} "
+        f"| {r['wake_over_pickup']:.2f} |"
     )
 
 
@@ -263,8 +269,9 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(f"{args.jobs} jobs at {args.rate:g}/s, {args.processes} worker processes x 2 workers, "
           f"load {load:.1f} on {os.cpu_count()} cores")  # fmt: skip
-    print("| backend | waiters | outcomes | pickup ms p50/p95/p99/max | wake ms p50/p95/p99/max |")
-    print("|---|---|---|---|---|")
+    print("| backend | waiters | outcomes | pickup ms p50/p95/p99/max | wake ms p50/p95/p99/max "
+          "| wake / pickup |")
+    print("|---|---|---|---|---|---|")
     results = []
     for backend in args.backends.split(","):
         for mode in args.mode.split(","):

@@ -413,6 +413,12 @@ def test_every_key_is_documented_and_all_share_one_cluster_slot(
     store.record(finished(make_job(tenant_id="acme"), JobStatus.COMPLETED, 2))
     policy = RetentionPolicy(completed_ms=0, max_completed=1)
     assert store.prune(prune_order(policy, T0 + timedelta(days=1))) == 1
+    # A wait for a job's outcome: its registration, and the inbox of another waiting
+    # process that died (nobody pops it). A record that is not final keeps both.
+    waited = make_job()
+    watch = store.watch_finished(waited.id)
+    client.sadd(store.keys.waiters(str(waited.id)), "a-process-that-died")
+    store.record(attrs.evolve(waited, status=JobStatus.PENDING))
     # A stop ends the idle waits: the spare token (for a wait about to begin) stays.
     assert queue.wait_for_work("idle", 0.01) is False
     queue.end_waits()
@@ -427,6 +433,7 @@ def test_every_key_is_documented_and_all_share_one_cluster_slot(
     unseen = [row for row, p in patterns.items() if not any(p.fullmatch(k) for k in keys)]
     assert unseen == [], "the scenario should exercise every documented key"
     assert len({key_slot(k.encode()) for k in keys}) == 1
+    watch.close()
 
 
 def test_prefixes_keep_deployments_apart(client: redis.Redis) -> None:

@@ -11,10 +11,11 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+import attrs
 import conveyor
 import pytest
 import redis
-from conveyor.core import Job, Policies, Succeeded, ValidationError, decide, start
+from conveyor.core import Job, JobStatus, Policies, Succeeded, ValidationError, decide, start
 from conveyor.core.shards import ShardMap, key_slot
 from conveyor.shell.adapters.redis.shard_tags import layout_key, open_shards, shard_tags
 from conveyor.shell.adapters.redis.sharded import ShardedJobQueue
@@ -357,3 +358,22 @@ def test_ending_the_waits_of_a_closed_client_raises_nowhere(
     for thread in [t for t in threading.enumerate() if t.name == "conveyor-end-waits"]:
         thread.join(5)
     assert raised == []
+
+
+def test_a_wait_is_registered_with_every_shard_and_woken_by_the_one_that_records_its_job(
+    client: redis.RedisCluster,
+) -> None:
+    """A job's id does not say which shard records it: the wait is registered with each,
+    and each shard's inbox has a listener."""
+    _, store = open_shards(client, "conveyor", ShardMap(3, PINS))
+    job = make_job(queue="c")
+    try:
+        with store.watch_finished(job.id) as watch:
+            for shard in store.shards:
+                assert client.exists(shard.keys.waiters(str(job.id))) == 1
+            store.of("c").record(attrs.evolve(job, status=JobStatus.COMPLETED, result=7))
+            assert watch.wait(10.0), "the shard's record woke the waiter"
+            carried = watch.take_carried()
+            assert carried is not None and carried.result == 7
+    finally:
+        store.close()

@@ -303,9 +303,12 @@ def _announce(backend: Backend, message: str) -> None:
         with backend.engine.begin() as conn:
             conn.execute(sa.text("SELECT pg_notify(:c, :m)"), {"c": FINISHED_CHANNEL, "m": message})
     else:
+        # Onto every inbox registered for the job, as a finish's script pushes it.
+        keys = backend.store.keys
         client = redis.Redis.from_url(redis_url(REDIS_TEST_DB))
         try:
-            client.publish(backend.store.keys.finished(), message)
+            for name in client.smembers(keys.waiters(message.partition("\n")[0])):
+                client.rpush(keys.inbox(name.decode()), message)
         finally:
             client.close()
 
@@ -384,23 +387,26 @@ def test_a_record_too_large_to_carry_is_announced_by_id_and_read_from_the_store(
     waiter = Runtime(Config(), carrying.queue, counting, handlers)
     worker = Runtime(Config(), *carrying.peer(), handlers)
     small, large = waiter.enqueue("work", {}), waiter.enqueue("big", {})
-    with _finish_messages(carrying) as heard:
+    with _finish_messages(carrying, {str(small.id), str(large.id)}) as heard:
         finishing = drain_soon(worker)
         assert waiter.result(large.id, timeout=30) == big
         assert waiter.result(small.id, timeout=30) == 1
         finishing.join()
         messages = heard({str(small.id), str(large.id)})
     assert messages[str(small.id)] != "", "a small record rides along"
-    # PostgreSQL: too large for a notification. Redis: pub/sub would carry it, but to
-    # every subscribed process, waiting for that job or not.
+    # PostgreSQL: too large for a notification. Redis: a list would hold it, but in the
+    # server's memory until the waiting process pops it.
     assert messages[str(large.id)] == "", "too large to carry: the id alone"
     assert counting.finished_reads[large.id] == 1, "so the waiter read it"
 
 
 @contextlib.contextmanager
-def _finish_messages(backend: Backend) -> Iterator[Callable[[set[str]], dict[str, str]]]:
-    """Listen on the backend's finish channel; yields `heard(ids)`, which waits for a
-    message about each of `ids` and returns, by id, what came after it ('' for none)."""
+def _finish_messages(
+    backend: Backend, ids: set[str]
+) -> Iterator[Callable[[set[str]], dict[str, str]]]:
+    """Listen for the backend's finish messages about `ids` (on its channel, or on
+    Redis an inbox registered for them); yields `heard(ids)`, which waits for a message
+    about each of `ids` and returns, by id, what came after it ('' for none)."""
     got: dict[str, str] = {}
 
     def keep(message: str) -> None:
@@ -425,23 +431,23 @@ def _finish_messages(backend: Backend) -> Iterator[Callable[[set[str]], dict[str
         finally:
             raw.invalidate()
         return
+    # On Redis, an inbox of the test's own, registered for each id as a waiter is.
+    keys, inbox = backend.store.keys, "finish-messages-under-test"
     client = redis.Redis.from_url(redis_url(REDIS_TEST_DB))
-    pubsub = client.pubsub()
-    pubsub.subscribe(backend.store.keys.finished())
-    assert pubsub.get_message(timeout=5)["type"] == "subscribe"
 
     def heard_redis(ids: set[str]) -> dict[str, str]:
         deadline = time.monotonic() + 10
         while not ids <= got.keys() and time.monotonic() < deadline:
-            message = pubsub.get_message(timeout=0.5)
-            if message is not None and message["type"] == "message":
-                keep(message["data"].decode())
+            popped = client.blpop([keys.inbox(inbox)], timeout=0.5)
+            if popped is not None:
+                keep(popped[1].decode())
         return got
 
+    for job_id in ids:
+        client.sadd(keys.waiters(job_id), inbox)
     try:
         yield heard_redis
     finally:
-        pubsub.close()
         client.close()
 
 

@@ -2,9 +2,10 @@
 
 `Runtime.result(job_id)` waits for a job's record. Each backend hears of finished
 jobs its own way (a condition in memory, LISTEN/NOTIFY or a commit watch on SQL,
-pub/sub on Redis), through one listener per process, never one per waiter; it hands
-what it hears to a `FinishSignals`, which wakes the waiters of that id, whether they
-wait in a thread (`FinishWatch.wait`) or on an event loop (`FinishWatch.wait_async`).
+an inbox per process on Redis), through one listener per process, never one per
+waiter; it hands what it hears to a `FinishSignals`, which wakes the waiters of that
+id, whether they wait in a thread (`FinishWatch.wait`) or on an event loop
+(`FinishWatch.wait_async`).
 
 A signal means "read the job again", not "it finished": a listener that may have
 missed announcements (it reconnected, or its backend only knows that something
@@ -50,7 +51,11 @@ class FinishWatch:
     def __init__(self, signals: FinishSignals, job_id: UUID) -> None:
         self._signals, self.job_id = signals, job_id
         self._lock = threading.Lock()
-        self._event = threading.Event()
+        #: Released by a signal and taken again by the wait that sees it, so a signal
+        #: that came since the last wait counts at once. A bare lock, not an Event: the
+        #: woken thread runs without contending for a condition's lock first.
+        self._signal = threading.Lock()
+        self._signal.acquire()
         self._loops: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._carried: str | bytes | None = None
 
@@ -58,7 +63,8 @@ class FinishWatch:
         with self._lock:
             # Only the newest signal counts: one that carries nothing means "read".
             self._carried = carried
-            self._event.set()
+            if self._signal.locked():  # signals are serialised here; a wait only takes
+                self._signal.release()
             for loop, woken in self._loops:
                 with contextlib.suppress(RuntimeError):  # a closed loop: its waiter is gone
                     loop.call_soon_threadsafe(_settle, woken)
@@ -66,9 +72,7 @@ class FinishWatch:
     def wait(self, timeout_s: float) -> bool:
         """Block until a signal or `timeout_s` passes; True when signalled (a signal
         that came since the last wait counts at once)."""
-        fired = self._event.wait(max(0.0, timeout_s))
-        self._event.clear()
-        return fired
+        return self._signal.acquire(timeout=max(0.0, timeout_s))
 
     async def wait_async(self, timeout_s: float) -> bool:
         """`wait` for an event loop: the loop keeps running while it waits."""
@@ -77,8 +81,7 @@ class FinishWatch:
         # waiter resumes in the loop iteration that hears the signal.
         woken: asyncio.Future[None] = loop.create_future()
         with self._lock:
-            if self._event.is_set():
-                self._event.clear()
+            if self._signal.acquire(blocking=False):
                 return True
             self._loops.append((loop, woken))
         try:
@@ -90,7 +93,7 @@ class FinishWatch:
         finally:
             with self._lock:
                 self._loops.remove((loop, woken))
-                self._event.clear()
+                self._signal.acquire(blocking=False)
 
     def take_carried(self) -> CarriedOutcome | None:
         """The outcome the record the newest signal carried says, if it carried one

@@ -47,8 +47,8 @@ class RecordCarryingWaiter(FinishWaiter, Protocol):
 @runtime_checkable
 class FinishWatchingStore(JobStore, Protocol):
     """A store that wakes the callers waiting for a job's outcome when its record is
-    written (a condition in memory, LISTEN/NOTIFY or a commit watch on SQL, pub/sub on
-    Redis), through one listener per process."""
+    written (a condition in memory, LISTEN/NOTIFY or a commit watch on SQL, an inbox
+    per process on Redis), through one listener per process."""
 
     def watch_finished(self, job_id: UUID) -> FinishWaiter:
         """A watch on `job_id`, registered before it returns."""

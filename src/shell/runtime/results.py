@@ -2,13 +2,13 @@
 mixed into `Runtime`).
 
 The wait is woken by the finish itself where the store can tell (`FinishWatchingStore`:
-a condition in memory, LISTEN/NOTIFY on PostgreSQL, a commit watch on SQLite, pub/sub
-on Redis), through the same per-process listener that wakes idle workers on SQL. The
+a condition in memory, LISTEN/NOTIFY on PostgreSQL, a commit watch on SQLite, an inbox
+per process on Redis), through the same per-process listener that wakes idle workers on SQL. The
 job is read again at most `FALLBACK_POLL_S` apart all the same, in case a signal was
 lost; a store that cannot tell is polled, fast at first, then every `POLL_MAX_S`.
 
 A signal that carries the written record (`RecordCarryingWaiter`: NOTIFY on
-PostgreSQL when the record fits, pub/sub on Redis, the commit watch's one read of
+PostgreSQL when the record fits, the inbox on Redis, the commit watch's one read of
 every watched job on SQLite) settles the wait without a read of its own when the
 core says it is the outcome waited for (`carried_record_settles`); any other wake-up
 reads the job again.

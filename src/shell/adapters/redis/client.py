@@ -90,9 +90,15 @@ class RedisKeys:
         """The tombstone of a record retention pruned: its value is when, in µs."""
         return f"{self.base}:pruned:{job_id}"
 
-    def finished(self) -> str:
-        """The pub/sub channel on which each written record's job id is published."""
-        return f"{self.base}:finished"
+    def waiters(self, job_id: str) -> str:
+        """The names of the inboxes of the processes waiting for `job_id`'s record
+        (see `finishes`)."""
+        return f"{self.base}:waiters:{job_id}"
+
+    def inbox(self, name: str) -> str:
+        """The list a written record's job id (and the record) is pushed onto for one
+        waiting process (see `finishes`)."""
+        return f"{self.base}:inbox:{name}"
 
     def wake(self, queue: str) -> str:
         return f"{self.base}:wake:{queue}"

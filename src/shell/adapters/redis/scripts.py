@@ -18,10 +18,10 @@ import importlib.resources
 from collections.abc import Callable
 from typing import Any, cast
 
-from ....core import PRIORITY_ORDER
+from ....core import PRIORITY_ORDER, JobStatus
 from ....core.throughput import FINISH_COUNT_RETENTION_S
 from .cluster import Client
-from .finishes import CARRIED_MAX_BYTES
+from .finishes import CARRIED_MAX_BYTES, INBOX_KEEP_MS
 from .limits import RANK_SCALE
 
 Script = Callable[..., Any]
@@ -41,18 +41,22 @@ SETTLING = (*QUEUE_AND_STORE, "dependents")
 
 def core_values() -> str:
     """The Lua locals every script is given from the core: `PRIORITIES` (claim
-    order), `RANK` (priority name -> rank) and `FINISH_COUNT_KEEP_S`; from the
-    partition index's layout (`limits.RANK_SCALE`), `SEQ_DIGITS`; and the largest
-    finish message that carries its record (`finishes.CARRIED_MAX_BYTES`)."""
+    order), `RANK` (priority name -> rank), `FINAL` (the statuses that end a job) and
+    `FINISH_COUNT_KEEP_S`; from the partition index's layout (`limits.RANK_SCALE`),
+    `SEQ_DIGITS`; and from the finish signals (`finishes`), the largest message that
+    carries its record and how long an inbox lives after its newest message."""
     names = ", ".join(f"'{p.value}'" for p in PRIORITY_ORDER)
     ranks = ", ".join(f"{p.value} = {p.rank}" for p in PRIORITY_ORDER)
+    final = ", ".join(f"{s.value} = true" for s in JobStatus if s.is_terminal)
     return (
         "-- Rendered from the core by scripts.py.\n"
         f"local PRIORITIES = {{{names}}}\n"
         f"local RANK = {{{ranks}}}\n"
+        f"local FINAL = {{{final}}}\n"
         f"local FINISH_COUNT_KEEP_S = {FINISH_COUNT_RETENTION_S}\n"
         f"local SEQ_DIGITS = {len(str(RANK_SCALE)) - 1}\n"
         f"local CARRIED_MAX_BYTES = {CARRIED_MAX_BYTES}\n"
+        f"local INBOX_KEEP_MS = {INBOX_KEEP_MS}\n"
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -50,6 +51,7 @@ class ShardedJobStore:
         self._client = shards[0]._client
         #: Started on the first `watch_finished`: one subscriber for every shard.
         self._finishes: FinishListener | None = None
+        self._watch_lock = threading.Lock()
 
     def of(self, queue: str) -> RedisJobStore:
         """The store of `queue`'s shard."""
@@ -149,10 +151,12 @@ class ShardedJobStore:
 
     def watch_finished(self, job_id: UUID) -> FinishWatch:
         """A watch woken when any shard records `job_id` (its shard is not known from
-        the id): one subscriber on every shard's channel."""
-        if self._finishes is None:
-            channels = [shard.keys.finished() for shard in self.shards]
-            self._finishes = FinishListener(self._client, *channels)
+        the id): the wait is registered with every shard, one listener pops each
+        shard's inbox."""
+        with self._watch_lock:
+            if self._finishes is None:
+                keys = [shard.keys for shard in self.shards]
+                self._finishes = FinishListener(self._client, *keys)
         return self._finishes.watch(job_id)
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ time in µs), computed in Python when it is written, so no script decodes a body
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -66,6 +67,7 @@ class RedisJobStore:
         self._find = script("store_find")
         #: Started on the first `watch_finished`.
         self._finishes: FinishListener | None = None
+        self._watch_lock = threading.Lock()
 
     def _run(self, script: Script, *args: object) -> Any:
         argv = [self.keys.base, *args]
@@ -236,9 +238,11 @@ class RedisJobStore:
 
     def watch_finished(self, job_id: UUID) -> FinishWatch:
         """A watch woken when a record of `job_id` is written (`FinishWatchingStore`):
-        the scripts publish each record's id, one subscriber per store hears it."""
-        if self._finishes is None:
-            self._finishes = FinishListener(self._client, self.keys.finished())
+        the wait is registered with the server, the scripts push each record to the
+        inboxes registered for its id, one listener per store pops them (`finishes`)."""
+        with self._watch_lock:
+            if self._finishes is None:
+                self._finishes = FinishListener(self._client, self.keys)
         return self._finishes.watch(job_id)
 
     def close(self) -> None:

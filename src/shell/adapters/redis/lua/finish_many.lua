@@ -53,7 +53,7 @@ local function record_many(items, ids)
     end
     finished[status] = finished[status] or {}
     finished[status][minute] = (finished[status][minute] or 0) + 1
-    publish_finished(id, r.body)
+    tell_waiters(id, r.body, status)
   end
   for k, pairs_ in pairs(adds) do
     call_many('ZADD', k, pairs_)

@@ -81,12 +81,24 @@ local function count_dead(queue, tenant, delta)
   end
 end
 
--- The message that wakes the callers waiting for job `id`: its id, a newline, then the
--- record's body (finish_signals.py reads it); the id alone when the whole would pass
--- CARRIED_MAX_BYTES (rendered from finishes.py), and the waiter reads the record.
-local function publish_finished(id, body)
+-- Tell the callers waiting for job `id` (`Runtime.result`) that a record of it was
+-- written. Each waiting process registered its inbox's name in {base}:waiters:<id>
+-- (finishes.py); each inbox gets the job's id, a newline, then the record's body (the
+-- id alone when the whole would pass CARRIED_MAX_BYTES, rendered from finishes.py), and
+-- lives INBOX_KEEP_MS after its newest message. A final record ends the wait, so it
+-- takes the registrations with it; one a wait left behind expires on its own.
+local function tell_waiters(id, body, status)
+  local wk = key('waiters', id)
+  local inboxes = redis.call('SMEMBERS', wk)
+  if #inboxes == 0 then return end
   if #id + 1 + #body > CARRIED_MAX_BYTES then body = '' end
-  redis.call('PUBLISH', key('finished'), id .. '\n' .. body)
+  local message = id .. '\n' .. body
+  for _, inbox in ipairs(inboxes) do
+    local ik = key('inbox', inbox)
+    redis.call('RPUSH', ik, message)
+    redis.call('PEXPIRE', ik, INBOX_KEEP_MS)
+  end
+  if FINAL[status] then redis.call('DEL', wk) end
 end
 
 -- Remove the record `id` (if any) from every index and counter; returns its status.
@@ -135,9 +147,9 @@ local function record(r, ...)
     count_dead(queue, tenant, 1)
   end
   count_finished(status, r.minute, 1)
-  -- Callers waiting for this job's outcome (`Runtime.result`) are subscribed here; the
-  -- record rides along so that they need not read it back.
-  publish_finished(id, r.body)
+  -- The record rides along to the callers waiting for it, so that they need not read
+  -- it back.
+  tell_waiters(id, r.body, status)
   return seq
 end
 
