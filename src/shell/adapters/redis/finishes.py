@@ -10,7 +10,7 @@ idle worker blocks on its wake list, and hands what it pops to the store's
 
 Why a list rather than pub/sub: the server answers a blocked pop ahead of the
 writer's own reply, so the waiting process hears of the finish as soon as the worker
-that wrote it (a subscriber heard it 0.4 to 0.5 ms after the worker, in
+that wrote it (a subscriber heard it 0.4 to 0.6 ms after the worker, in
 `benchmarks.result_wait`); a record goes only to the processes that wait for it, not
 to every process that waits for anything; and a message waits in the list while the
 listener reconnects.
