@@ -4,15 +4,18 @@ registered for its job and to no other, and registrations live as long as the wa
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import attrs
+import conveyor
 import pytest
 import redis
 from backends import REDIS_TEST_DB
+from conveyor import ResultTimeout
 from conveyor.core import JobStatus
 from conveyor.shell.adapters.redis import finishes
 from conveyor.shell.adapters.redis_queue import RedisJobStore
@@ -152,3 +155,27 @@ def test_a_listener_that_lost_its_connection_registers_again_and_wakes_every_wai
             assert watch.wait(10.0), "and every waiter woken to read its job"
     finally:
         waiting.close()
+
+
+def test_the_result_of_a_job_already_finished_registers_no_wait(
+    client: redis.Redis, prefix: str
+) -> None:
+    """Only a wait that waits costs a write: a job found finished at the first read is
+    answered without registering (a registration no record would ever take back)."""
+    runtime = conveyor.build(
+        {"provider": "redis", "redis": {"url": redis_url(REDIS_TEST_DB), "prefix": prefix}},
+        handlers={"work": lambda args: 5},
+        env={},
+    )
+    try:
+        job = runtime.enqueue("work", {})
+        runtime.drain()
+        assert runtime.result(job.id, timeout=5) == 5
+        assert asyncio.run(runtime.aresult(job.id, timeout=5)) == 5
+        assert client.keys(f"{{{prefix}}}:waiters:*") == []
+        pending = runtime.enqueue("work", {}, delay=3600)
+        with pytest.raises(ResultTimeout):
+            runtime.result(pending.id, timeout=0)
+        assert client.keys(f"{{{prefix}}}:waiters:*") == [], "a wait of no time does not wait"
+    finally:
+        runtime.close()

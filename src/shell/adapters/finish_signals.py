@@ -9,8 +9,9 @@ id, whether they wait in a thread (`FinishWatch.wait`) or on an event loop
 
 A signal means "read the job again", not "it finished": a listener that may have
 missed announcements (it reconnected, or its backend only knows that something
-committed) wakes every waiter. A waiter registers before its first read, so a finish
-that lands between the read and the wait still wakes it.
+committed) wakes every waiter. A waiter registers before it reads the job (again, if
+a first read found it unfinished), so a finish that lands between that read and the
+wait still wakes it.
 
 A signal may carry the record that was written (`announce_message`: the job's id,
 then a newline, then the record's body as the store holds it), so that the waiter

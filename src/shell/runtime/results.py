@@ -240,9 +240,17 @@ class ResultMethods:
         limit = _seconds(timeout)
         deadline = None if limit is None else time.monotonic() + limit
         away = _Away(self.queue, job_id, limit)
+        # A job already finished is answered at once: only a wait that waits watches
+        # (on Redis, a write of its own).
+        done, value, state, seen = away.read(self._read_outcome, _UNREAD)
+        if done:
+            return value
+        if deadline is not None and deadline <= time.monotonic():
+            raise away.timed_out(state)
         with self._watch(job_id) as watch:
             carrying = _carrying(watch)
-            done, value, state, seen = away.read(self._read_outcome, _UNREAD)
+            # Read again now that the watch is on: a finish since the first read is seen.
+            done, value, state, seen = away.read(self._read_outcome, (done, value, state, seen))
             while not done:
                 left = FALLBACK_POLL_S if deadline is None else deadline - time.monotonic()
                 if left <= 0:
@@ -263,11 +271,17 @@ class ResultMethods:
         loop = asyncio.get_running_loop()
         deadline = None if limit is None else loop.time() + limit
         away = _Away(self.queue, job_id, limit)
+        read = self._read_outcome
+        done, value, state, seen = await asyncio.to_thread(away.read, read, _UNREAD)
+        if done:
+            return value
+        if deadline is not None and deadline <= loop.time():
+            raise away.timed_out(state)
         watch = await asyncio.to_thread(self._watch, job_id)
         with watch:
             carrying = _carrying(watch)
-            read = self._read_outcome
-            done, value, state, seen = await asyncio.to_thread(away.read, read, _UNREAD)
+            known = (done, value, state, seen)
+            done, value, state, seen = await asyncio.to_thread(away.read, read, known)
             while not done:
                 left = FALLBACK_POLL_S if deadline is None else deadline - loop.time()
                 if left <= 0:

@@ -1,7 +1,8 @@
 """Waking the callers that wait for a job's outcome, on Redis.
 
-A process that waits for a job (`Runtime.result`) registers the name of its inbox in
-`{base}:waiters:<id>` before its first read of the job. Every script that writes a
+A process that waits for a job (`Runtime.result`, once a first read found it
+unfinished) registers the name of its inbox in `{base}:waiters:<id>`, then reads the
+job again. Every script that writes a
 record pushes the job's id and the record onto each inbox registered for that id
 (`{base}:inbox:<name>`; `tell_waiters` in `lua/store_common.lua`). One thread per
 store (per shard of a sharded one) blocks on the process's inbox with `BLPOP`, as an
