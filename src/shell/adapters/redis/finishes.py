@@ -77,7 +77,7 @@ class FinishListener:
 
     def watch(self, job_id: UUID) -> FinishWatch:
         """A watch on `job_id`, registered with the server before it is returned (so
-        a record written after the caller's first read reaches it); starts the
+        a record written after the caller's next read of the job reaches it); starts the
         listeners if they are not running. A registration that fails is left to the
         listeners: the caller reads and polls meanwhile, as through any outage."""
         watch = self.signals.watch(job_id)
