@@ -49,7 +49,7 @@ class ShardedJobStore:
         self.shards = tuple(shards)
         self.shard_map = shard_map
         self._client = shards[0]._client
-        #: Started on the first `watch_finished`: one subscriber for every shard.
+        #: Made on the first `watch_finished`: one inbox, a listener per shard.
         self._finishes: FinishListener | None = None
         self._watch_lock = threading.Lock()
 
