@@ -5,8 +5,10 @@ registered for its job and to no other, and registrations live as long as the wa
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -179,3 +181,75 @@ def test_the_result_of_a_job_already_finished_registers_no_wait(
         assert client.keys(f"{{{prefix}}}:waiters:*") == [], "a wait of no time does not wait"
     finally:
         runtime.close()
+
+
+def test_an_aresult_cancelled_while_its_wait_registers_leaves_no_watch_behind(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wait cancelled (`asyncio.wait_for`, a request's timeout) while its watch is
+    being made: the watch is closed once made, or the listener would renew its
+    registration for the life of the process."""
+    runtime = conveyor.build(
+        {"provider": "redis", "redis": {"url": redis_url(REDIS_TEST_DB), "prefix": prefix}},
+        handlers={"work": lambda args: 5},
+        env={},
+    )
+    store: Any = runtime.store
+    real, made = store.watch_finished, []
+
+    def slow_watch(job_id: Any) -> Any:
+        time.sleep(0.3)  # a registration on a slow link
+        made.append(real(job_id))
+        return made[-1]
+
+    monkeypatch.setattr(store, "watch_finished", slow_watch)
+    job = runtime.enqueue("work", {}, delay=3600)
+
+    async def cancelled_wait() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(runtime.aresult(job.id, timeout=30), 0.1)
+        await asyncio.sleep(0.6)  # the registration's thread has finished meanwhile
+
+    try:
+        asyncio.run(cancelled_wait())
+        assert made, "the wait got as far as making its watch"
+        assert store._finishes.signals.watched() == [], "and that watch was closed"
+    finally:
+        runtime.close()
+
+
+def test_a_process_forked_from_a_waiting_one_waits_through_an_inbox_of_its_own(
+    prefix: str,
+) -> None:
+    """A forked child shares its parent's store object but not its threads: it makes an
+    inbox and a listener of its own (sharing the parent's, the two would pop each
+    other's messages, or the child would think a listener runs that does not)."""
+    waiting, writing = _store(prefix), _store(prefix)
+    theirs, mine = make_job("work"), make_job("work")
+    ready_r, ready_w = os.pipe()
+    try:
+        with waiting.watch_finished(theirs.id):  # the parent waits: its listener runs
+            parent_inbox = next(iter(redis.Redis.from_url(redis_url(REDIS_TEST_DB)).smembers(
+                waiting.keys.waiters(str(theirs.id)))))  # fmt: skip
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
+                pid = os.fork()
+            if pid == 0:  # the child
+                code = 1
+                try:
+                    with waiting.watch_finished(mine.id) as watch:
+                        os.write(ready_w, b"x")
+                        child_inbox = waiting._finishes.name.encode()
+                        if watch.wait(10.0) and child_inbox != parent_inbox:
+                            code = 0
+                finally:
+                    os._exit(code)
+            assert os.read(ready_r, 1) == b"x"
+            writing.record(_finished(mine))
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0, "the child was woken on its own"
+    finally:
+        os.close(ready_r)
+        os.close(ready_w)
+        waiting.close()
+        writing.close()

@@ -173,6 +173,23 @@ class _Away:
 _UNREAD: _Read = (False, None, None, None)
 
 
+async def _made_in_a_thread(make: Callable[[UUID], FinishWaiter], job_id: UUID) -> FinishWaiter:
+    """`make(job_id)` run in a thread. A caller cancelled meanwhile (`wait_for`, a
+    request's timeout) does not stop the thread: the watch it makes is closed once
+    made, or it would stay registered (on Redis, renewed) for the life of the process."""
+    made = asyncio.ensure_future(asyncio.to_thread(make, job_id))
+    try:
+        return await asyncio.shield(made)
+    except asyncio.CancelledError:
+        made.add_done_callback(_close_made)
+        raise
+
+
+def _close_made(made: asyncio.Future[FinishWaiter]) -> None:
+    if not made.cancelled() and made.exception() is None:
+        made.result().close()
+
+
 class ResultMethods:
     """`Runtime`'s waits for an outcome (mixed into it). Reads only."""
 
@@ -277,7 +294,7 @@ class ResultMethods:
             return value
         if deadline is not None and deadline <= loop.time():
             raise away.timed_out(state)
-        watch = await asyncio.to_thread(self._watch, job_id)
+        watch = await _made_in_a_thread(self._watch, job_id)
         with watch:
             carrying = _carrying(watch)
             known = (done, value, state, seen)

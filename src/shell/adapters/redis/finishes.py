@@ -27,6 +27,7 @@ every waiter once to read its job.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -52,7 +53,7 @@ _CHECK_S = 1.0
 #: Registrations written per round trip.
 _CHUNK = 1000
 #: Waits between attempts after a failure.
-_RECONNECT_S = (0.05, 5.0)
+_RECONNECT_S = (0.05, 1.0)
 
 
 class FinishListener:
@@ -64,8 +65,10 @@ class FinishListener:
 
     def __init__(self, client: Client, *keys: RedisKeys) -> None:
         self._client, self._keys = client, keys
-        #: This inbox's name, fresh per store object (so per process).
+        #: This inbox's name, fresh per listener; a store makes a listener per process
+        #: (`pid`): a forked child has none of its parent's threads.
         self.name = uuid.uuid4().hex
+        self.pid = os.getpid()
         self.signals = FinishSignals()
         self._lock = threading.Lock()
         self._threads: dict[str, threading.Thread] = {}

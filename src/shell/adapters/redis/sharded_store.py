@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -154,7 +155,7 @@ class ShardedJobStore:
         the id): the wait is registered with every shard, one listener pops each
         shard's inbox."""
         with self._watch_lock:
-            if self._finishes is None:
+            if self._finishes is None or self._finishes.pid != os.getpid():
                 keys = [shard.keys for shard in self.shards]
                 self._finishes = FinishListener(self._client, *keys)
         return self._finishes.watch(job_id)

@@ -11,6 +11,7 @@ time in µs), computed in Python when it is written, so no script decodes a body
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -241,7 +242,7 @@ class RedisJobStore:
         the wait is registered with the server, the scripts push each record to the
         inboxes registered for its id, one listener per store pops them (`finishes`)."""
         with self._watch_lock:
-            if self._finishes is None:
+            if self._finishes is None or self._finishes.pid != os.getpid():
                 self._finishes = FinishListener(self._client, self.keys)
         return self._finishes.watch(job_id)
 
