@@ -3,9 +3,10 @@ mixed into `Runtime`).
 
 The wait is woken by the finish itself where the store can tell (`FinishWatchingStore`:
 a condition in memory, LISTEN/NOTIFY on PostgreSQL, a commit watch on SQLite, an inbox
-per process on Redis), through the same per-process listener that wakes idle workers on SQL. The
-job is read again at most `FALLBACK_POLL_S` apart all the same, in case a signal was
-lost; a store that cannot tell is polled, fast at first, then every `POLL_MAX_S`.
+per process on Redis), through the same per-process listener that wakes idle workers
+on SQL. The job is read again at most `FALLBACK_POLL_S` apart all the same, in case a
+signal was lost; a store that cannot tell is polled, fast at first, then every
+`POLL_MAX_S`.
 
 A signal that carries the written record (`RecordCarryingWaiter`: NOTIFY on
 PostgreSQL when the record fits, the inbox on Redis, the commit watch's one read of

@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Sequence
 from uuid import UUID
 
+from ...outage import Backoff
 from ..finish_signals import FinishSignals, FinishWatch
 from .client import RedisKeys, log, text
 from .cluster import Client, socket_timeout
@@ -52,7 +53,8 @@ INBOX_KEEP_MS = 60_000
 _CHECK_S = 1.0
 #: Registrations written per round trip.
 _CHUNK = 1000
-#: Waits between attempts after a failure.
+#: Waits between attempts after a failure: 0.05 s doubling to 1 s (`outage.Backoff`,
+#: reckoned by the core), as a waiter's own reads pause.
 _RECONNECT_S = (0.05, 1.0)
 
 
@@ -150,7 +152,7 @@ class FinishListener:
         socket_s = socket_timeout(self._client, inbox)
         if socket_s:  # a pop the socket gives up on would drop its message
             wait_s = min(wait_s, socket_s / 2)
-        pause = _RECONNECT_S[0]
+        away = Backoff(*_RECONNECT_S)
         while not self._done(keys):
             try:
                 self._keep_registered()
@@ -159,11 +161,10 @@ class FinishListener:
                 # blocks again (taking more in the same call would keep it busy).
                 if popped is not None:
                     self.signals.announce_message(text(popped[1]))
-                pause = _RECONNECT_S[0]
+                away.reset()
             except Exception:
                 # Waiters fall back to their bounded polls until the listener is back.
                 log.debug("the Redis finish listener failed; trying again", exc_info=True)
                 with self._lock:
                     self._lost = True
-                time.sleep(pause)
-                pause = min(pause * 2, _RECONNECT_S[1])
+                time.sleep(away.next())
