@@ -22,8 +22,11 @@ from pathlib import Path
 import conveyor
 import pytest
 from cli_support import CONVEYOR, HANDLERS, process_env
+from conveyor.shell.adapters.sql import make_engine
 from conveyor.shell.adapters.sql.database_file import DatabaseFile
+from conveyor.shell.adapters.sql.migration import migrate
 from conveyor.shell.worker.signals import RECYCLED_EXIT
+from sqlalchemy.exc import OperationalError
 
 
 @pytest.fixture
@@ -137,3 +140,38 @@ def test_a_file_is_lost_only_when_its_path_no_longer_names_it(tmp_path: Path) ->
     (tmp_path / "other.db").write_bytes(b"")
     os.replace(tmp_path / "other.db", tmp_path / "later.db")
     assert not_yet.lost() == f"the SQLite database {tmp_path / 'later.db'} was replaced"
+
+
+def test_a_process_that_opened_its_database_never_creates_an_empty_one_in_its_place(
+    tmp_path: Path,
+) -> None:
+    # A connection opened after the file was deleted (the wake-up watcher starting
+    # again, the pool growing) made a new empty file at the path, with no tables in
+    # it: a worker whose file was deleted then reported it "replaced".
+    path = tmp_path / "jobs.db"
+    engine = make_engine(f"sqlite:///{path}")
+    try:
+        migrate(engine)
+        engine.dispose()  # what is pooled keeps the old file; the next connect is new
+        _delete(path)
+        with pytest.raises(OperationalError, match="unable to open database file"):
+            engine.connect().close()
+        assert not path.exists(), "a new connection made a file at the path"
+        replaced = make_engine(f"sqlite:///{tmp_path / 'restored.db'}")
+        migrate(replaced)
+        replaced.dispose()
+        os.replace(tmp_path / "restored.db", path)
+        with engine.connect() as conn:  # a file moved onto the path opens as before
+            assert conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
+    finally:
+        engine.dispose()
+
+
+def test_a_database_not_created_yet_is_created_by_the_first_connection(tmp_path: Path) -> None:
+    path = tmp_path / "first.db"
+    engine = make_engine(f"sqlite:///{path}")
+    try:
+        migrate(engine)
+        assert path.is_file()
+    finally:
+        engine.dispose()

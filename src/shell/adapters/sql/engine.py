@@ -14,6 +14,7 @@ import threading
 import weakref
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 
@@ -82,7 +83,19 @@ def configure_sqlite(
             return
         _CONFIGURED.add(engine)
 
+    opened = threading.Event()  # set once a connection has opened the file
+
+    def on_do_connect(_dialect: Any, _rec: Any, cargs: list[Any], cparams: dict[str, Any]) -> None:
+        # Once the file was opened, a later connection (the pool growing, the wake-up
+        # watcher starting again) must not create an empty one, with no tables, where
+        # it was deleted: `mode=rw` opens only a file that exists (one moved onto the
+        # path, a restore, opens as before).
+        if opened.is_set() and not cparams.get("uri") and cargs and cargs[0] != ":memory:":
+            cargs[0] = f"file:{quote(cargs[0])}?mode=rw"
+            cparams["uri"] = True
+
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        opened.set()
         # Take BEGIN away from the sqlite3 module (it would defer it past our SELECTs)
         # and give it to the "begin" listener below.
         dbapi_connection.isolation_level = None
@@ -104,6 +117,7 @@ def configure_sqlite(
         how = conn.get_execution_options().get(SQLITE_BEGIN_OPTION, "IMMEDIATE")
         conn.exec_driver_sql("BEGIN DEFERRED" if how == "DEFERRED" else "BEGIN IMMEDIATE")
 
+    event.listen(engine, "do_connect", on_do_connect)
     event.listen(engine, "connect", on_connect)
     event.listen(engine, "begin", on_begin)
 
