@@ -23,6 +23,7 @@ from redis.exceptions import NoScriptError
 from ....core import Job
 from .arguments import placement
 from .client import DEFAULT_RETRY_BUDGET_S, RedisKeys, retrier
+from .cluster import MAX_CONNECTIONS
 from .scripts import QUEUE, source
 
 __all__ = ["AsyncRedisQueue"]
@@ -57,10 +58,14 @@ class AsyncRedisQueue:
                 startup_nodes=[ClusterNode(p.hostname or "", p.port or 6379) for p in seeds],
                 decode_responses=False,
                 retry=Retry(NoBackoff(), 0),
+                max_connections=MAX_CONNECTIONS,
             )
         else:
             self._client = aioredis.Redis.from_url(
-                url, decode_responses=False, retry=Retry(NoBackoff(), 0)
+                url,
+                decode_responses=False,
+                retry=Retry(NoBackoff(), 0),
+                max_connections=MAX_CONNECTIONS,
             )
         self.keys = RedisKeys.for_prefix(prefix)
         self.retry_budget_s = retry_budget_s

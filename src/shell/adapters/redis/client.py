@@ -21,7 +21,7 @@ from redis.retry import Retry
 
 from ....core import Priority, WriteRetryPolicy
 from ...retrying import Retrier
-from .cluster import Client, node_client
+from .cluster import MAX_CONNECTIONS, Client, node_client
 
 log = logging.getLogger("conveyor.redis")
 
@@ -123,9 +123,13 @@ def connect(url: str) -> redis.Redis:
     `rediss://:secret@host:6380/0`. Responses stay bytes: see `RedisJobQueue`.
 
     redis-py's own retries are off: the queue and store retry within their budget,
-    and two layers of retries would multiply each other's waits past it.
+    and two layers of retries would multiply each other's waits past it. The pool
+    opens up to `MAX_CONNECTIONS` (redis-py's own cap is 100) unless the URL's
+    `max_connections` says otherwise.
     """
-    return redis.Redis.from_url(url, decode_responses=False, retry=Retry(NoBackoff(), 0))
+    return redis.Redis.from_url(
+        url, decode_responses=False, retry=Retry(NoBackoff(), 0), max_connections=MAX_CONNECTIONS
+    )
 
 
 def client_for(client_or_url: Client | str, retry_budget_s: float = 0.0) -> tuple[Client, bool]:

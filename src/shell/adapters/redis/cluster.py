@@ -24,6 +24,12 @@ from redis.retry import Retry
 #: pipelines for keys of one slot.
 Client = redis.Redis | RedisCluster
 
+#: The most connections a client made here opens to one server: as many as a server
+#: accepts by default (`maxclients`). redis-py 8 caps a pool at 100, fewer than one
+#: process can hold at once: each idle worker blocks on a connection of its own, as
+#: does each thread of a web server that enqueues. A `max_connections` in the URL wins.
+MAX_CONNECTIONS = 10_000
+
 
 def connect_cluster(urls: Sequence[str]) -> RedisCluster:
     """A `RedisCluster` client seeded by `urls` (any nodes of the cluster; the first
@@ -43,6 +49,7 @@ def connect_cluster(urls: Sequence[str]) -> RedisCluster:
         startup_nodes=seeds,
         decode_responses=False,
         retry=Retry(NoBackoff(), 0),
+        max_connections=MAX_CONNECTIONS,
     )
 
 
