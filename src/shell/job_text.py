@@ -56,7 +56,7 @@ def describe(
         f"job type: {job.job_type}",
         f"priority: {job.priority.value}",
         f"tenant: {job.tenant_id or '-'}",
-        f"attempt: {job.attempt} (retries {job.retry_count} of {job.max_retries})",
+        f"attempt: {view.attempt} (retries {job.retry_count} of {job.max_retries})",
         f"created at: {data['created_at']}",
     ]
     if job.timeout_ms is not None:
@@ -127,7 +127,7 @@ def summary_row(view: JobView) -> tuple[object, ...]:
         view.queue,
         None if job is None else job.job_type,
         None if job is None else job.priority.value,
-        None if job is None else job.attempt,
+        None if job is None else view.attempt,
         note,
     )
 

@@ -58,6 +58,17 @@ class JobView:
         return self.token is not None and is_prefetched(self.token)
 
     @property
+    def attempt(self) -> int:
+        """The number of the attempt running, else of the last one started; 0 before
+        the first. A running job's stored record may be the one written before its
+        start (a store writes the start with the attempt's end): the running attempt
+        is then the one after the record's count."""
+        if self.job is None:
+            return 0
+        before_start = self.state is JobStatus.RUNNING and self.job.status is not JobStatus.RUNNING
+        return self.job.attempt + 1 if before_start else self.job.attempt
+
+    @property
     def attempts(self) -> tuple[Attempt, ...]:
         """The newest finished attempts (see `conveyor.core.MAX_ATTEMPTS_KEPT`), oldest
         first: when each started and ended, on which worker, how, and its error."""
@@ -80,7 +91,7 @@ class JobView:
                 "job_type": job.job_type,
                 "priority": job.priority.value,
                 "tenant_id": job.tenant_id,
-                "attempt": job.attempt,
+                "attempt": self.attempt,
                 "retry_count": job.retry_count,
                 "max_retries": job.max_retries,
                 # The job's own; None when its type's (registration or config) applies.

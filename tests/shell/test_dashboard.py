@@ -341,6 +341,9 @@ def test_the_job_page_shows_a_running_jobs_claim_and_lease(rt: Runtime, client: 
     assert "running" in page and f"<code>{claim.token}</code>" in page
     lease_end = (claim.locked_at + rt._lease()).isoformat(timespec="seconds")
     assert f"<th>lease expires</th><td>{lease_end}</td>" in page
+    assert "<th>attempt</th><td>1 (retries 0 of" in page, "the attempt it is in"
+    listing = client.get("/jobs?state=running").text
+    assert re.search(rf"{job.id}.*?<td class=\"num\">1</td>", listing, re.S)
 
 
 def test_the_job_page_shows_args_and_result_only_on_request(

@@ -13,6 +13,7 @@ from backends import Backend, make_backend
 from cli_support import cli, cli_project
 from conveyor.core import JobStatus, ValidationError
 from conveyor.shell.config import load_config
+from conveyor.shell.job_text import SUMMARY_HEADERS, describe, summary_row
 from conveyor.shell.ports import Claim, Place
 from conveyor.shell.registry import Registry
 from conveyor.shell.runtime import Runtime
@@ -202,6 +203,29 @@ def test_a_claimed_job_is_running_with_its_token_and_lease_expiry(rt: Runtime) -
     assert view is not None and view.state is JobStatus.RUNNING
     assert (view.token, view.claimed_at, view.lease_expires_at) == (claim.token, T0, T0 + LEASE)
     assert not view.prefetched
+
+
+def test_a_running_job_shows_the_number_of_the_attempt_it_is_in(rt: Runtime) -> None:
+    """The stored record of a running job may be the one written before its start (a
+    store writes the start with the finish): the view counts the running attempt."""
+    job = rt.enqueue("flaky", {})
+    rt.drain()  # the first attempt fails: retrying, one attempt made
+    view = rt.get(job.id)
+    assert view is not None and view.state is JobStatus.RETRYING and view.attempt == 1
+    due = view.next_run_at
+    assert due is not None
+    rt.clock.set(due)
+    claim = rt.queue.dequeue("default", due)
+    assert isinstance(claim, Claim) and claim.job.id == job.id
+    view = rt.get(job.id)
+    assert view is not None and view.state is JobStatus.RUNNING
+    assert view.attempt == 2 and view.to_dict()["attempt"] == 2
+    assert "attempt: 2 (retries 1 of 3)" in describe(view)
+    assert summary_row(view)[SUMMARY_HEADERS.index("attempt")] == 2
+    first = rt.enqueue("add", {"a": 1, "b": 2})
+    assert rt.queue.dequeue("default", due) is not None
+    running = rt.get(first.id)
+    assert running is not None and running.state is JobStatus.RUNNING and running.attempt == 1
 
 
 def test_a_failed_attempt_with_retries_left_is_retrying_until_its_next_run(rt: Runtime) -> None:
