@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import conveyor
 import pytest
 from cli_support import CONVEYOR, HANDLERS, process_env
 from conveyor.shell.adapters.sql import make_engine
-from conveyor.shell.adapters.sql.database_file import DatabaseFile
+from conveyor.shell.adapters.sql.database_file import DatabaseFile, DatabaseFileLost
 from conveyor.shell.adapters.sql.migration import migrate
 from conveyor.shell.worker.signals import RECYCLED_EXIT
 from sqlalchemy.exc import OperationalError
@@ -175,3 +177,43 @@ def test_a_database_not_created_yet_is_created_by_the_first_connection(tmp_path:
         assert path.is_file()
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda rt: rt.enqueue("ship", {"n": 3}),
+        lambda rt: rt.enqueue_many("ship", [{"n": 3}, {"n": 4}]),
+        lambda rt: rt.enqueue("ship", {"n": 3}, unique_key="ship:3"),
+    ],
+    ids=["enqueue", "enqueue_many", "unique"],
+)
+def test_an_enqueue_into_a_lost_database_file_is_refused_not_written_where_no_one_looks(
+    tmp_path: Path, write: Callable[[Any], object]
+) -> None:
+    # A web process keeps its pooled connections on the file it opened: with that file
+    # deleted or replaced, its enqueues went on succeeding, into a file no worker
+    # would ever open again.
+    path = tmp_path / "jobs.db"
+    web = conveyor.build(
+        {"provider": "db", "url": f"sqlite:///{path}", "entry_points": False, "workers": {"count": 0}},
+        env={},
+    )
+    try:
+        web.enqueue("ship", {"n": 1})
+        _delete(path)
+        with pytest.raises(DatabaseFileLost, match=re.escape(f"the SQLite database {path} was deleted")):
+            write(web)
+        _enqueue(tmp_path, 2)  # the new file at the path, made by another process
+        with pytest.raises(DatabaseFileLost, match=r"was replaced.*start the process again"):
+            write(web)
+    finally:
+        web.close()
+    fresh = conveyor.build(
+        {"provider": "db", "url": f"sqlite:///{path}", "entry_points": False, "workers": {"count": 0}},
+        env={},
+    )
+    try:
+        assert [view.job.args["n"] for view in fresh.list_jobs()] == [2], "only the new file's job"
+    finally:
+        fresh.close()

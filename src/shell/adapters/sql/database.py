@@ -83,6 +83,12 @@ class Database:
         #: Reruns a unit of work after a transient failure (`is_transient`).
         self.retrier = Retrier(self.retry, transient=rerunnable, on_retry=self._counted)
 
+    def refuse_lost_file(self) -> None:
+        """Before a write that adds work: `DatabaseFileLost` when this SQLite
+        database's file was deleted or replaced since this process opened it."""
+        if self.file is not None:
+            self.file.refuse_if_lost()
+
     @property
     def retries(self) -> int:
         with self._retries_lock:

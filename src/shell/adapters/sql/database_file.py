@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["DatabaseFile"]
+__all__ = ["DatabaseFile", "DatabaseFileLost"]
+
+
+class DatabaseFileLost(RuntimeError):
+    """A job was about to be written into a SQLite file no longer at its path: no
+    other process would ever see it. The message says how the file was lost."""
 
 
 class DatabaseFile:
@@ -46,3 +51,14 @@ class DatabaseFile:
         elif now != self._seen:
             return f"the SQLite database {self.path} was replaced"
         return None
+
+    def refuse_if_lost(self) -> None:
+        """Raise `DatabaseFileLost` when the path no longer names the file first seen:
+        this process's connections are still on the old one."""
+        why = self.lost()
+        if why is not None:
+            raise DatabaseFileLost(
+                f"{why}, and this process still has the old file open: a job written "
+                "there would reach no worker. Nothing was written; start the process "
+                "again to open the database now at the path"
+            )

@@ -31,6 +31,7 @@ class Enqueueing(SqlQueueBase):
         of ready; either takes a fresh `seq` (for a parked job, its place among those
         due at the same instant). Re-enqueueing a claimed job takes it from its holder,
         whose ack then finds nothing."""
+        self._db.refuse_lost_file()
         # One upsert on PostgreSQL (seq from the sequence); SQLite bumps a counter first.
         if self._single is not None:
             self._single.put(self._placement_row(job))
@@ -41,6 +42,7 @@ class Enqueueing(SqlQueueBase):
         """Upsert several jobs in one transaction, in list order: by COPY on PostgreSQL
         (see `bulk_copy`), in one statement elsewhere."""
         if jobs:
+            self._db.refuse_lost_file()
             self._db.run(lambda conn: self._enqueue_many(conn, jobs))
 
     def _enqueue_many(self, conn: Connection, jobs: Sequence[Job]) -> None:
@@ -58,6 +60,7 @@ class Enqueueing(SqlQueueBase):
     def enqueue_new(self, job: Job) -> Job | None:
         """Write `job` unless its id is queued or recorded, or its unique key is held;
         the job already there, or None when written (see `unique`)."""
+        self._db.refuse_lost_file()
         try:
             return rerun_on_contention(lambda: self._db.run(lambda c: self._adder.add(c, job)))
         except Found as found:
@@ -67,6 +70,7 @@ class Enqueueing(SqlQueueBase):
         """`enqueue_new` for each job in one transaction, each in its own savepoint."""
         if not jobs:
             return []
+        self._db.refuse_lost_file()
         return rerun_on_contention(lambda: self._db.run(lambda c: [self._add(c, j) for j in jobs]))
 
     def _add(self, conn: Connection, job: Job) -> Job | None:
@@ -83,6 +87,7 @@ class Enqueueing(SqlQueueBase):
         `enqueue_in_tx`); a job already there leaves the caller's writes as they were."""
         check_outbox(conn)
         self._same_database.check(conn)
+        self._db.refuse_lost_file()
         return rerun_on_contention(lambda: self._add(conn, job))
 
     def enqueue_in_tx(self, conn: Any, job: Job) -> None:
@@ -92,6 +97,7 @@ class Enqueueing(SqlQueueBase):
         to another database is refused, see `same_database`)."""
         check_outbox(conn)
         self._same_database.check(conn)
+        self._db.refuse_lost_file()
         self._enqueue(conn, job)
 
     def revive(self, dead: Job, fresh: Job) -> bool:
@@ -114,6 +120,7 @@ class Enqueueing(SqlQueueBase):
             mark_awaited(self._db, conn, fresh.id)  # jobs may still wait for it
             return True
 
+        self._db.refuse_lost_file()
         return rerun_on_contention(lambda: self._db.run(work))
 
 

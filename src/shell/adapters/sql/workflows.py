@@ -138,6 +138,8 @@ class Workflows(SqlQueueBase):
         settle_dependents(_InTransaction(self, conn), record)
 
     def enqueue_graph(self, graph: Graph) -> list[Job]:
+        self._db.refuse_lost_file()
+
         def write() -> list[Job]:
             return self._db.run(lambda conn: self._write_graph(conn, graph))
 
@@ -156,6 +158,7 @@ class Workflows(SqlQueueBase):
         own writes."""
         check_outbox(conn)
         self._same_database.check(conn)
+        self._db.refuse_lost_file()
         return rerun_on_contention(lambda: self._write_graph(conn, graph))
 
     def _stored_members(self, conn: Connection, workflow_id: UUID) -> list[Job] | None:
