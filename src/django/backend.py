@@ -282,7 +282,10 @@ class SharedRuntimes:
         with self._lock:
             found = self._built.get(key)
             if found is None:
-                found = self._built[key] = build(config)
+                # One try: a request fails at once, as Django's own query would, rather
+                # than waiting out a worker's start-up timeout with every other thread
+                # that enqueues queued behind this lock. The next enqueue tries again.
+                found = self._built[key] = build(config, startup_timeout_s=0)
             return found
 
     def close(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -106,6 +107,22 @@ out = [
     for r in seen
 ]
 print(json.dumps(out))
+"""
+
+
+# Enqueues twice while the database is down and prints what each enqueue raised.
+UNREACHABLE = """
+import django
+
+django.setup()
+
+from probe import tasks
+
+for _ in range(2):
+    try:
+        tasks.add.enqueue(1, 2)
+    except Exception as exc:
+        print(type(exc).__name__ + ": " + str(exc))
 """
 
 
@@ -338,3 +355,30 @@ def test_a_failed_task_is_logged_with_its_own_exception_and_traceback(tmp_path: 
         assert told[1] == "Traceback (most recent call last):", told[:3]
         assert any(line.endswith(raised) for line in told[2:30]), told[:30]
     assert "NoneType: None" not in log
+
+
+def test_an_enqueue_is_told_at_once_when_the_database_is_unreachable(tmp_path: Path) -> None:
+    """The enqueueing side of a project tries the server once per enqueue, and a request
+    fails as Django's own query would: it waited out the worker's start-up timeout
+    (30 s), every thread that enqueued meanwhile queued behind the shared runtime."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    database = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "shop",
+        "USER": "shop",
+        "PASSWORD": "s3cret",
+        "HOST": "127.0.0.1",
+        "PORT": str(port),
+    }
+    run = _project(tmp_path, database, {"probe": ADD_TASK})
+    (tmp_path / "unreachable.py").write_text(UNREACHABLE)
+    done = subprocess.run([sys.executable, "unreachable.py"], **run)
+    assert done.returncode == 0, done.stderr[-3000:]
+    told = done.stdout.strip().splitlines()
+    assert len(told) == 2, done.stdout
+    for line in told:
+        assert line.startswith("ServerUnreachable: ") and "is unreachable" in line, line
+        assert "gave up after waiting" not in line, line
+    assert "s3cret" not in done.stdout
