@@ -65,7 +65,8 @@ class JobView:
         is then the one after the record's count."""
         if self.job is None:
             return 0
-        before_start = self.state is JobStatus.RUNNING and self.job.status is not JobStatus.RUNNING
+        started = self.state is JobStatus.RUNNING and not self.prefetched  # a batch's waits
+        before_start = started and self.job.status is not JobStatus.RUNNING
         return self.job.attempt + 1 if before_start else self.job.attempt
 
     @property

@@ -226,6 +226,12 @@ def test_a_running_job_shows_the_number_of_the_attempt_it_is_in(rt: Runtime) -> 
     assert rt.queue.dequeue("default", due) is not None
     running = rt.get(first.id)
     assert running is not None and running.state is JobStatus.RUNNING and running.attempt == 1
+    waiting = rt.enqueue("add", {"a": 2, "b": 3})
+    [prefetched] = rt.queue.dequeue_many("default", due, 1)
+    assert isinstance(prefetched, Claim) and prefetched.job.id == waiting.id
+    view = rt.get(waiting.id)
+    assert view is not None and view.prefetched, "claimed in a batch, not started"
+    assert view.attempt == 0, "no attempt has started"
 
 
 def test_a_failed_attempt_with_retries_left_is_retrying_until_its_next_run(rt: Runtime) -> None:

@@ -217,3 +217,33 @@ def test_an_enqueue_into_a_lost_database_file_is_refused_not_written_where_no_on
         assert [view.job.args["n"] for view in fresh.list_jobs()] == [2], "only the new file's job"
     finally:
         fresh.close()
+
+
+def test_a_file_deleted_before_the_first_enqueue_is_lost_too(tmp_path: Path) -> None:
+    # The file is made by the build's migration, after the queue was made: it counts
+    # as seen from its first connection, not from the first look at the path.
+    path = tmp_path / "jobs.db"
+    web = conveyor.build(
+        {"provider": "db", "url": f"sqlite:///{path}", "entry_points": False, "workers": {"count": 0}},
+        env={},
+    )
+    try:
+        _delete(path)
+        with pytest.raises(DatabaseFileLost, match="was deleted"):
+            web.enqueue("ship", {"n": 1})
+    finally:
+        web.close()
+
+
+def test_a_path_that_begins_with_two_slashes_opens_again(tmp_path: Path) -> None:
+    # `sqlite:////` + an absolute path keeps both slashes; as a URI, `file://tmp/...`
+    # would name a host.
+    engine = make_engine(f"sqlite:////{tmp_path / 'jobs.db'}")
+    try:
+        assert str(engine.url.database).startswith("//")
+        migrate(engine)
+        engine.dispose()
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
+    finally:
+        engine.dispose()

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sqlalchemy import BigInteger, ColumnElement, Connection, Engine, func, literal, select
+from sqlalchemy import BigInteger, ColumnElement, Connection, Engine, event, func, literal, select
 from sqlalchemy.exc import DBAPIError
 
 from ....core import ValidationError, WriteRetryPolicy
@@ -72,6 +72,9 @@ class Database:
         self.sqlite = name == "sqlite"
         #: The file a SQLite database lives in, watched for being deleted or replaced.
         self.file = DatabaseFile.of(engine.url.database) if self.sqlite else None
+        if self.file is not None:
+            file = self.file
+            event.listen(engine, "connect", lambda *_: file.opened())
         self.sql = Statements(schema, name)
         self.lock_retry_s = lock_retry_s
         # Many writers contend for one SQLite lock: short, jittered, capped waits.

@@ -36,6 +36,13 @@ class DatabaseFile:
             return None
         return cls(database)
 
+    def opened(self) -> None:
+        """A connection has just opened the file: it is the one first seen, unless one
+        was seen before (`Database` calls this from the engine's connect event, so a
+        file made after this object, by the first migration, is known from then on)."""
+        if self._seen is None:
+            self.lost()
+
     def lost(self) -> str | None:
         """Why the path no longer names the file first seen there, or None. A path
         with no file yet is not lost: its file is known once seen."""

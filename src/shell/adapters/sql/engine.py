@@ -91,7 +91,8 @@ def configure_sqlite(
         # it was deleted: `mode=rw` opens only a file that exists (one moved onto the
         # path, a restore, opens as before).
         if opened.is_set() and not cparams.get("uri") and cargs and cargs[0] != ":memory:":
-            cargs[0] = f"file:{quote(cargs[0])}?mode=rw"
+            # `file://` and an empty host: a path that begins `//` is still a path.
+            cargs[0] = f"file://{quote(cargs[0])}?mode=rw"
             cparams["uri"] = True
 
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
