@@ -150,13 +150,15 @@ class _DiesOnceItsHandlerRan:
 def a_healthy_prefetching_worker_runs_each_job_once(s: Subject) -> None:
     """Short jobs batched with one longer than the lease are not run again by a peer:
     every held claim (waiting, running, finished but unwritten) is kept leased."""
-    lease_ms = 400
+    # Short, for the long job to outlive it; not shorter: a heartbeat (a third of the
+    # lease) held up on a loaded machine for two thirds of it let the peer reclaim.
+    lease_ms = 800
     runs: Counter[str] = Counter()
 
     def work(args: Any) -> None:
         runs[args["name"]] += 1
         if args["name"] == "long":
-            time.sleep(1.0)
+            time.sleep(1.5)
 
     names = ["short-1", "long", "short-2", "short-3"]
     s.queue.enqueue_many([make_job(args={"name": n}) for n in names])
