@@ -221,6 +221,23 @@ def test_bad_input_prints_one_line_naming_the_field_and_exits_2(cli, case) -> No
     assert _row(_status(cli), "default")["ready"] == 0, "nothing was enqueued"
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("enqueue", "ship", "{}", "--delay", "-5s"),
+        ("enqueue", "ship", "{}", "--delay", "-1.5m"),
+        ("prune", "--dry-run", "--older-than", "-7d"),
+    ],
+    ids=["delay-5s", "delay-1.5m", "older-than-7d"],
+)
+def test_a_negative_duration_is_refused_as_a_value_not_taken_for_a_flag(cli, argv) -> None:
+    # argparse read `-5s` as an unknown flag and said only "expected one argument".
+    result = cli(*argv, check=False)
+    assert result.returncode == 2, result.stderr
+    told = result.stderr.strip()
+    assert f"got '{argv[-1]}'" in told and "expected one argument" not in told, told
+
+
 def test_a_misspelt_job_type_warns_and_strict_refuses_it(cli, caplog) -> None:
     cli("enqueue", "shp", '{"to": "x"}')
     # In its own process the CLI logs to stderr (see test_fault_secrets); here, to caplog.

@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ...core import ValidationError
 from ...version import __version__
@@ -39,8 +40,18 @@ log = logging.getLogger("conveyor.cli")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
+#: What argparse takes for a negative number, and so for a value rather than a flag:
+#: its own pattern, and a negative duration (`-5s`, `-1.5m`), which the option's check
+#: then refuses with why, instead of argparse's "expected one argument".
+_NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$|^-\d*\.?\d+[a-z]+$")
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors on one line with exit status 2, like every other bad input."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE  # subcommands' parsers are _Parsers too
 
     def error(self, message: str) -> NoReturn:
         # In the format `--log-format` asked for, which `main` read ahead of the parse.
