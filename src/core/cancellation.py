@@ -30,6 +30,7 @@ from returns.result import Success
 from .decisions import Cancel, CancelClaim, Failed, Outcome, RequestCancel, Succeeded, ended
 from .frozen import freeze
 from .job import AttemptOutcome, ErrorInfo, Job, JobStatus
+from .results import ResultPolicy, oversized_result
 from .transitions import Event, transition
 
 
@@ -75,13 +76,15 @@ def cancel_claimed(
     outcome: Outcome | None = None,
     *,
     abandoned_before: datetime | None = None,
+    result_policy: ResultPolicy = ResultPolicy(),
 ) -> CancelClaim:
     """A claimed job whose cancel was requested, recorded cancelled at `now`.
 
     `job` is the running job (its handler returned `outcome`, which is kept in the
-    attempt: a failure's error, a success's result when it is JSON) or the job as
-    claimed, never started (a hand-back). From the lease keeper, `abandoned_before`
-    guards the write as for a reclaim, and the attempt is appended as abandoned.
+    attempt: a failure's error, a success's result when it is JSON and within
+    `result_policy`'s cap) or the job as claimed, never started (a hand-back). From
+    the lease keeper, `abandoned_before` guards the write as for a reclaim, and the
+    attempt is appended as abandoned.
     """
     changes: dict[str, object] = {}
     if job.status is JobStatus.RUNNING:
@@ -91,9 +94,12 @@ def cancel_claimed(
                 error = failed
                 changes["last_error"] = failed
             case Succeeded(result=result):
-                # A result that is not JSON is dropped: the cancel is what is recorded.
+                # A result that is not JSON, or over the cap, is dropped: the cancel is
+                # what is recorded.
                 with contextlib.suppress(ValueError):
-                    changes["result"] = freeze(result)
+                    frozen = freeze(result)
+                    if oversized_result(job.id, frozen, result_policy) is None:
+                        changes["result"] = frozen
             case _:
                 pass
         changes["attempts"] = ended(

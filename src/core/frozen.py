@@ -157,6 +157,26 @@ def freeze(value: Any, *, path: str = "$", depth: int = 0, max_depth: int = 32) 
 
 
 def _freeze(value: Any, path: str, depth: int, max_depth: int) -> Any:
+    try:
+        return _walk(value, path, depth, max_depth)
+    except NotJson:
+        raise
+    except Exception as exc:
+        # An object of the caller's that raises as it is read (its items(), iteration
+        # or str()) has no JSON form: said at the deepest path that raised, never left
+        # to escape as the caller's own error (a worker would then record nothing).
+        raise NotJson(path, f"reading it raised {type(exc).__name__}{_said(exc)}") from exc
+
+
+def _said(exc: Exception) -> str:
+    try:
+        text = str(exc)
+    except Exception:
+        return ""
+    return f": {text[:200]}" if text else ""
+
+
+def _walk(value: Any, path: str, depth: int, max_depth: int) -> Any:
     if depth > max_depth:
         raise NotJson(path, f"nested deeper than {max_depth} levels")
     if value is None or type(value) is bool:

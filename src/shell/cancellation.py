@@ -22,6 +22,7 @@ from ..core import (
     Job,
     Outcome,
     RequestCancel,
+    ResultPolicy,
     cancel_claimed,
     decide_cancel,
 )
@@ -173,13 +174,14 @@ def settle_refused(
     job: Job,
     outcome: Outcome | None,
     now: datetime,
+    result_policy: ResultPolicy,
 ) -> CancelClaim | None:
     """After an outcome write of `claim` was refused: when a cancel request stands,
     record the job cancelled instead (fenced by the token). `job` is the running job
     and `outcome` its handler's (for a claim that never started: the job as claimed,
-    and None). The decision written, or None when there was no request or the claim
-    is lost too."""
+    and None); a result is kept within `result_policy`'s cap. The decision written,
+    or None when there was no request or the claim is lost too."""
     if not cancel_requested(queue, claim.job.id):
         return None
-    decision = cancel_claimed(job, now, outcome)
+    decision = cancel_claimed(job, now, outcome, result_policy=result_policy)
     return decision if executor.carry_out(claim, decision) else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 import pytest
 from conveyor.core import (
+    DEFAULT_MAX_RESULT_BYTES,
     AttemptOutcome,
     Cancel,
     CancelClaim,
@@ -13,6 +14,7 @@ from conveyor.core import (
     JobStatus,
     NoHandler,
     RequestCancel,
+    ResultPolicy,
     Succeeded,
     cancel_claimed,
     decide_cancel,
@@ -68,6 +70,20 @@ def test_a_running_job_that_failed_after_a_request_keeps_the_error_and_is_not_re
 
 def test_a_result_that_is_not_json_is_dropped_not_fatal() -> None:
     record = cancel_claimed(running_job(), LATER, Succeeded(object())).job
+    assert record.status is JobStatus.CANCELLED and record.result is None
+
+
+def test_a_result_over_the_cap_is_dropped_as_a_finished_job_would_refuse_it() -> None:
+    policy = ResultPolicy(max_bytes=100)
+    kept = cancel_claimed(running_job(), LATER, Succeeded("x" * 50), result_policy=policy).job
+    dropped = cancel_claimed(running_job(), LATER, Succeeded("x" * 200), result_policy=policy).job
+    assert kept.result == "x" * 50
+    assert dropped.status is JobStatus.CANCELLED and dropped.result is None
+
+
+def test_without_a_policy_the_default_cap_holds() -> None:
+    big = "x" * (DEFAULT_MAX_RESULT_BYTES + 1)
+    record = cancel_claimed(running_job(), LATER, Succeeded(big)).job
     assert record.status is JobStatus.CANCELLED and record.result is None
 
 

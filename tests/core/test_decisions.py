@@ -72,7 +72,14 @@ def test_a_result_of_none_completes_the_job() -> None:
     assert decision.job.result is None
 
 
-@pytest.mark.parametrize("result", [b"bytes", {1, 2}, object(), {"x": float("nan")}])
+class _RaisesWhenRead(list[Any]):
+    def __iter__(self) -> Any:
+        raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize(
+    "result", [b"bytes", {1, 2}, object(), {"x": float("nan")}, {"rows": _RaisesWhenRead([1])}]
+)
 def test_a_result_that_is_not_json_dead_letters_as_invalid_result(result: Any) -> None:
     decision = decide(running_job(), Succeeded(result), LATER, POLICIES, 0.5)
     assert isinstance(decision, DeadLetter)

@@ -3,6 +3,7 @@ the same frozen value, and the same error naming the same path."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -92,3 +93,45 @@ def test_thaw_undoes_freeze(value: Any) -> None:
         return
     assert freeze(thaw(frozen)) == frozen
     assert _shape(freeze(thaw(frozen))) == _shape(frozen)
+
+
+class _MapThatRaises(Mapping[str, Any]):
+    def __getitem__(self, key: str) -> Any:
+        raise RuntimeError("getitem boom")
+
+    def __iter__(self) -> Iterator[str]:
+        raise RuntimeError("iter boom")
+
+    def __len__(self) -> int:
+        return 1
+
+    def items(self) -> Any:
+        raise RuntimeError("items boom")
+
+
+class _ListThatRaises(list[Any]):
+    def __iter__(self) -> Iterator[Any]:
+        raise RuntimeError("list iter boom")
+
+
+class _TextThatRaises(str):
+    def __str__(self) -> str:
+        raise RuntimeError("str boom")
+
+
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        (_MapThatRaises(), "$"),
+        ({"rows": _ListThatRaises([1])}, "$.rows"),
+        ([1, _TextThatRaises("x")], "$[1]"),
+    ],
+)
+def test_a_value_that_raises_while_it_is_read_is_not_json_at_its_path(
+    value: Any, path: str
+) -> None:
+    # A handler's object that raises as it is walked is a value with no JSON form,
+    # not an error of the caller's: the worker would otherwise never record the job.
+    with pytest.raises(NotJson, match="raised RuntimeError") as raised:
+        freeze(value)
+    assert raised.value.path == path

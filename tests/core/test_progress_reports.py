@@ -3,6 +3,8 @@ the field."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from conveyor.core import MAX_PROGRESS_BYTES, FieldError, FrozenMap, Progress, make_progress
 from core_support import NOW
@@ -40,6 +42,17 @@ def test_a_value_that_is_not_json_is_refused_with_its_path() -> None:
     made = make_progress(None, {"when": object()}, NOW)
     assert isinstance(made, FieldError)
     assert made.field == "value" and "value.when" in made.reason
+
+
+class _RaisesWhenRead(dict[str, Any]):
+    def items(self) -> Any:
+        raise RuntimeError("boom")
+
+
+def test_a_value_that_raises_while_it_is_read_is_refused_as_not_json() -> None:
+    made = make_progress(None, {"rows": _RaisesWhenRead(a=1)}, NOW)
+    assert isinstance(made, FieldError)
+    assert made.field == "value" and "value.rows" in made.reason and "raised" in made.reason
 
 
 def test_a_value_over_the_progress_limit_is_refused_with_its_size() -> None:

@@ -70,6 +70,35 @@ def test_a_running_job_cancelled_through_the_runtime_is_recorded_cancelled(
     rt.close()
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_cancelled_job_keeps_no_result_over_max_result_bytes(kind: str, tmp_path: Path) -> None:
+    # A result is read with every read of its record: a cancelled job's is capped as a
+    # finished one's is (it was kept whatever its size).
+    running = threading.Event()
+
+    def export(args: dict[str, Any], ctx: Any) -> str:
+        running.set()
+        while not ctx.cancel_requested():
+            time.sleep(0.01)
+        return "x" * args["size"]
+
+    config = {**_config(kind, tmp_path), "max_result_bytes": 4000}
+    rt = conveyor.build(config, handlers={"export": export})
+    views = []
+    with rt.start():
+        for size in (5000, 100):
+            running.clear()
+            job = rt.enqueue("export", {"size": size})
+            assert running.wait(20)
+            assert rt.cancel(job.id) is CancelResult.REQUESTED
+            _wait_for(lambda j=job.id: (v := rt.get(j)) is not None and v.state.is_terminal)
+            views.append(rt.get(job.id))
+    rt.close()
+    assert [v.state for v in views] == [JobStatus.CANCELLED, JobStatus.CANCELLED]
+    assert views[0].job.result is None, "over the cap: dropped"
+    assert views[1].job.result == "x" * 100, "within the cap: kept"
+
+
 def test_a_queued_job_cancelled_through_the_runtime_never_runs(tmp_path: Path) -> None:
     ran: list[str] = []
     rt = conveyor.build(_config("memory", tmp_path), handlers={"mail": ran.append})

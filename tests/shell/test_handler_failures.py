@@ -194,6 +194,35 @@ def test_a_result_refused_as_too_large_or_not_json_is_a_failed_attempt_everywher
         assert count == 1, (job_type, count)
 
 
+class _RowsThatRaise(list[Any]):
+    def __iter__(self) -> Any:
+        raise RuntimeError("the cursor is closed")
+
+
+@pytest.mark.parametrize("where", ["memory", "sqlite"])
+def test_a_result_that_raises_as_it_is_read_dead_letters_and_spares_its_batch(
+    where: str, tmp_path: Path
+) -> None:
+    # The error escaped the core's decision: the round failed, nothing was written, and
+    # the job and the rest of its batch waited for their leases.
+    handlers = {"odd": lambda args: {"rows": _RowsThatRaise([1])}, "ok": lambda args: args["i"]}
+    config: dict[str, Any] = {"provider": "memory", "workers": {"prefetch": 4}}
+    if where == "sqlite":
+        config = {**config, "provider": "db", "url": f"sqlite:///{tmp_path / 'jobs.db'}"}
+    rt = conveyor.build(config, handlers=handlers, env={})
+    try:
+        odd = rt.enqueue("odd", {}, max_retries=3)
+        rest = [rt.enqueue("ok", {"i": i}) for i in range(3)]
+        rt.drain(timeout_s=5)
+        views = [rt.get(job.id) for job in (odd, *rest)]
+    finally:
+        rt.close()
+    assert [v.state.value for v in views if v is not None] == ["failed"] + ["completed"] * 3
+    error = views[0].job.last_error if views[0] is not None and views[0].job else None
+    assert error is not None and error.type == "invalid-result" and not error.retryable
+    assert "$.rows" in error.message and "RuntimeError" in error.message
+
+
 # ---- bad waits and listings: refused as invalid input, not a busy loop or a crash --
 
 

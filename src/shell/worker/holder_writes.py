@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...core import Complete, DeadLetter, Decision, decide_hand_back
+from ...core import Complete, DeadLetter, Decision, ResultPolicy, decide_hand_back
 from ...core.prefetch import StartClaim
 from ..cancellation import settle_refused
 from ..executor import Executor
@@ -49,9 +49,13 @@ class HolderWrites:
         heartbeat: Heartbeat,
         reporter: Reporter,
         clock: Clock,
+        result_policy: ResultPolicy,
     ) -> None:
+        """`result_policy` caps the result a cancelled job keeps, as the core's
+        decisions cap a finished one's."""
         self._queue, self._executor, self._heartbeat = queue, executor, heartbeat
         self._reporter, self._clock = reporter, clock
+        self._result_policy = result_policy
         #: Completed and dead-lettered jobs can be finished together (`finish_together`).
         self.batches_finish = executor.batches_finish
 
@@ -122,8 +126,9 @@ class HolderWrites:
         recorded cancelled instead (True)."""
         job, outcome = (claim.job, None) if attempt is None else (attempt.job, attempt.outcome)
         cancelled = settle_refused(
-            self._queue, self._executor, claim, job, outcome, self._clock.now()
-        )
+            self._queue, self._executor, claim, job, outcome, self._clock.now(),
+            self._result_policy,
+        )  # fmt: skip
         if cancelled is None:
             return False
         self._reporter.cancelled(cancelled)

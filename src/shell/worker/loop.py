@@ -134,7 +134,7 @@ class Worker:
         self.overruns = DeadlineRunner()
         self._reporter = Reporter(self.hooks)
         self._writes = HolderWrites(
-            queue, self.executor, self._heartbeat, self._reporter, self.clock
+            queue, self.executor, self._heartbeat, self._reporter, self.clock, policies.result
         )
         # A limited queue's claims (and a budget's) all go through the claimer.
         wake_claims = limits is None and job_budget is None
