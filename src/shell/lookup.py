@@ -106,16 +106,7 @@ def find_job(queue: JobQueue, store: JobStore, job_id: UUID, lease: timedelta) -
     entry = queue.find(job_id)
     if entry is not None:
         view = view_of_entry(entry, lease)
-        if (
-            view.token is not None
-            and isinstance(queue, CancellingJobQueue)
-            and queue.cancel_requested(job_id)
-        ):
-            view = attrs.evolve(view, cancel_requested=True)
-        if view.state is JobStatus.RUNNING and isinstance(queue, ProgressJobQueue):
-            report = report_of(queue.progress_note(job_id), view.token)
-            if report is not None:
-                view = attrs.evolve(view, progress=report)
+        view = _with_claim_notes(queue, view, job_id)
         return view
     record = store.get(job_id)
     if record is None:
@@ -142,6 +133,22 @@ def find_jobs(
         else:
             found[job_id] = find_job(queue, store, job_id, lease)
     return found
+
+
+def _with_claim_notes(queue: JobQueue, view: JobView, job_id: UUID) -> JobView:
+    """`view` of a queued job with what its claim's holder noted beside it: a cancel
+    request standing, the newest progress report of the running attempt."""
+    if (
+        view.token is not None
+        and isinstance(queue, CancellingJobQueue)
+        and queue.cancel_requested(job_id)
+    ):
+        view = attrs.evolve(view, cancel_requested=True)
+    if view.state is JobStatus.RUNNING and isinstance(queue, ProgressJobQueue):
+        report = report_of(queue.progress_note(job_id), view.token)
+        if report is not None:
+            view = attrs.evolve(view, progress=report)
+    return view
 
 
 def list_jobs(
@@ -178,6 +185,9 @@ def list_jobs(
     for view in _queued_views(queue, queue_name, state, lease, batch):
         if wanted(view):
             seen.add(view.job_id)
+            # One read more per claimed job listed: they are as many as the workers.
+            if view.token is not None and view.job is not None:
+                view = _with_claim_notes(queue, view, view.job.id)
             out.append(view)
             if len(out) >= limit:
                 return out

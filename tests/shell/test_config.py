@@ -250,3 +250,19 @@ def test_redis_cluster_keys_are_refused_where_a_cluster_cannot_take_them() -> No
         "redis.replica_wait_timeout_ms",
         "redis.urls[0]",
     }
+
+
+@pytest.mark.parametrize(
+    "field", ["completed_ms", "dead_ms", "prune_interval_ms", "remember_pruned_ms"]
+)
+@pytest.mark.parametrize(
+    ("value", "shown"), [("1d", "'1d'"), (None, "None"), (1.5, "1.5"), ("100", "'100'")]
+)
+def test_every_retention_duration_is_a_whole_number_of_ms_named_when_not(
+    field: str, value: object, shown: str
+) -> None:
+    # remember_pruned_ms was read with int(): "1d" raised a bare ValueError, and 1.5
+    # and "100" were taken as 1 and 100.
+    with pytest.raises(ValidationError) as info:
+        parse_config({"retention": {field: value}})
+    assert str(info.value) == f"retention.{field}: must be an integer, got {shown}"

@@ -73,6 +73,9 @@ def test_a_report_shows_in_get_job_show_and_the_dashboard_while_the_job_runs(
         }
         shown = "\n".join(describe(view))
         assert 'progress: 50.0% {"stage": "upload", "rows": [4000, "<b>"]}' in shown
+        # A listing shows it too (`jobs list --json` said "progress": null).
+        for listed in (runtime.list_jobs(), runtime.list_jobs(state="running")):
+            assert [v.progress for v in listed if v.job_id == str(job.id)] == [report]
 
         from conveyor.dashboard import create_app
         from starlette.testclient import TestClient
