@@ -342,6 +342,25 @@ def test_conveyor_worker_gives_up_after_the_startup_timeout_in_one_line(
     assert len(lines) <= 4, result.stderr
 
 
+@pytest.mark.parametrize(
+    "command", [["status"], ["enqueue", "note"], ["worker", "--startup-timeout", "0"]]
+)
+@pytest.mark.parametrize("kind", ["redis", "postgresql"])
+def test_with_the_default_lease_a_down_server_is_told_at_once_not_after_the_retry_budget(
+    kind: str, command: list[str], tmp_path: Path
+) -> None:
+    # On Redis the build did not reach the server, so the command's first call waited
+    # out the write retry budget (a quarter of the 60 s lease): 15 s, whatever
+    # --startup-timeout said, where PostgreSQL answered in under a second.
+    write_config(tmp_path, unreachable_url(kind, tmp_path))
+    config = tmp_path / "conveyor.toml"
+    config.write_text(config.read_text().replace(f"lease_ms = {LEASE_MS}\n", ""))
+    result, took = run_cli(tmp_path, *command)
+    assert result.returncode == 1, result.stderr
+    assert "unreachable" in result.stderr.strip().splitlines()[-1], result.stderr
+    assert took < 8, f"took {took:.1f} s"
+
+
 @pytest.mark.parametrize("command", [["status"], ["enqueue", "note"]])
 @pytest.mark.parametrize("kind", ["redis", "postgresql"])
 def test_a_command_against_a_down_server_fails_in_one_line_with_the_fix(

@@ -93,6 +93,14 @@ def _redis_backend(settings: BackendSettings) -> tuple[JobQueue, JobStore, Prese
         if settings.redis_cluster
         else connect(settings.redis_url)
     )
+    # Reached now, as a SQL backend's schema check reaches its server: a server that is
+    # down is then waited for up to the caller's start-up timeout (an operator command
+    # tries once), not met by the first command, which retries for the write budget.
+    try:
+        client.ping()
+    except Exception:
+        client.close()
+        raise
     budget = retry_budget_s(settings)
     prefix = settings.redis_prefix
     wait = ReplicaWait(settings.redis_replica_wait, settings.redis_replica_wait_timeout_ms)
