@@ -268,3 +268,81 @@ def test_a_copy_started_as_the_stop_signal_lands_is_told_to_stop_too(tmp_path: P
     assert not runner.is_alive(), "the supervisor waited for a copy nobody told to stop"
     assert codes == [0]
     assert supervisor.recycled == 1
+
+
+def _started(supervisor: subprocess.Popen[str], count: int) -> set[int]:
+    deadline = time.monotonic() + 30
+    while len(found := _children(supervisor.pid)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(found) == count, f"{len(found)} of {count} copies started"
+    return found
+
+
+def test_a_hangup_stops_the_supervisor_and_its_copies_gracefully(project: Path) -> None:
+    # SIGHUP (a closed terminal, an SSH drop) killed the supervisor outright: its copies
+    # lived on with nobody to restart, recycle or stop them.
+    supervisor = subprocess.Popen(
+        [*CONVEYOR, "worker", "--processes", "2"],
+        cwd=project,
+        env=_env(project),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        children = _started(supervisor, 2)
+        time.sleep(1.0)  # their signal handlers set up
+        supervisor.send_signal(signal.SIGHUP)
+        code = supervisor.wait(timeout=60)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+    stderr = supervisor.stderr.read() if supervisor.stderr else ""
+    assert code == 0, stderr
+    assert "SIGHUP, 2 processes: stopping them gracefully" in stderr, stderr
+    assert not any(_alive(pid) for pid in children), "the copies stopped with it"
+
+
+def test_a_hangup_stops_a_single_worker_gracefully(project: Path) -> None:
+    worker = subprocess.Popen(
+        [*CONVEYOR, "worker"], cwd=project, env=_env(project), stderr=subprocess.PIPE, text=True
+    )
+    try:
+        _enqueue(project, range(3))
+        _wait_for(project, 3)
+        worker.send_signal(signal.SIGHUP)
+        code = worker.wait(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    stderr = worker.stderr.read() if worker.stderr else ""
+    assert code == 0, stderr
+    assert "SIGHUP, stopping gracefully" in stderr, stderr
+
+
+def test_a_copy_that_crashed_before_the_stop_does_not_set_the_exit_code(project: Path) -> None:
+    # The copy's crash was told when it happened; the stop that came while its restart
+    # waited is a clean one (it exited with the crashed copy's code, e.g. 7 or 245).
+    supervisor = subprocess.Popen(
+        [*CONVEYOR, "worker", "--processes", "2"],
+        cwd=project,
+        env=_env(project),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        victim = min(_started(supervisor, 2))
+        time.sleep(1.0)
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while _alive(victim) or victim in _children(supervisor.pid):
+            assert time.monotonic() < deadline, "the copy did not die"
+            time.sleep(0.02)
+        # Its replacement waits out the restart delay (1 s, doubling): stop before it.
+        supervisor.send_signal(signal.SIGTERM)
+        code = supervisor.wait(timeout=60)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+    stderr = supervisor.stderr.read() if supervisor.stderr else ""
+    assert f"(pid {victim}) exited with code -9" in stderr, stderr
+    assert code == 0, stderr

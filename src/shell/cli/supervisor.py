@@ -261,6 +261,9 @@ class Supervisor:
         # restart: it stopped as cleanly as the rest.
         replaced = set(self._stalled)
         self._stalled.clear()
+        # A copy that had exited before the stop and waited for its restart was told
+        # then (its exit code, its claims left to their leases): not this stop's.
+        crashed_before = set(due)
         # Still watched while they stop: a copy stopped by SIGSTOP would never act on
         # the signal, and one that stalls while draining would never end its drain.
         self._pass_on_stops()
@@ -271,7 +274,7 @@ class Supervisor:
                 self._watch(index, self._children[index], now)
             self._wakeup.wait(LOOK_S)
         codes = [
-            0 if index in replaced else _as_stopped(child.wait())
+            0 if index in replaced or index in crashed_before else _as_stopped(child.wait())
             for index, child in self._children.items()
         ]
         if self.forced.is_set():
@@ -355,9 +358,14 @@ def supervise(
             else "stopping them gracefully (once more to stop at once)"
         )
         notice(f"conveyor worker: {name}, {count} processes: {how}")
-        supervisor.stop(signum)
+        # The copies are told SIGTERM for a hangup: one that has not set up its
+        # handlers yet then counts as stopped cleanly (`_as_stopped`).
+        supervisor.stop(signal.SIGTERM if signum == signal.SIGHUP else signum)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    notice(f"conveyor worker: starting {count} processes")
+    # A hangup (a closed terminal) would end the supervisor at once and leave its
+    # copies, each in a group of its own, running with nobody to watch or stop them.
+    signal.signal(signal.SIGHUP, on_signal)
+    notice(f"conveyor worker: starting {count} process{'es' if count != 1 else ''}")
     return supervisor.run()

@@ -1,4 +1,5 @@
-"""How `conveyor worker` stops: the first SIGINT or SIGTERM gracefully, the next at once.
+"""How `conveyor worker` stops: the first SIGINT, SIGTERM or SIGHUP gracefully, the next
+at once.
 
 The first signal is a warm stop: no new claims, prefetched jobs handed back, running
 jobs given `--grace` seconds (`workers.grace_ms`) to finish; what is still running
@@ -68,6 +69,9 @@ class StopSignals:
     def install(self) -> StopSignals:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        # A hangup (a closed terminal, a dropped SSH session) is a stop too: by default
+        # it would end the process at once, its running jobs left to their leases.
+        signal.signal(signal.SIGHUP, self._on_signal)
         return self
 
     def _on_signal(self, signum: int, _frame: object) -> None:
