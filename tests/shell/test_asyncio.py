@@ -119,6 +119,39 @@ def test_an_async_handler_that_raises_is_retried_per_policy(make: Any) -> None:
     assert (dead.last_error.type, dead.last_error.message) == ("ValueError", "upstream said no")
 
 
+@pytest.mark.parametrize(
+    "raised", [SystemExit(4), KeyboardInterrupt(), asyncio.CancelledError("own")]
+)
+def test_an_async_handler_raising_a_base_exception_fails_its_attempt_and_the_loop_lives_on(
+    raised: BaseException,
+) -> None:
+    # SystemExit and KeyboardInterrupt escaped the task and ended the process's one
+    # event loop: nothing recorded the job, and drain (and every async job after it)
+    # waited for ever. A handler's own CancelledError lost its message and traceback.
+    async def bad(args: Any) -> None:
+        await asyncio.sleep(0)
+        raise raised
+
+    async def good(args: Any) -> str:
+        await asyncio.sleep(0)
+        return "fine"
+
+    rt = conveyor.build(_config("memory", Path(".")), handlers={"bad": bad, "good": good})
+    jobs = [rt.enqueue("bad", {}, max_retries=0), rt.enqueue("good", {})]
+    drained = threading.Thread(target=lambda: rt.drain(timeout_s=10), daemon=True)
+    drained.start()
+    drained.join(30)
+    assert not drained.is_alive(), "drain hung"
+    later = rt.enqueue("good", {})
+    rt.drain(timeout_s=10)
+    views = [rt.get(job.id) for job in (*jobs, later)]
+    rt.close()
+    assert [v.state for v in views if v] == [JobStatus.FAILED] + [JobStatus.COMPLETED] * 2
+    error = views[0].job.last_error if views[0] and views[0].job else None
+    assert error is not None and error.type == type(raised).__name__, error
+    assert str(raised) in error.message and "in bad" in (error.traceback or ""), error
+
+
 def test_async_jobs_run_concurrently(make: Any) -> None:
     started = 0
     everyone_in = asyncio.Event()

@@ -104,9 +104,14 @@ async def _attempt(
         try:
             async with deadline:
                 returned = await awaitable
-        except Exception as exc:
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError) and _cancelled_from_outside():
+                raise
             if timeout_ms is not None and _ran_past(deadline):
                 return Failed(timeout_error(timeout_ms)), None, True
+            # Anything else, BaseException subclasses included, is a failed attempt, as
+            # in a worker's thread: a SystemExit or KeyboardInterrupt let out of the task
+            # would end the process's one event loop, and every async job with it.
             caught(exc)
             outcome: Outcome = Failed(error_from_exception(exc))
         else:
@@ -114,6 +119,14 @@ async def _attempt(
                 return Failed(timeout_error(timeout_ms)), None, True
             outcome = outcome_of(returned)
     return outcome, found.exception, False
+
+
+def _cancelled_from_outside() -> bool:
+    """Whether the task running the attempt was cancelled by someone else (the loop
+    closing), rather than the handler raising `CancelledError` of its own (the
+    deadline's cancel has become a `TimeoutError` by the time it is caught)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _ran_past(deadline: asyncio.Timeout) -> bool:
