@@ -271,7 +271,7 @@ def test_a_graceful_stop_of_several_pools_claims_nothing_more_in_any_of_them(cap
         {"provider": "memory", "workers": workers},
         handlers={"slow": slow, "fast": lambda a: ran.append("fast")},
     )
-    rt.enqueue("slow", {}, queue="slow")
+    held = rt.enqueue("slow", {}, queue="slow")
     rt.start()
     assert started.wait(10)
     stopping = threading.Thread(target=rt.stop, args=(1.0,))
@@ -284,4 +284,11 @@ def test_a_graceful_stop_of_several_pools_claims_nothing_more_in_any_of_them(cap
     assert ran == [], "a pool claimed a job enqueued after the stop began"
     assert rt.get(late.id).state is JobStatus.PENDING
     busy = [r.getMessage() for r in caplog.records if "still busy" in r.getMessage()]
-    assert busy == ["1 worker(s) on 'slow' still busy after 1.0s; their jobs are left to the lease"]
+    # Named, and what leaving them costs said: a job left this way on every deploy
+    # ends as a poison pill (lease-expired) once its reclaims run out.
+    assert busy == [
+        f"1 worker(s) on 'slow' still busy after 1.0s; their jobs are left to the lease: "
+        f"{held.id}; each returns when its lease runs out, charged as an expired lease "
+        "(max_reclaims); a drain timeout (conveyor worker --drain-timeout) hands them "
+        "back at once, uncharged"
+    ]

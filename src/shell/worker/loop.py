@@ -384,11 +384,13 @@ class WorkerPool:
             thread.join(max(0.0, end - time.monotonic()))
         alive = [t for t in self._threads if t.is_alive()]
         if alive:
+            left = ", ".join(self.running()) or "none known"
             log.warning(
-                "%d worker(s) on %r still busy after %.1fs; their jobs are left to the lease",
-                len(alive),
-                self.queue_name,
-                grace_s,
+                "%d worker(s) on %r still busy after %.1fs; their jobs are left to the lease: "
+                "%s; each returns when its lease runs out, charged as an expired lease "
+                "(max_reclaims); a drain timeout (conveyor worker --drain-timeout) hands "
+                "them back at once, uncharged",
+                *(len(alive), self.queue_name, grace_s, left),
             )
         self._threads = alive
         return not alive
