@@ -203,7 +203,12 @@ class Executor:
             try:
                 ok = self._run(step)
             except ClaimLost:
-                log.info(
+                # The lease keeper's writes are guarded by "still abandoned": after a
+                # crash every live process's keeper reaches for the same claims, and
+                # all but one lose, routinely. A worker's own claim lost is worth a line.
+                keepers = getattr(decision, "abandoned_before", None) is not None
+                log.log(
+                    logging.DEBUG if keepers else logging.INFO,
                     "job %s: %s found the claim lost or the guard changed; leaving it",
                     _job_id(claim, decision),
                     step.name,

@@ -11,10 +11,12 @@ release).
 
 from __future__ import annotations
 
+import logging
 import typing
 from collections.abc import Sequence
 from datetime import timedelta
 
+import pytest
 from backends import Backend, make_backend
 from conveyor.core import (
     CancelClaim,
@@ -25,6 +27,7 @@ from conveyor.core import (
     Succeeded,
     cancel_claimed,
     decide,
+    decide_reclaim,
     start,
 )
 from conveyor.core.prefetch import StartClaim
@@ -175,3 +178,29 @@ def test_a_queue_apart_from_its_store_refuses_to_cancel_rather_than_write_twice(
     decision = cancel_claimed(start(claim.job, T0).unwrap(), T0, Succeeded(1))
     assert executor.carry_out(claim, decision) is False
     assert locate(queue, store, claim.job.id) == "in flight"
+
+
+def test_a_lost_race_of_the_lease_keeper_is_not_told_as_a_lost_claim(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # After a crash, every live process's lease keeper reaches for the same abandoned
+    # claims: the losers logged INFO "reclaim found the claim lost" for jobs that had
+    # in fact been reclaimed, or that their own worker had finished meanwhile. A lost
+    # race is routine (DEBUG); a worker's own write finding its claim gone is not.
+    queue, store = MemoryJobQueue(), MemoryJobStore()
+    queue.enqueue(make_job())
+    claim = queue.dequeue("default", T0)
+    assert isinstance(claim, Claim)
+    executor = Executor(queue, store, clock=ManualClock(T0))
+    later = T0 + timedelta(minutes=5)
+    cutoff = later - timedelta(seconds=60)
+    reclaim = decide_reclaim(claim.job, later, POLICIES.lease, cutoff, started=False)
+    assert executor.carry_out(claim, reclaim) is True
+    with caplog.at_level(logging.DEBUG, logger="conveyor.executor"):
+        assert executor.carry_out(claim, reclaim) is False  # another keeper's, again
+        finish = decide(start(claim.job, T0).unwrap(), Succeeded(1), T0, POLICIES, 0.5)
+        assert executor.carry_out(claim, finish) is False  # the worker's own, too late
+    told = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in told] == [logging.DEBUG, logging.INFO], told
+    assert all("found the claim lost" in message for _, message in told), told
+    assert "reclaim found" in told[0][1], told
