@@ -86,25 +86,29 @@ def migrate(
     deploy, with a role that may create tables; a current schema is left untouched.
     On Redis and memory there is nothing to do, and the line says so."""
     cfg = load_config(config, env=env)
+    return guarded(*backend_url(cfg), lambda: migrate_unguarded(cfg))
+
+
+def migrate_unguarded(cfg: Config) -> str:
+    """`migrate` whose failures are the driver's own errors, which may quote the URL's
+    password: for a caller that rewrites them (`guarded`, or `reachable`, which also
+    tells a server that is down as unreachable)."""
     nothing = _no_schema(cfg)
     if nothing is not None:
         return nothing
     from .adapters.sql.ddl import schema_version
     from .adapters.sql.migration import migrate as migrate_engine
 
-    def run() -> str:
-        engine = _engine(cfg)
-        try:
-            changed = migrate_engine(engine)
-            version = schema_version(engine.dialect.name)
-        finally:
-            engine.dispose()
-        where = mask_url(cfg.url)
-        if changed:
-            return f"migrated {where} to schema version {version}"
-        return f"{where} is already at schema version {version}: nothing to do"
-
-    return guarded(*backend_url(cfg), run)
+    engine = _engine(cfg)
+    try:
+        changed = migrate_engine(engine)
+        version = schema_version(engine.dialect.name)
+    finally:
+        engine.dispose()
+    where = mask_url(cfg.url)
+    if changed:
+        return f"migrated {where} to schema version {version}"
+    return f"{where} is already at schema version {version}: nothing to do"
 
 
 def migration_sql(

@@ -118,8 +118,12 @@ def describe_failure(field: str, url: str, exc: BaseException) -> Exception:
         return ValidationError(
             [FieldError(e.field, one_line(redact(e.reason, secrets))) for e in exc.errors]
         )
-    message = one_line(redact(str(exc), secrets))
+    message = one_line(redact(_SQLALCHEMY_LINK.sub("", str(exc)), secrets))
     return BackendError(f"{field}: could not use {where}: {type(exc).__name__}: {message}")
+
+
+#: SQLAlchemy ends its errors with a link to its docs: noise in a one-line error.
+_SQLALCHEMY_LINK = re.compile(r"\s*\(Background on this error at: [^)]*\)")
 
 
 def guarded(field: str, url: str | None, make: Callable[[], T]) -> T:

@@ -448,6 +448,29 @@ def test_worker_refuses_a_metrics_port_that_is_not_a_port(tmp_path, port) -> Non
     assert "--metrics-port" in result.stderr
 
 
+def test_worker_says_which_flag_when_its_metrics_port_is_taken(tmp_path) -> None:
+    # It said only "conveyor: OSError: [Errno 98] Address already in use".
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        worker = ["worker", "--metrics-port", str(port), "--metrics-addr", "127.0.0.1"]
+        result = subprocess.run(
+            [sys.executable, "-m", "conveyor.shell.cli", *worker],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env={**_env(tmp_path), "CONVEYOR_URL": f"sqlite:///{tmp_path / 'jobs.db'}"},
+        )
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert f"--metrics-port: cannot listen on 127.0.0.1:{port}" in last, last
+    assert "in use" in last, last
+
+
 def test_the_runtime_worker_and_cli_load_neither_metrics_nor_tracing_library() -> None:
     code = (
         "import json, sys\n"

@@ -402,3 +402,16 @@ def test_an_unexpected_error_in_the_worker_loop_is_logged_once_with_its_tracebac
     errors = [r for r in conveyor_records(caplog) if r.levelno >= logging.WARNING]
     assert len(errors) == 1, [r.getMessage() for r in errors]
     assert errors[0].exc_info is not None, "a bug keeps its traceback"
+
+
+def test_migrate_against_a_down_server_says_unreachable_as_every_command_does(
+    tmp_path: Path,
+) -> None:
+    # It said "url: could not use ...: OperationalError: ..." where the other commands
+    # say the server is unreachable and what to do.
+    write_config(tmp_path, unreachable_url("postgresql", tmp_path))
+    result, _ = run_cli(tmp_path, "migrate")
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("conveyor: PostgreSQL at ") and "is unreachable" in last, last
+    assert "start the server, or fix `url`" in last and "s3cret" not in last, last

@@ -126,3 +126,15 @@ def test_an_unreachable_server_with_a_one_letter_password_reads_plainly() -> Non
     assert message.startswith("PostgreSQL at postgresql+psycopg://u:***@127.0.0.1:1/none ")
     assert "psycopg" in message.split(" is unreachable ", 1)[1]
     assert ":p@" not in message
+
+
+def test_a_driver_error_is_told_without_sqlalchemys_link_to_its_docs() -> None:
+    import sqlalchemy as sa
+    from conveyor.shell.redact import describe_failure
+
+    url = "postgresql+psycopg://app:hunter2@db.internal:5432/jobs"
+    raw = sa.exc.OperationalError("SELECT 1", {}, Exception("connection failed: refused"))
+    assert "Background on this error" in str(raw)
+    told = str(describe_failure("url", url, raw))
+    assert "connection failed: refused" in told and "sqlalche.me" not in told, told
+    assert "hunter2" not in told

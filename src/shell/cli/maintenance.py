@@ -69,12 +69,16 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from ..migrate import migrate, migration_sql
+    from ..migrate import migrate_unguarded, migration_sql
 
     config = load_config(args.config)
     REDACTING.secrets.update(config_secrets(config))
     if args.sql and config.provider == "db":
         print(migration_sql(config).rstrip("\n"))
     else:
-        print(f"conveyor: {migrate(config)}")
+        from ..runtime.backends import reachable
+
+        # Tried once, as every operator command: a server that is down is told as
+        # unreachable, with what to do, not as the driver's error.
+        print(f"conveyor: {reachable(config, 0.0, lambda: migrate_unguarded(config))}")
     return 0

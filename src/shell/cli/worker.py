@@ -7,7 +7,13 @@ import math
 import os
 from typing import Any
 
-from ...core import DEFAULT_STALL_LEASES, FieldError, RecyclePolicy, StallPolicy
+from ...core import (
+    DEFAULT_STALL_LEASES,
+    FieldError,
+    RecyclePolicy,
+    StallPolicy,
+    ValidationError,
+)
 from ...core.validation import check_name
 from ..config import Config, load_config
 from ..notices import notice
@@ -203,7 +209,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
             metrics = import_extra("..metrics", "prometheus_client", "metrics")
             exporter = metrics.instrument(runtime)
             port, addr = args.metrics_port, args.metrics_addr
-            server = metrics.serve(exporter, port, addr, health=watchdog.now)
+            try:
+                server = metrics.serve(exporter, port, addr, health=watchdog.now)
+            except OSError as exc:
+                # A port in use, or an address not of this host: the flag to change.
+                why = exc.strerror or str(exc)
+                raise ValidationError.of(
+                    "--metrics-port", f"cannot listen on {addr}:{port}: {why}"
+                ) from None
     except BaseException:
         runtime.close()
         raise
