@@ -85,7 +85,12 @@ def log_dead_letter(log: logging.Logger, job: Job, error: ErrorInfo) -> None:
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time (UTC, ISO 8601), level, logger, message, and
-    `exc_info` as one string when the record has a traceback."""
+    `exc_info` as one string when the record has a traceback; with `process_index`
+    (a copy under `conveyor worker --processes`), `process` too."""
+
+    def __init__(self, process_index: str | None = None) -> None:
+        super().__init__()
+        self._process = process_index
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -94,6 +99,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if self._process is not None:
+            entry["process"] = self._process
         for name in JOB_FIELDS:
             value = getattr(record, name, None)
             if value is not None:

@@ -291,6 +291,11 @@ def test_the_json_formatter_writes_one_object_per_line_with_the_traceback_as_a_s
     assert entry["job_id"] == "J1" and entry["job_type"] == "work" and entry["attempt"] == 2
 
 
+def test_a_copy_under_processes_names_itself_in_each_json_line() -> None:
+    assert json.loads(JsonFormatter(process_index="1").format(_record()))["process"] == "1"
+    assert "process" not in json.loads(JsonFormatter().format(_record()))
+
+
 def test_the_json_formatter_keeps_what_the_redacting_filter_masked() -> None:
     record = _record()
     record.msg, record.args = "connecting to postgresql://u:hunter2@db/jobs", None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -346,3 +347,61 @@ def test_a_copy_that_crashed_before_the_stop_does_not_set_the_exit_code(project:
     stderr = supervisor.stderr.read() if supervisor.stderr else ""
     assert f"(pid {victim}) exited with code -9" in stderr, stderr
     assert code == 0, stderr
+
+
+def test_each_copys_log_lines_say_which_copy_wrote_them(project: Path) -> None:
+    # Under --processes the copies' lines were all alike: a failure could not be put
+    # down to the copy (and pid) the supervisor names when one exits.
+    (project / "supervised_handlers.py").write_text(
+        HANDLERS + "\ndef bad(args):\n    raise ValueError('nope')\nHANDLERS['bad'] = bad\n"
+    )
+    runtime = conveyor.build(
+        {"provider": "db", "url": f"sqlite:///{project / 'jobs.db'}", "entry_points": False},
+        env={},
+    )
+    try:
+        failing = runtime.enqueue("bad", {}, max_retries=0)
+    finally:
+        runtime.close()
+    supervisor = subprocess.Popen(
+        [*CONVEYOR, "worker", "--processes", "2"],
+        cwd=project,
+        env=_env(project),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _started(supervisor, 2)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            seen = conveyor.build(
+                {
+                    "provider": "db",
+                    "url": f"sqlite:///{project / 'jobs.db'}",
+                    "entry_points": False,
+                },
+                env={},
+            )
+            try:
+                view = seen.get(failing.id)
+            finally:
+                seen.close()
+            if view is not None and view.state.is_terminal:
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)
+        supervisor.send_signal(signal.SIGTERM)
+        supervisor.wait(timeout=60)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+    stderr = supervisor.stderr.read() if supervisor.stderr else ""
+    failed = [line for line in stderr.splitlines() if f"job {failing.id} (bad)" in line]
+    assert failed and all(
+        re.search(r"conveyor\.worker \[process [01]\]: job ", line) for line in failed
+    ), stderr
+    stops = [line for line in stderr.splitlines() if "SIGTERM, stopping gracefully" in line]
+    assert sorted(line.split(":")[0] for line in stops) == [
+        "conveyor worker process 0",
+        "conveyor worker process 1",
+    ], stderr

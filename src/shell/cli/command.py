@@ -31,6 +31,7 @@ from .jobs import add_job_commands
 from .maintenance import add_maintenance_commands
 from .runtime import ESCAPING, LOADED, REDACTING, command_runtime, printable
 from .status import add_status_command
+from .supervisor import PROCESS_INDEX_ENV
 from .worker import add_worker_command
 from .workflow import add_workflow_commands
 
@@ -129,9 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     # Like `python -m`, let handler modules next to the config import without PYTHONPATH.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    # A copy under `worker --processes` says which it is, as the supervisor names it.
+    copy = os.environ.get(PROCESS_INDEX_ENV, "")
     logging.basicConfig(
         level=args.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=f"%(asctime)s %(levelname)s %(name)s{f' [process {copy}]' if copy else ''}: "
+        "%(message)s",
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(REDACTING)
@@ -140,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.log_format == "json":
             from ..logs import JsonFormatter
 
-            handler.setFormatter(JsonFormatter())
+            handler.setFormatter(JsonFormatter(process_index=copy or None))
     use_json(args.log_format == "json")
     # Python's warnings (a library's deprecation) go through the log, in its format.
     logging.captureWarnings(args.log_format == "json")

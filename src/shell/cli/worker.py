@@ -222,7 +222,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise
     from ..worker.signals import StopSignals, run_until_stopped
 
-    stops = StopSignals().install()
+    copy = os.environ.get(PROCESS_INDEX_ENV)
+    stops = StopSignals(f"conveyor worker process {copy}" if copy else "conveyor worker").install()
     w = runtime.config.workers
     notice(
         f"conveyor worker {runtime.worker_id}: provider={runtime.config.provider} "
