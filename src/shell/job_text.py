@@ -84,9 +84,9 @@ def describe(
         lines.append(f"last error: {error.type}: {error.message}")
     lines += _attempt_lines(job.attempts, show_traceback)
     if show_args:
-        lines.append(f"args: {json.dumps(data['args'], default=str)}")
+        lines.append(f"args: {json.dumps(data['args'], default=str, ensure_ascii=False)}")
     if show_result:
-        lines.append(f"result: {json.dumps(data['result'], default=str)}")
+        lines.append(f"result: {json.dumps(data['result'], default=str, ensure_ascii=False)}")
     elif job.result is not None:
         lines.append("result: hidden (--show-result shows it)")
     return lines

@@ -133,3 +133,5 @@ def test_job_show_without_json_prints_the_result_as_json_text(site: dict[str, An
     out = _run(site["folder"], ["job", "show", site["done"], "--show-result"])
     line = next(line for line in out.splitlines() if line.startswith("result: "))
     assert json.loads(line.removeprefix("result: ")) == RESULT
+    # Readable text, as the progress line is: "é", not "\\u00e9".
+    assert '"name": "é"' in line, line
