@@ -3,6 +3,7 @@ user runs it (subprocesses, a real SQLite file); its refusal of bad input in-pro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import conveyor
@@ -59,13 +61,48 @@ def _env(project: Path) -> dict[str, str]:
     return env
 
 
-def _enqueue(project: Path, numbers: range) -> None:
-    """Jobs for the workers, written from this process (`conveyor enqueue` itself is
-    tested in test_cli.py)."""
-    runtime = conveyor.build(
+def _worker(project: Path, *flags: str) -> subprocess.Popen[str]:
+    """`conveyor worker` with `flags` on the project, its stderr kept."""
+    return subprocess.Popen(
+        [*CONVEYOR, "worker", *flags],
+        cwd=project,
+        env=_env(project),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@contextlib.contextmanager
+def _running(project: Path, *flags: str) -> Iterator[subprocess.Popen[str]]:
+    """`_worker`, killed on the way out if a failed check left it running."""
+    process = _worker(project, *flags)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _stop(process: subprocess.Popen[str], signum: int = signal.SIGTERM) -> tuple[int, str]:
+    """Send `signum` and wait for the exit: its code and what it wrote to stderr."""
+    process.send_signal(signum)
+    code = process.wait(timeout=60)
+    return code, process.stderr.read() if process.stderr else ""
+
+
+def _site(project: Path) -> conveyor.Runtime:
+    """A runtime on the project's database, in this process."""
+    return conveyor.build(
         {"provider": "db", "url": f"sqlite:///{project / 'jobs.db'}", "entry_points": False},
         env={},
     )
+
+
+def _enqueue(project: Path, numbers: range) -> None:
+    """Jobs for the workers, written from this process (`conveyor enqueue` itself is
+    tested in test_cli.py)."""
+    runtime = _site(project)
     try:
         runtime.enqueue_many("work", [{"n": n} for n in numbers])
     finally:
@@ -114,13 +151,7 @@ def test_the_child_command_drops_processes_and_gives_each_copy_its_metrics_port(
 
 def test_two_processes_share_the_jobs_and_stop_together_on_sigterm(project: Path) -> None:
     _enqueue(project, range(30))
-    supervisor = subprocess.Popen(
-        [*CONVEYOR, "worker", "--processes", "2"],
-        cwd=project,
-        env=_env(project),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    supervisor = _worker(project, "--processes", "2")
     try:
         done = _wait_for(project, 30)
         children = _children(supervisor.pid)
@@ -135,13 +166,7 @@ def test_two_processes_share_the_jobs_and_stop_together_on_sigterm(project: Path
 
 
 def test_a_copy_that_dies_is_replaced_and_the_work_goes_on(project: Path) -> None:
-    supervisor = subprocess.Popen(
-        [*CONVEYOR, "worker", "--processes", "2"],
-        cwd=project,
-        env=_env(project),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    supervisor = _worker(project, "--processes", "2")
     try:
         deadline = time.monotonic() + 30
         while len(before := _children(supervisor.pid)) < 2 and time.monotonic() < deadline:
@@ -282,40 +307,20 @@ def _started(supervisor: subprocess.Popen[str], count: int) -> set[int]:
 def test_a_hangup_stops_the_supervisor_and_its_copies_gracefully(project: Path) -> None:
     # SIGHUP (a closed terminal, an SSH drop) killed the supervisor outright: its copies
     # lived on with nobody to restart, recycle or stop them.
-    supervisor = subprocess.Popen(
-        [*CONVEYOR, "worker", "--processes", "2"],
-        cwd=project,
-        env=_env(project),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with _running(project, "--processes", "2") as supervisor:
         children = _started(supervisor, 2)
         time.sleep(1.0)  # their signal handlers set up
-        supervisor.send_signal(signal.SIGHUP)
-        code = supervisor.wait(timeout=60)
-    finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-    stderr = supervisor.stderr.read() if supervisor.stderr else ""
+        code, stderr = _stop(supervisor, signal.SIGHUP)
     assert code == 0, stderr
     assert "SIGHUP, 2 processes: stopping them gracefully" in stderr, stderr
     assert not any(_alive(pid) for pid in children), "the copies stopped with it"
 
 
 def test_a_hangup_stops_a_single_worker_gracefully(project: Path) -> None:
-    worker = subprocess.Popen(
-        [*CONVEYOR, "worker"], cwd=project, env=_env(project), stderr=subprocess.PIPE, text=True
-    )
-    try:
+    with _running(project) as worker:
         _enqueue(project, range(3))
         _wait_for(project, 3)
-        worker.send_signal(signal.SIGHUP)
-        code = worker.wait(timeout=60)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-    stderr = worker.stderr.read() if worker.stderr else ""
+        code, stderr = _stop(worker, signal.SIGHUP)
     assert code == 0, stderr
     assert "SIGHUP, stopping gracefully" in stderr, stderr
 
@@ -323,14 +328,7 @@ def test_a_hangup_stops_a_single_worker_gracefully(project: Path) -> None:
 def test_a_copy_that_crashed_before_the_stop_does_not_set_the_exit_code(project: Path) -> None:
     # The copy's crash was told when it happened; the stop that came while its restart
     # waited is a clean one (it exited with the crashed copy's code, e.g. 7 or 245).
-    supervisor = subprocess.Popen(
-        [*CONVEYOR, "worker", "--processes", "2"],
-        cwd=project,
-        env=_env(project),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with _running(project, "--processes", "2") as supervisor:
         victim = min(_started(supervisor, 2))
         time.sleep(1.0)
         os.kill(victim, signal.SIGKILL)
@@ -339,12 +337,7 @@ def test_a_copy_that_crashed_before_the_stop_does_not_set_the_exit_code(project:
             assert time.monotonic() < deadline, "the copy did not die"
             time.sleep(0.02)
         # Its replacement waits out the restart delay (1 s, doubling): stop before it.
-        supervisor.send_signal(signal.SIGTERM)
-        code = supervisor.wait(timeout=60)
-    finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-    stderr = supervisor.stderr.read() if supervisor.stderr else ""
+        code, stderr = _stop(supervisor)
     assert f"(pid {victim}) exited with code -9" in stderr, stderr
     assert code == 0, stderr
 
@@ -355,47 +348,19 @@ def test_each_copys_log_lines_say_which_copy_wrote_them(project: Path) -> None:
     (project / "supervised_handlers.py").write_text(
         HANDLERS + "\ndef bad(args):\n    raise ValueError('nope')\nHANDLERS['bad'] = bad\n"
     )
-    runtime = conveyor.build(
-        {"provider": "db", "url": f"sqlite:///{project / 'jobs.db'}", "entry_points": False},
-        env={},
-    )
+    runtime = _site(project)
     try:
         failing = runtime.enqueue("bad", {}, max_retries=0)
+        with _running(project, "--processes", "2") as supervisor:
+            _started(supervisor, 2)
+            deadline = time.monotonic() + 30
+            while not ((view := runtime.get(failing.id)) and view.state.is_terminal):
+                assert time.monotonic() < deadline, "the failing job never ended"
+                time.sleep(0.1)
+            time.sleep(1.0)
+            _, stderr = _stop(supervisor)
     finally:
         runtime.close()
-    supervisor = subprocess.Popen(
-        [*CONVEYOR, "worker", "--processes", "2"],
-        cwd=project,
-        env=_env(project),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        _started(supervisor, 2)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            seen = conveyor.build(
-                {
-                    "provider": "db",
-                    "url": f"sqlite:///{project / 'jobs.db'}",
-                    "entry_points": False,
-                },
-                env={},
-            )
-            try:
-                view = seen.get(failing.id)
-            finally:
-                seen.close()
-            if view is not None and view.state.is_terminal:
-                break
-            time.sleep(0.1)
-        time.sleep(1.0)
-        supervisor.send_signal(signal.SIGTERM)
-        supervisor.wait(timeout=60)
-    finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-    stderr = supervisor.stderr.read() if supervisor.stderr else ""
     failed = [line for line in stderr.splitlines() if f"job {failing.id} (bad)" in line]
     assert failed and all(
         re.search(r"conveyor\.worker \[process [01]\]: job ", line) for line in failed
