@@ -163,3 +163,64 @@ def test_once_an_engine_is_known_the_check_costs_no_round_trip(site: Site) -> No
     later = statements[first:]
     assert not any("database_list" in s or "pg_postmaster" in s for s in later), later
     assert checkouts == [], "the queue's own engine was not asked again"
+
+
+# ---- the application's own engine, however its driver is set up -----------------
+
+
+def _autocommit_engines(site: Site) -> dict[str, sa.Engine]:
+    """Engines on the queue's database whose driver commits each statement itself."""
+    made = {"engine isolation_level": sa.create_engine(site.url, isolation_level="AUTOCOMMIT")}
+    if site.name == "sqlite":
+        made["sqlite3 isolation_level=None"] = sa.create_engine(
+            site.url, connect_args={"isolation_level": None}
+        )
+    else:
+        made["psycopg autocommit"] = sa.create_engine(site.url, connect_args={"autocommit": True})
+    site.engines.extend(made.values())
+    return made
+
+
+def test_an_engine_whose_driver_autocommits_is_refused_not_taken(site: Site) -> None:
+    # Only the connection's own execution option was looked at: an engine (or driver)
+    # in autocommit mode was taken, and the job committed although the caller's
+    # transaction rolled back.
+    for how, engine in _autocommit_engines(site).items():
+        error = _refused(site, engine)
+        assert "AUTOCOMMIT" in str(error), (how, error)
+    assert site.queued(site.runtime.queue.engine) == 0
+
+
+def test_sqlites_savepoint_recipe_is_a_transaction_and_is_taken(tmp_path: Path) -> None:
+    # SQLAlchemy's recipe for SQLite savepoints: the driver in autocommit mode, BEGIN
+    # sent on each begin. That is a transaction: a rollback takes the job with it.
+    site = Site("sqlite", tmp_path)
+    engine = sa.create_engine(site.url, connect_args={"isolation_level": None})
+    sa.event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
+    site.engines.append(engine)
+    with pytest.raises(RuntimeError, match="the order failed"), engine.begin() as conn:
+        site.runtime.enqueue_in_tx(conn, "x", {}, unique_key="order-1")
+        raise RuntimeError("the order failed")
+    assert site.queued(site.runtime.queue.engine) == 0
+    site.close()
+
+
+@pytest.mark.parametrize("keyed", ["unique_key", "id"])
+def test_a_keyed_enqueue_first_in_a_plain_engines_transaction_rolls_back_with_it(
+    site: Site, keyed: str
+) -> None:
+    # With Python's sqlite3 in its default mode, a SAVEPOINT (the keyed enqueue's) sent
+    # before any other write began a transaction of its own, and its RELEASE committed
+    # the job: the caller's rollback left it queued, and it ran.
+    import uuid
+
+    engine = sa.create_engine(site.url)
+    site.engines.append(engine)
+    key = {"unique_key": "order-1"} if keyed == "unique_key" else {"id": uuid.uuid4()}
+    with pytest.raises(RuntimeError, match="the order failed"), engine.begin() as conn:
+        site.runtime.enqueue_in_tx(conn, "x", {}, **key)
+        raise RuntimeError("the order failed")
+    assert site.queued(site.runtime.queue.engine) == 0
+    with engine.begin() as conn:
+        site.runtime.enqueue_in_tx(conn, "x", {}, **key)
+    assert site.queued(site.runtime.queue.engine) == 1, "a commit keeps it"

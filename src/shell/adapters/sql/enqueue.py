@@ -140,7 +140,35 @@ def check_outbox(conn: Any) -> None:
             "has no transaction begun; use `with engine.begin() as conn` or "
             "conn.begin(), so the job commits together with your change",
         )
-    if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+    if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT" or _autocommits(conn):
         raise ValidationError.of(
             "conn", "is in AUTOCOMMIT mode; the job would commit apart from your change"
         )
+    if conn.dialect.name == "sqlite":
+        _begin_now(conn)
+
+
+def _autocommits(conn: Connection) -> bool:
+    """Whether `conn`'s driver commits each statement itself, however that was set up
+    (the engine's `isolation_level`, the driver's own `autocommit` or `isolation_level`
+    argument): SQLAlchemy's transaction is then only a name."""
+    raw = conn.connection.dbapi_connection
+    if conn.dialect.name != "sqlite":
+        return bool(getattr(raw, "autocommit", False))
+    mode = getattr(raw, "autocommit", None)  # Python 3.12's sqlite3: True, False or legacy
+    if isinstance(mode, bool):
+        return mode
+    # Legacy control with no isolation level: autocommit, unless a BEGIN was sent by hand
+    # (SQLAlchemy's recipe for SQLite savepoints), which the driver reports.
+    return getattr(raw, "isolation_level", "") is None and not getattr(raw, "in_transaction", True)
+
+
+def _begin_now(conn: Connection) -> None:
+    """Begin the caller's SQLite transaction in the database if the driver has not yet.
+
+    sqlite3 in its default mode sends BEGIN only before the first INSERT, UPDATE or
+    DELETE: a SAVEPOINT sent first (a keyed enqueue's) would begin a transaction of its
+    own, and its RELEASE commit the job whatever the caller does next."""
+    raw = conn.connection.dbapi_connection
+    if raw is not None and not getattr(raw, "in_transaction", True):
+        conn.exec_driver_sql("BEGIN")
