@@ -1,8 +1,7 @@
 """One cattrs converter: a config mapping structured straight into `Config`.
 
-Every table of the file becomes the class that holds it (`[workers]` a
-`WorkersConfig`, `[retry]` the core's `RetryPolicy`, each `[[cron]]` a `CronEntry`,
-...). How each key is read is configured here, once:
+Every table of the file becomes the class that holds it (`[workers]` a `WorkersConfig`,
+`[retry]` the core's `RetryPolicy`, ...). How each key is read is configured here, once:
 
 * a field whose validator is a `Rule` gets its value checked by that rule as given,
   never coerced (`"3"` is not 3);
@@ -195,15 +194,7 @@ _register(
     RetentionPolicy,
     _table(
         RetentionPolicy,
-        order=(
-            "completed_ms",
-            "dead_ms",
-            "max_completed",
-            "max_dead",
-            "interval_ms",
-            "batch",
-            "remember_pruned_ms",
-        ),
+        order=("completed_ms", "dead_ms", "max_completed", "max_dead", "interval_ms", "batch"),
         renamed={"interval_ms": "prune_interval_ms"},
         completed_ms=_duration,
         remember_pruned_ms=_duration,
