@@ -224,3 +224,42 @@ def test_a_keyed_enqueue_first_in_a_plain_engines_transaction_rolls_back_with_it
     with engine.begin() as conn:
         site.runtime.enqueue_in_tx(conn, "x", {}, **key)
     assert site.queued(site.runtime.queue.engine) == 1, "a commit keeps it"
+
+
+def test_a_postgresql_connection_that_finds_the_tables_in_another_schema_is_refused() -> None:
+    # The same server and database, so the address check passed; but the caller's
+    # search_path found another schema's tables: the committed job landed where no
+    # worker of this queue looks (or, with no tables there, a raw UndefinedTable).
+    from conveyor.testing.postgres_server import drop_database, fresh_database
+
+    url = fresh_database(prefix="conveyor_outbox_schema")
+    in_jobs = (
+        sa.make_url(url)
+        .update_query_dict({"options": "-csearch_path=jobs"})
+        .render_as_string(hide_password=False)
+    )
+    plain, scoped = make_engine(url), make_engine(in_jobs)
+    with plain.begin() as conn:
+        conn.exec_driver_sql("CREATE SCHEMA jobs")
+    create_tables(plain)  # public has tables of its own too: an older install
+    queue = conveyor.build(
+        {"provider": "db", "url": in_jobs, "auto_migrate": True, "entry_points": False}
+    )
+    try:
+        with pytest.raises(ValidationError) as info, plain.begin() as conn:
+            queue.enqueue_in_tx(conn, "x", {})
+        assert info.value.fields == ("conn",)
+        assert "search_path" in str(info.value) and "jobs" in str(info.value), info.value
+        with scoped.begin() as conn:
+            queue.enqueue_in_tx(conn, "x", {})
+        with plain.connect() as conn:
+            counts = [
+                conn.exec_driver_sql(f"SELECT count(*) FROM {schema}.conveyor_job_queue").scalar()
+                for schema in ("public", "jobs")
+            ]
+        assert counts == [0, 1], "nothing in public's tables; the queue's own schema taken"
+    finally:
+        queue.close()
+        plain.dispose()
+        scoped.dispose()
+        drop_database(url)

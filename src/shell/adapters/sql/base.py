@@ -51,7 +51,7 @@ class SqlQueueBase:
         self._copier = RowCopier(schema)
         self._single = SinglePut(self._db) if SinglePut.usable(self._db) else None
         #: Outbox writes go only through connections to this queue's database.
-        self._same_database = SameDatabase(engine)
+        self._same_database = SameDatabase(engine, schema.job_queue.name)
 
     @property
     def engine(self) -> Engine:

@@ -17,7 +17,9 @@ hot path costs an attribute read and a dictionary lookup, never a round trip:
   database is the same, whoever logs in; otherwise both servers are asked once for
   their database name and start time (`current_database()`,
   `pg_postmaster_start_time()`), so `localhost` and `127.0.0.1`, or a socket and a
-  TCP port, to one server agree, and two servers never do.
+  TCP port, to one server agree, and two servers never do. Then, once, both are asked
+  in which schema their search_path finds the queue's table: the statements name it
+  unqualified, so a connection that finds another schema's (or none) is refused.
 """
 
 from __future__ import annotations
@@ -33,13 +35,19 @@ from sqlalchemy.engine import URL
 from ....core import ValidationError
 
 _PG_IDENTITY = text("SELECT current_database(), pg_postmaster_start_time()")
+#: The schema where a connection's search_path finds a table (none: not found).
+_PG_TABLE_SCHEMA = text(
+    "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE c.oid = to_regclass(:name)"
+)
 
 
 class SameDatabase:
-    """Checks that connections reach `engine`'s database; verdicts kept per URL."""
+    """Checks that connections reach `engine`'s database, and on PostgreSQL its
+    `table` in the same schema; verdicts kept per URL."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, engine: Engine, table: str) -> None:
+        self._engine, self._table = engine, table
         #: Engine URL -> None (same database) or why not.
         self._verdicts: dict[URL, str | None] = {}
         self._lock = threading.Lock()
@@ -75,16 +83,30 @@ class SameDatabase:
             if found and found == expected:
                 return None
             return _refusal(f"SQLite file {found or '(in memory)'}", f"SQLite file {expected}")
-        if _address(theirs.url) == _address(mine.url):
-            return None
-        found_id = conn.execute(_PG_IDENTITY).one()
+        if _address(theirs.url) != _address(mine.url):
+            found_id = conn.execute(_PG_IDENTITY).one()
+            with mine.connect() as probe:
+                expected_id = probe.execute(_PG_IDENTITY).one()
+            if tuple(found_id) != tuple(expected_id):
+                return _refusal(
+                    f"{_named(theirs)} (database {found_id[0]!r})",
+                    f"{_named(mine)} (database {expected_id[0]!r})",
+                )
+        # One database, but the statements name the tables unqualified: the caller's
+        # search_path must find the queue's own, not another schema's (or none).
+        where = {"name": self._table}
+        found_in = conn.execute(_PG_TABLE_SCHEMA, where).scalar()
         with mine.connect() as probe:
-            expected_id = probe.execute(_PG_IDENTITY).one()
-        if tuple(found_id) == tuple(expected_id):
+            expected_in = probe.execute(_PG_TABLE_SCHEMA, where).scalar()
+        if found_in == expected_in:
             return None
-        return _refusal(
-            f"{_named(theirs)} (database {found_id[0]!r})",
-            f"{_named(mine)} (database {expected_id[0]!r})",
+        return (
+            f"finds the queue's table {self._table} "
+            f"{'nowhere' if found_in is None else f'in schema {found_in!r}'} on its "
+            f"search_path, where the queue's is in schema {expected_in!r}: a job written "
+            "there would never reach this queue's workers; enqueue with a connection "
+            "whose search_path is the queue's (the config's `url`, its "
+            "`options=-csearch_path=...` included)"
         )
 
 
