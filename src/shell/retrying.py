@@ -12,9 +12,11 @@ does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from typing import TypeVar
 
 from ..core import WriteRetryPolicy, write_retry_delay_s
@@ -28,6 +30,23 @@ OnRetry = Callable[[Exception, int, float], None]
 
 def _always(_: Exception) -> bool:
     return True
+
+
+#: A moment (`time.monotonic()`) after which no call is tried again, whatever the
+#: policy allows: set by a caller that must answer by then (a wait for a result with a
+#: timeout), which the adapters' own retry budgets know nothing of.
+_ANSWER_BY: ContextVar[float | None] = ContextVar("conveyor_answer_by", default=None)
+
+
+@contextlib.contextmanager
+def answer_by(deadline: float | None) -> Iterator[None]:
+    """Within the block (and the threads it starts with its context), a call that
+    fails is not tried again past `deadline` (None: as the policy says)."""
+    token = _ANSWER_BY.set(deadline)
+    try:
+        yield
+    finally:
+        _ANSWER_BY.reset(token)
 
 
 class Retrier:
@@ -53,8 +72,11 @@ class Retrier:
         try of a call begun at `began`; None when it must propagate."""
         if not self.transient(exc):
             return None
-        elapsed = self.monotonic() - began
-        wait = write_retry_delay_s(self.policy, failures, elapsed, self.jitter())
+        now = self.monotonic()
+        wait = write_retry_delay_s(self.policy, failures, now - began, self.jitter())
+        deadline = _ANSWER_BY.get()
+        if wait is not None and deadline is not None and now + wait > deadline:
+            return None  # the caller answers by then: what failed is its answer
         if wait is not None and self.on_retry is not None:
             self.on_retry(exc, failures, wait)
         return wait

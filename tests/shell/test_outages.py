@@ -9,6 +9,7 @@ with the fix.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -252,6 +253,34 @@ def test_a_wait_that_never_reached_the_server_ends_at_its_timeout_with_the_outag
     finally:
         server.up()
         runtime.close()
+
+
+def test_a_wait_ends_at_its_own_timeout_not_the_stores_retry_budget(server: Server) -> None:
+    # With the default lease each read of the wait sat in the store's own retry for a
+    # quarter lease (15 s): result(timeout=2) returned after 15 s, and a wait begun
+    # before the outage with timeout=6 after 16 s.
+    runtime = conveyor.build({**config(server.url, workers={"count": 0}), "lease_ms": 60_000})
+    job = runtime.enqueue("add", {"x": 1})
+    took: dict[str, float] = {}
+
+    def wait(name: str, timeout: float) -> None:
+        began = time.monotonic()
+        with contextlib.suppress(Exception):
+            runtime.result(job.id, timeout=timeout)
+        took[name] = time.monotonic() - began
+
+    early = threading.Thread(target=wait, args=("begun before", 6.0))
+    early.start()
+    time.sleep(0.5)
+    server.down()
+    try:
+        wait("begun during", 2.0)
+        early.join(30)
+    finally:
+        server.up()
+        runtime.close()
+    assert took["begun during"] < 2.0 + 3.0, took
+    assert took["begun before"] < 6.0 + 3.0, took
 
 
 def _enqueued(runtime: Any) -> bool:

@@ -90,3 +90,28 @@ def test_the_asyncio_twin_retries_alike_without_blocking() -> None:
     retrier = Retrier(WriteRetryPolicy(initial_s=0.01))
     assert asyncio.run(retrier.acall(work, sleep)) == 42
     assert waits == [0.01, 0.02]
+
+
+def test_a_caller_that_answers_by_a_deadline_stops_the_retries_there() -> None:
+    # A result wait with a timeout: the store's budget (a quarter lease) would retry
+    # long after the caller has to answer.
+
+    from conveyor.shell.retrying import answer_by
+
+    clock = [100.0]
+    waits: list[float] = []
+
+    def sleep(s: float) -> None:
+        waits.append(s)
+        clock[0] += s
+
+    flaky = Flaky(50, ConnectionError("down"))
+    budget = Retrier(
+        WriteRetryPolicy(initial_s=0.1, max_s=1.0, max_attempts=None, give_up_after_s=15.0),
+        monotonic=lambda: clock[0],
+    )
+    with answer_by(clock[0] + 1.0), pytest.raises(ConnectionError, match="down"):
+        budget.call(flaky, sleep)
+    assert sum(waits) <= 1.0 and flaky.calls == 4, (waits, flaky.calls)  # 0.1, 0.2, 0.4
+    flaky = Flaky(3, ConnectionError("down"))
+    assert budget.call(flaky, sleep) == 42, "outside the block, the policy alone"

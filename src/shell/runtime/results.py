@@ -45,6 +45,7 @@ from ..ports import (
     RecordCarryingWaiter,
 )
 from ..result_errors import JobCancelled, JobFailed, JobNotFound, ResultTimeout
+from ..retrying import answer_by
 from .reads import as_job_id
 
 #: With a store that signals finishes: the longest a waiter goes without reading.
@@ -143,11 +144,14 @@ class _Away:
         self.queue, self.job_id, self.limit = queue, job_id, limit
         self.error: Exception | None = None
         self.pause = outage.Backoff(0.05, FALLBACK_POLL_S)
+        #: The store's own retries give up by then: the wait answers at its timeout.
+        self.answer_by = None if limit is None else time.monotonic() + limit
 
     def read(self, read: Callable[[UUID], _Read], known: _Read) -> _Read:
         """`read(job_id)`, or `known` (what was last read) while the server is away."""
         try:
-            found = read(self.job_id)
+            with answer_by(self.answer_by):
+                found = read(self.job_id)
         except Exception as exc:
             if not outage.for_queue(self.queue).failed(exc):
                 raise
