@@ -73,6 +73,11 @@ class Presence(Protocol):
 
     def live(self, now: datetime, ttl: timedelta) -> Sequence[WorkerInfo]: ...
 
+    def forget(self, before: datetime) -> int:
+        """Drop the entries last seen before `before` (processes that died without
+        leaving); how many went."""
+        ...
+
 
 class MemoryPresence:
     def __init__(self) -> None:
@@ -90,6 +95,13 @@ class MemoryPresence:
     def live(self, now: datetime, ttl: timedelta) -> Sequence[WorkerInfo]:
         with self._lock:
             return [w for w in self._workers.values() if w.last_seen >= now - ttl]
+
+    def forget(self, before: datetime) -> int:
+        with self._lock:
+            gone = [k for k, w in self._workers.items() if w.last_seen < before]
+            for worker_id in gone:
+                del self._workers[worker_id]
+            return len(gone)
 
 
 def __getattr__(name: str) -> Any:
@@ -157,6 +169,12 @@ class SqlPresence:
             ).all()
         return [w for (text,) in rows if (w := WorkerInfo.from_json(text)) is not None]
 
+    def forget(self, before: datetime) -> int:
+        workers = _workers()
+        with self.engine.begin() as conn:
+            gone = conn.execute(workers.delete().where(workers.c.last_seen_us < _us(before)))
+            return int(gone.rowcount or 0)
+
 
 class RedisPresence:
     """Heartbeats in one hash, `<prefix>:workers`, field per worker."""
@@ -178,3 +196,11 @@ class RedisPresence:
             if info is not None and info.last_seen >= now - ttl:
                 found.append(info)
         return found
+
+    def forget(self, before: datetime) -> int:
+        gone = []
+        for field, text in self.client.hgetall(self.key).items():
+            info = WorkerInfo.from_json(text)
+            if info is None or info.last_seen < before:
+                gone.append(field)
+        return int(self.client.hdel(self.key, *gone)) if gone else 0

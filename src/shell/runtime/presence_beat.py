@@ -15,7 +15,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from .. import outage
@@ -28,6 +28,11 @@ log = logging.getLogger("conveyor.runtime")
 
 PRESENCE_INTERVAL = timedelta(seconds=5)
 PRESENCE_TTL = timedelta(seconds=20)
+#: A process not seen for this long died without leaving (killed): its entry is
+#: dropped, when the process starts and every `FORGET_EVERY` beats after, by any live
+#: process. Long past the TTL, so no live process is ever dropped.
+FORGET_AFTER = timedelta(hours=1)
+FORGET_EVERY = 120
 
 
 def process_worker_id() -> str:
@@ -61,16 +66,32 @@ class PresenceBeat:
             if not self._server.failed(exc):
                 log.warning("could not record worker heartbeat", exc_info=True)
 
+    def forget_gone(self) -> None:
+        """Drop the entries of processes gone without leaving; a failure is left to the
+        next time (the beat tells an outage)."""
+        forget = getattr(self.presence, "forget", None)  # a Presence of an older shape
+        if forget is None:
+            return
+        try:
+            forget(datetime.now(UTC) - FORGET_AFTER)
+        except Exception:
+            log.debug("could not drop the entries of workers gone", exc_info=True)
+
     def start(self) -> None:
         """Beat now, then every interval in a daemon thread."""
         self.beat()
+        self.forget_gone()
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="conveyor-presence")
         self._thread.start()
 
     def _loop(self) -> None:
+        beats = 0
         while not self._stop.wait(PRESENCE_INTERVAL.total_seconds()):
             self.beat()
+            beats += 1
+            if beats % FORGET_EVERY == 0:
+                self.forget_gone()
 
     def stop(self) -> None:
         """Stop beating and, when it was beating, take this process off the live list."""
