@@ -77,6 +77,9 @@ class TaskRuntime(Protocol):
     @property
     def enqueue_many(self) -> Callable[..., list[Job]]: ...
 
+    @property
+    def enqueue_in_tx(self) -> Callable[..., Job]: ...
+
 
 def _check_defaults(job_type: str, defaults: Mapping[str, Any]) -> None:
     """Refuse unknown options and invalid values when the task is declared, not at
@@ -150,6 +153,21 @@ class Task(Generic[P, R]):
         for bad input and `TaskNotBound` when there is no runtime."""
         return self.tasks.runtime_for(self, runtime).enqueue(
             self.job_type, args, **self.options(**options)
+        )
+
+    def enqueue_in_tx(
+        self,
+        conn: Any,
+        args: Mapping[str, Any] | None = None,
+        *,
+        runtime: TaskRuntime | None = None,
+        **options: Any,
+    ) -> Job:
+        """Enqueue one job of this task inside the caller's open transaction on `conn`
+        (see `Runtime.enqueue_in_tx`), with the task's defaults overridden by
+        `options`: it commits or rolls back with the caller's own writes."""
+        return self.tasks.runtime_for(self, runtime).enqueue_in_tx(
+            conn, self.job_type, args, **self.options(**options)
         )
 
     def enqueue_many(

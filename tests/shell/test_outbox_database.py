@@ -263,3 +263,26 @@ def test_a_postgresql_connection_that_finds_the_tables_in_another_schema_is_refu
         plain.dispose()
         scoped.dispose()
         drop_database(url)
+
+
+def test_a_driver_error_in_the_callers_transaction_does_not_carry_the_jobs_args() -> None:
+    # The caller's engine shows statement parameters in its errors (Conveyor's own
+    # engines hide them): a failed outbox write put the job's args, secrets and all,
+    # into the exception text and so into logs and error trackers.
+    from conveyor.testing.postgres_server import drop_database, fresh_database
+
+    url = fresh_database(prefix="conveyor_outbox_params")
+    queue = conveyor.build({"provider": "db", "url": url, "auto_migrate": True})
+    app = sa.create_engine(url)
+    try:
+        with app.begin() as conn:  # the same-database verdict, kept from here on
+            queue.enqueue_in_tx(conn, "charge", {"card": "none"})
+        with pytest.raises(sa.exc.DBAPIError) as failed, app.begin() as conn:
+            with pytest.raises(sa.exc.DBAPIError):
+                conn.exec_driver_sql("SELECT 1/0")  # the caller's transaction is aborted
+            queue.enqueue_in_tx(conn, "charge", {"card": "4111-1111-1111-1111"})
+        assert "4111" not in str(failed.value), str(failed.value)
+    finally:
+        app.dispose()
+        queue.close()
+        drop_database(url)

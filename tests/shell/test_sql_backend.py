@@ -32,6 +32,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import attrs
+import conveyor
 import pytest
 from conveyor.core import (
     Job,
@@ -507,6 +508,29 @@ def test_enqueue_in_tx_refuses_an_engine(db: Db) -> None:
         db.queue.enqueue_in_tx(db.engine, make_job())
     assert error.value.fields == ("conn",) and "Engine" in str(error.value)
     assert db.queue.counts(T0) == {}
+
+
+def test_enqueue_in_tx_given_a_session_says_to_pass_its_connection(db: Db) -> None:
+    # It said an Engine would commit the job on its own: not what a Session is.
+    from sqlalchemy.orm import Session
+
+    with Session(db.engine) as session, pytest.raises(ValidationError) as error:
+        db.queue.enqueue_in_tx(session, make_job())
+    assert error.value.fields == ("conn",)
+    assert "got Session; pass session.connection()" in str(error.value), error.value
+    assert db.queue.counts(T0) == {}
+
+
+def test_enqueue_in_tx_refuses_after_naming_the_workflow_call(tmp_path: Path) -> None:
+    # It raised TypeError "unexpected options: ['after']".
+    runtime = conveyor.build({"url": f"sqlite:///{tmp_path / 'jobs.db'}", "entry_points": False})
+    try:
+        first = runtime.enqueue("a", {})
+        with pytest.raises(ValidationError) as error, runtime.queue.engine.begin() as conn:
+            runtime.enqueue_in_tx(conn, "b", {}, after=[first])
+    finally:
+        runtime.close()
+    assert error.value.fields == ("after",) and "enqueue_workflow_in_tx" in str(error.value)
 
 
 def test_enqueue_in_tx_refuses_a_connection_without_a_transaction(db: Db) -> None:

@@ -357,3 +357,33 @@ def test_a_calls_unique_key_none_drops_the_tasks_unique_options(build: Any) -> N
     assert first.id == second.id, "the task's key holds"
     free = [digest.enqueue({}, unique_key=None) for _ in range(2)]
     assert len({job.id for job in free}) == 2 and first.id not in {job.id for job in free}
+
+
+def test_a_task_enqueues_in_the_callers_transaction_with_its_defaults(tmp_path: Path) -> None:
+    # Tasks had no transactional enqueue, and enqueueing by name dropped the task's
+    # queue and priority: the job went to "default", where no worker of it looked.
+    import sqlalchemy as sa
+
+    tasks = Tasks()
+
+    @tasks.task(name="send-receipt", queue="emails", priority="high", max_retries=7)
+    def send_receipt(args: Any) -> None:
+        return None
+
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    runtime = conveyor.build({"url": url, "entry_points": False}, handlers=tasks)
+    app = sa.create_engine(url)
+    try:
+        with pytest.raises(RuntimeError, match="no order"), app.begin() as conn:
+            send_receipt.enqueue_in_tx(conn, {"order": 1}, runtime=runtime)
+            raise RuntimeError("no order")
+        with app.begin() as conn:
+            job = send_receipt.enqueue_in_tx(conn, {"order": 2}, runtime=runtime, max_retries=2)
+        view = runtime.get(job.id)
+        listed = runtime.list_jobs()
+    finally:
+        app.dispose()
+        runtime.close()
+    assert (job.queue, job.priority, job.max_retries) == ("emails", Priority.HIGH, 2)
+    assert view is not None and view.job is not None and view.job.args["order"] == 2
+    assert [v.job_id for v in listed] == [str(job.id)], "the rolled-back one left nothing"

@@ -345,6 +345,13 @@ class EnqueueMethods:
         """Enqueue inside the caller's open transaction on `conn` (SQL provider only), a
         connection to the queue's own database: another database is refused naming
         `conn` (docs/sql.md says how the same database is decided)."""
+        if "after" in options:
+            # `enqueue(after=...)` writes the job and its edges: a workflow's write.
+            raise ValidationError.of(
+                "after",
+                "is not taken in a transaction; use enqueue_workflow_in_tx(conn, ...) "
+                "for jobs that wait for others (docs/workflows.md)",
+            )
         chosen, provider = EnqueueOptions.of(options), self.config.provider
         return self._enqueuer().enqueue_in_tx(conn, job_type, args, chosen, provider=provider)
 

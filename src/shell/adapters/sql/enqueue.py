@@ -7,10 +7,12 @@ waits as `scheduled`, any other goes to the tail of ready.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import StatementError
 
 from ....core import Job, JobStatus, ValidationError
 from ...ports import UniqueKeyHeld
@@ -88,7 +90,8 @@ class Enqueueing(SqlQueueBase):
         check_outbox(conn)
         self._same_database.check(conn)
         self._db.refuse_lost_file()
-        return rerun_on_contention(lambda: self._add(conn, job))
+        with parameters_hidden():
+            return rerun_on_contention(lambda: self._add(conn, job))
 
     def enqueue_in_tx(self, conn: Any, job: Job) -> None:
         """Enqueue inside the caller's open transaction on `conn` (the outbox row): it
@@ -98,7 +101,8 @@ class Enqueueing(SqlQueueBase):
         check_outbox(conn)
         self._same_database.check(conn)
         self._db.refuse_lost_file()
-        self._enqueue(conn, job)
+        with parameters_hidden():
+            self._enqueue(conn, job)
 
     def revive(self, dead: Job, fresh: Job) -> bool:
         """An operator's retry of a dead letter, in one transaction: only while the store
@@ -131,8 +135,7 @@ def check_outbox(conn: Any) -> None:
         raise ValidationError.of(
             "conn",
             f"must be a sqlalchemy Connection with a transaction begun, got "
-            f"{type(conn).__name__}; an Engine would commit the job on its own, apart "
-            "from your change",
+            f"{type(conn).__name__}{_HOW.get(type(conn).__name__, _HOW['Engine'])}",
         )
     if not conn.in_transaction():
         raise ValidationError.of(
@@ -146,6 +149,27 @@ def check_outbox(conn: Any) -> None:
         )
     if conn.dialect.name == "sqlite":
         _begin_now(conn)
+
+
+@contextlib.contextmanager
+def parameters_hidden() -> Iterator[None]:
+    """A driver error of a write through the caller's connection, told without the
+    statement's parameters: its engine may show them (Conveyor's own hide them), and
+    they hold the job's args, secrets included, bound for logs and error trackers."""
+    try:
+        yield
+    except StatementError as exc:
+        exc.hide_parameters = True
+        raise
+
+
+#: What to pass instead of what was given, by the given object's class name.
+_HOW = {
+    "Session": "; pass session.connection(), the Session's own, inside its transaction",
+    "AsyncConnection": "; call it through conn.run_sync(lambda c: ...enqueue_in_tx(c, ...))",
+    "AsyncSession": "; call it through session.run_sync(lambda s: ...(s.connection(), ...))",
+    "Engine": "; an Engine would commit the job on its own, apart from your change",
+}
 
 
 def _autocommits(conn: Connection) -> bool:

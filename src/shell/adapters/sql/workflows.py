@@ -32,7 +32,7 @@ from ...ports.workflows import Graph, WorkflowMembers
 from ..dependents import settle_dependents
 from .base import SqlQueueBase, held_by, same_id
 from .engine import to_micros
-from .enqueue import check_outbox
+from .enqueue import check_outbox, parameters_hidden
 from .schema import JOB_COUNTER, PROCESSING, READY, WAITING
 from .store import write_record, write_records
 from .unique import rerun_on_contention
@@ -159,7 +159,8 @@ class Workflows(SqlQueueBase):
         check_outbox(conn)
         self._same_database.check(conn)
         self._db.refuse_lost_file()
-        return rerun_on_contention(lambda: self._write_graph(conn, graph))
+        with parameters_hidden():
+            return rerun_on_contention(lambda: self._write_graph(conn, graph))
 
     def _stored_members(self, conn: Connection, workflow_id: UUID) -> list[Job] | None:
         """The members of the stored workflow `workflow_id` as they stand (one that
