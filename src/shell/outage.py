@@ -256,9 +256,15 @@ class ServerUnreachable(BackendError):
             if waited_s > 0
             else ""
         )
+        # A TLS handshake with a server that does not speak TLS hangs, then times out.
+        tls = (
+            " (it asks for TLS: a server without TLS never answers it; redis:// does not)"
+            if where.startswith("rediss://")
+            else ""
+        )
         super().__init__(
             f"{backend} at {where} is unreachable ({detail}){waited}: start the server, "
-            f"or fix `{key}` if it points at the wrong place"
+            f"or fix `{key}` if it points at the wrong place{tls}"
         )
 
     @classmethod

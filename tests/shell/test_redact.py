@@ -138,3 +138,15 @@ def test_a_driver_error_is_told_without_sqlalchemys_link_to_its_docs() -> None:
     told = str(describe_failure("url", url, raw))
     assert "connection failed: refused" in told and "sqlalche.me" not in told, told
     assert "hunter2" not in told
+
+
+def test_an_unreachable_tls_url_says_a_server_without_tls_never_answers_it() -> None:
+    # A rediss:// URL to a plain port timed out and said only "start the server",
+    # which was running.
+    from conveyor.shell.outage import ServerUnreachable
+
+    detail = "TimeoutError: Timeout connecting to server"
+    tls = str(ServerUnreachable("Redis", "rediss://cache:6379/0", "redis.url", detail, 1.0))
+    plain = str(ServerUnreachable("Redis", "redis://cache:6379/0", "redis.url", detail, 1.0))
+    assert "a server without TLS never answers it" in tls, tls
+    assert "TLS" not in plain, plain
