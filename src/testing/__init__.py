@@ -20,6 +20,8 @@ Importing this package loads no backend: each name loads its module on first use
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -49,3 +51,17 @@ if not TYPE_CHECKING:
 
     def __dir__() -> list[str]:
         return sorted(set(globals()) | set(__all__))
+
+    class _Package(types.ModuleType):
+        """This package, which names a function after the module that defines it
+        (`drain`): once that module is loaded (for `DrainLimit`, or imported by its
+        path), the import system sets the package's `drain` to the module, and
+        `from conveyor.testing import drain` would give the module. The function is
+        kept in its place instead; the module stays `sys.modules`' entry."""
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            if isinstance(value, types.ModuleType) and _LAZY.get(name) == f".{name}":
+                value = getattr(value, name)
+            super().__setattr__(name, value)
+
+    sys.modules[__name__].__class__ = _Package

@@ -394,3 +394,31 @@ def test_the_manual_clock_refuses_a_time_without_a_zone() -> None:
         ManualClock(datetime(2030, 1, 1))
     with pytest.raises(ValueError, match="timezone-aware"):
         ManualClock().set(datetime(2030, 1, 1))
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        "from conveyor.testing import DrainLimit",
+        "from conveyor.testing.drain import DrainLimit",
+        "import conveyor.testing.drain",
+    ],
+)
+def test_drain_is_the_function_whatever_was_imported_first(first: str) -> None:
+    # Loading the module `conveyor.testing.drain` (for DrainLimit, say in a conftest)
+    # made the package's `drain` that module: "'module' object is not callable".
+    import subprocess
+    import sys
+
+    code = (
+        f"{first}\n"
+        "import types\n"
+        "from conveyor.testing import drain\n"
+        "assert callable(drain) and not isinstance(drain, types.ModuleType), drain\n"
+        "import conveyor.testing\n"
+        "assert conveyor.testing.drain is drain\n"
+        "from conveyor.testing.drain import DrainLimit\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "ok", done.stderr
