@@ -16,7 +16,9 @@ from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
 import attrs
+from returns.result import Success
 
+from .errors import ValidationError
 from .frozen import freeze
 from .job import MAX_ATTEMPTS_KEPT, Attempt, AttemptOutcome, ErrorInfo, Job, JobStatus, Metadata
 from .policies import (
@@ -184,8 +186,12 @@ Decision: TypeAlias = (
 
 
 def _moved(job: Job, event: Event, now: datetime, **changes: Any) -> Job:
-    # decide is only called for running jobs; anything else is a bug in the caller.
-    return transition(job, event, now, **changes).unwrap()
+    match transition(job, event, now, **changes):
+        case Success(moved):
+            return moved  # type: ignore[no-any-return]
+        case refused:
+            # A decision is for a running job; anything else is a bug in the caller.
+            raise ValueError(f"a decision is for a running job: {refused.failure()}")
 
 
 def _handled(job: Job) -> dict[str, Any]:
@@ -316,6 +322,12 @@ def decide(
                 False,
             )
             return dead_letter(job, error, now)
+        case _:
+            raise ValidationError.of(
+                "outcome",
+                "must be an outcome (Succeeded(...), Failed(...), NoHandler(), "
+                f"TenantNotFound(), MissingTenant()), got {outcome!r}",
+            )
 
 
 def decide_reclaim(

@@ -50,6 +50,33 @@ def integer_at_least(minimum: int) -> Validator:
     return check
 
 
+def optional_integer_at_least(minimum: int) -> Validator:
+    """None, or an integer no smaller than `minimum`."""
+    check = integer_at_least(minimum)
+
+    def optional(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value is not None:
+            check(instance, attribute, value)
+
+    return optional
+
+
+def switch(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """True or False, nothing that merely reads as one (0, None, "no")."""
+    if not isinstance(value, bool):
+        refuse(instance, attribute, f"must be True or False, got {value!r}")
+
+
+def instance_of(kind: type) -> Validator:
+    """An instance of `kind` (a policy inside `Policies`, say)."""
+
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, kind):
+            refuse(instance, attribute, f"must be a {kind.__name__}, got {value!r}")
+
+    return check
+
+
 def number_at_least(minimum: float) -> Validator:
     """A number (int or float) no smaller than `minimum`."""
 

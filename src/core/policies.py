@@ -11,7 +11,15 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from .field_checks import duration_ms, number_at_least, positive_or_infinite
+from .field_checks import (
+    duration_ms,
+    instance_of,
+    integer_at_least,
+    number_at_least,
+    optional_integer_at_least,
+    positive_or_infinite,
+    switch,
+)
 from .job import Job
 from .results import ResultPolicy
 
@@ -24,7 +32,7 @@ class RetryPolicy:
 
     initial_delay_ms: int = attrs.field(default=1000, validator=duration_ms())
     max_delay_ms: int = attrs.field(default=60_000, validator=duration_ms())
-    jitter: bool = True
+    jitter: bool = attrs.field(default=True, validator=switch)
 
 
 #: The jitter spread: a sample of 0 gives -10 %, 0.5 gives 0 %, just under 1 gives +10 %.
@@ -35,13 +43,15 @@ def backoff_ms(policy: RetryPolicy, retry_count: int, jitter_sample: float) -> i
     """Milliseconds to wait before retry number `retry_count + 1`.
 
     `jitter_sample` is a number in [0, 1) drawn by the caller; it is ignored
-    when `policy.jitter` is False. The result never exceeds `max_delay_ms * 1.1`.
+    when `policy.jitter` is False. The result never exceeds `max_delay_ms * 1.1`
+    rounded to the nearest ms.
     """
     # Cap before exponentiating far: 2**retry_count for a large count is huge but exact.
     exponent = min(max(retry_count, 0), 64)
-    base: int = min(policy.initial_delay_ms * (2**exponent), policy.max_delay_ms)
+    # A setting may be fractional (a duration in ms); the delay is whole ms either way.
+    base: float = min(policy.initial_delay_ms * (2**exponent), policy.max_delay_ms)
     if not policy.jitter:
-        return base
+        return round(base)
     if not 0.0 <= jitter_sample < 1.0:
         raise ValueError(f"jitter_sample must be in [0, 1), got {jitter_sample}")
     factor = 1.0 - JITTER_FRACTION + 2 * JITTER_FRACTION * jitter_sample
@@ -62,7 +72,7 @@ class RequeuePolicy:
 
     requeue_delay_ms: int = attrs.field(default=1000, validator=duration_ms())
     max_requeue_age_ms: int = attrs.field(default=300_000, validator=duration_ms())
-    max_requeues: int = attrs.field(default=10_000, validator=_non_negative)
+    max_requeues: int = attrs.field(default=10_000, validator=integer_at_least(0))
 
 
 def unhandled_for_ms(job: Job, now: datetime) -> int:
@@ -93,7 +103,7 @@ class LeasePolicy:
     """
 
     lease_ms: int = attrs.field(default=60_000, validator=duration_ms(positive=True))
-    max_reclaims: int | None = 3
+    max_reclaims: int | None = attrs.field(default=3, validator=optional_integer_at_least(0))
 
     @property
     def renew_every_ms(self) -> int:
@@ -165,10 +175,12 @@ class WriteRetryPolicy:
 
     initial_s: float = attrs.field(default=0.05, validator=_positive_seconds)
     max_s: float = attrs.field(default=float("inf"), validator=_positive_seconds)
-    jitter: bool = False
-    max_attempts: int | None = 5
-    give_up_after_s: float | None = None
-    last_try_at_deadline: bool = False
+    jitter: bool = attrs.field(default=False, validator=switch)
+    max_attempts: int | None = attrs.field(default=5, validator=optional_integer_at_least(1))
+    give_up_after_s: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(number_at_least(0))
+    )
+    last_try_at_deadline: bool = attrs.field(default=False, validator=switch)
 
 
 def write_retry_delay_s(
@@ -192,8 +204,10 @@ def write_retry_delay_s(
 class Policies:
     """The policies `decide` consults, with their defaults."""
 
-    retry: RetryPolicy = RetryPolicy()
-    requeue: RequeuePolicy = RequeuePolicy()
-    lease: LeasePolicy = LeasePolicy()
+    retry: RetryPolicy = attrs.field(default=RetryPolicy(), validator=instance_of(RetryPolicy))
+    requeue: RequeuePolicy = attrs.field(
+        default=RequeuePolicy(), validator=instance_of(RequeuePolicy)
+    )
+    lease: LeasePolicy = attrs.field(default=LeasePolicy(), validator=instance_of(LeasePolicy))
     #: The cap on a result's size (`core.results`).
-    result: ResultPolicy = ResultPolicy()
+    result: ResultPolicy = attrs.field(default=ResultPolicy(), validator=instance_of(ResultPolicy))

@@ -24,7 +24,7 @@ from datetime import datetime
 
 import attrs
 
-from .field_checks import number_at_least, positive_or_infinite
+from .field_checks import integer_at_least, positive_or_infinite, switch
 from .job import Job
 
 #: The weight of the newest batch in the running mean of job durations: recent
@@ -33,7 +33,7 @@ from .job import Job
 MEAN_WEIGHT = 0.3
 
 
-_at_least_one = number_at_least(1)
+_at_least_one = integer_at_least(1)
 _positive = positive_or_infinite
 
 
@@ -44,7 +44,7 @@ class PrefetchPolicy:
     `max_batch` (see `fixed`). `hand_back_after_ms`: a batch still running after
     this long hands back the jobs it has not started (adaptive only)."""
 
-    adaptive: bool = True
+    adaptive: bool = attrs.field(default=True, validator=switch)
     max_batch: int = attrs.field(default=100, validator=_at_least_one)
     budget_ms: float = attrs.field(default=100.0, validator=_positive)
     first_batch: int = attrs.field(default=1, validator=_at_least_one)

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 import attrs
 
-from .field_checks import duration_ms, number_at_least
+from .field_checks import duration_ms, integer_at_least
 from .job import JobStatus
 
 DAY_MS = 86_400_000
@@ -39,7 +39,7 @@ DEFAULT_PRUNE_INTERVAL_MS = 60_000
 BACKLOG_INTERVAL_MS = 50
 
 
-_non_negative = number_at_least(0)
+_count = integer_at_least(0)
 
 
 @attrs.frozen(slots=True)
@@ -58,9 +58,9 @@ class RetentionPolicy:
 
     completed_ms: int = attrs.field(default=DEFAULT_COMPLETED_MS, validator=duration_ms())
     dead_ms: int = attrs.field(default=DEFAULT_DEAD_MS, validator=duration_ms())
-    max_completed: int = attrs.field(default=0, validator=_non_negative)
-    max_dead: int = attrs.field(default=0, validator=_non_negative)
-    batch: int = attrs.field(default=DEFAULT_PRUNE_BATCH, validator=_non_negative)
+    max_completed: int = attrs.field(default=0, validator=_count)
+    max_dead: int = attrs.field(default=0, validator=_count)
+    batch: int = attrs.field(default=DEFAULT_PRUNE_BATCH, validator=_count)
     interval_ms: int = attrs.field(default=DEFAULT_PRUNE_INTERVAL_MS, validator=duration_ms())
     remember_pruned_ms: int = attrs.field(
         default=DEFAULT_REMEMBER_PRUNED_MS, validator=duration_ms()

@@ -35,6 +35,7 @@ from conveyor.core import (
     Revive,
     Succeeded,
     TenantNotFound,
+    ValidationError,
     decide,
     decide_hand_back,
     decide_interrupt,
@@ -415,3 +416,18 @@ def test_decide_leaves_the_input_record_unchanged() -> None:
     decide(job, Failed(BOOM), LATER, POLICIES, 0.5)
     decide(job, NoHandler(), LATER, POLICIES, 0.5)
     assert job == before
+
+
+@pytest.mark.parametrize("outcome", [NoHandler, None, "failed"])
+def test_an_outcome_that_is_none_of_the_outcomes_is_refused_naming_it(outcome: Any) -> None:
+    # It returned None, which the caller then took for a decision.
+    with pytest.raises(ValidationError) as refused:
+        decide(running_job(), outcome, LATER, POLICIES, 0.5)
+    assert refused.value.fields == ("outcome",), refused.value
+
+
+def test_deciding_for_a_job_that_is_not_running_says_so() -> None:
+    # It raised returns' UnwrapFailedError with no message at all.
+    pending = make_job()
+    with pytest.raises(ValueError, match=r"is for a running job.*'pending'"):
+        decide(pending, Succeeded(1), LATER, POLICIES, 0.5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
+from typing import Any
 
 import attrs
 import pytest
@@ -13,7 +14,9 @@ from conveyor.core import (
     Metadata,
     Policies,
     RequeuePolicy,
+    RetentionPolicy,
     RetryPolicy,
+    ValidationError,
     WriteRetryPolicy,
     backoff_ms,
     is_abandoned,
@@ -24,6 +27,7 @@ from conveyor.core import (
     unhandled_for_ms,
     write_retry_delay_s,
 )
+from conveyor.core.prefetch import PrefetchPolicy
 from core_support import NOW, make_job, ms
 from hypothesis import given
 from hypothesis import strategies as st
@@ -370,3 +374,66 @@ def test_jittered_write_retries_stay_within_half_and_one_and_a_half_times(
 def test_a_write_retry_policy_refuses_non_positive_waits() -> None:
     with pytest.raises(ValueError, match="initial_s"):
         WriteRetryPolicy(initial_s=0.0)
+
+
+# ---- every policy refuses a value of the wrong kind where it is made ---------------
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda v: LeasePolicy(max_reclaims=v), "LeasePolicy.max_reclaims"),
+        (lambda v: RequeuePolicy(max_requeues=v), "RequeuePolicy.max_requeues"),
+        (lambda v: WriteRetryPolicy(max_attempts=v), "WriteRetryPolicy.max_attempts"),
+        (lambda v: PrefetchPolicy(max_batch=v), "PrefetchPolicy.max_batch"),
+        (lambda v: PrefetchPolicy(first_batch=v), "PrefetchPolicy.first_batch"),
+        (lambda v: RetentionPolicy(batch=v), "RetentionPolicy.batch"),
+        (lambda v: RetentionPolicy(max_completed=v), "RetentionPolicy.max_completed"),
+    ],
+)
+@pytest.mark.parametrize("value", ["3", 2.5, float("nan"), float("inf"), True, -1])
+def test_a_count_is_a_whole_number_named_when_it_is_not(make: Any, field: str, value: Any) -> None:
+    # max_reclaims took anything ("3" failed at the first reclaim; nan never gave up;
+    # -1 gave up at once); the others took fractions, and a prefetch of inf or 2.5
+    # failed in the worker naming no field.
+    with pytest.raises(ValidationError) as refused:
+        make(value)
+    assert refused.value.fields == (field,), refused.value
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda v: RetryPolicy(jitter=v), "RetryPolicy.jitter"),
+        (lambda v: WriteRetryPolicy(jitter=v), "WriteRetryPolicy.jitter"),
+        (
+            lambda v: WriteRetryPolicy(last_try_at_deadline=v),
+            "WriteRetryPolicy.last_try_at_deadline",
+        ),
+        (lambda v: PrefetchPolicy(adaptive=v), "PrefetchPolicy.adaptive"),
+    ],
+)
+@pytest.mark.parametrize("value", [0, None, "no"])
+def test_a_switch_is_true_or_false(make: Any, field: str, value: Any) -> None:
+    # jitter=0 or None turned jitter off and "no" left it on, silently.
+    with pytest.raises(ValidationError) as refused:
+        make(value)
+    assert refused.value.fields == (field,), refused.value
+
+
+@pytest.mark.parametrize("member", ["retry", "requeue", "lease", "result"])
+@pytest.mark.parametrize("value", [None, {"lease_ms": 5}])
+def test_policies_refuse_a_member_that_is_no_policy(member: str, value: Any) -> None:
+    # Policies(retry=None) was built, and failed later with an AttributeError.
+    with pytest.raises(ValidationError) as refused:
+        Policies(**{member: value})
+    assert refused.value.fields == (f"Policies.{member}",), refused.value
+
+
+def test_a_none_budget_keeps_meaning_the_jobs_own_retries() -> None:
+    assert LeasePolicy(max_reclaims=None).max_reclaims is None
+    assert WriteRetryPolicy(max_attempts=None, give_up_after_s=None).max_attempts is None
+
+
+def test_a_fractional_delay_still_gives_whole_milliseconds() -> None:
+    assert backoff_ms(RetryPolicy(initial_delay_ms=1.5, jitter=False), 0, 0.5) == 2
