@@ -60,6 +60,20 @@ def _describe(job: Job) -> str:
     return f"{job.job_type} {thaw(job.args)!r} on {job.queue!r} ({job.status.value})"
 
 
+def _same_json(a: Any, b: Any) -> bool:
+    """`a == b` as JSON values: `True` is not `1` (Python's == says it is), while `1`
+    and `1.0` are the one JSON number."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict | list) or isinstance(b, dict | list):
+        return False
+    return bool(a == b)
+
+
 def assert_enqueued(
     runtime: Runtime,
     job_type: str | Task[Any, Any],
@@ -92,7 +106,7 @@ def assert_enqueued(
         if (queue is None or job.queue == queue)
         and (wanted_state is None or job.status is wanted_state)
         and (wanted_priority is None or job.priority is wanted_priority)
-        and (args is None or thaw(job.args) == thaw(args))
+        and (args is None or _same_json(thaw(job.args), thaw(args)))
     ]
     if (len(matching) > 0) if count is None else (len(matching) == count):
         return matching

@@ -284,6 +284,20 @@ def test_assert_enqueued_compares_args_as_json(build: Any, app: App) -> None:
         assert_enqueued(runtime, "send", {"to": "a"})
 
 
+def test_assert_enqueued_tells_true_from_1(build: Any, app: App) -> None:
+    # {"paid": 1} matched {"paid": True} (Python's 1 == True): a test asserting a flag
+    # passed on a count.
+    runtime = build(app.tasks)
+    app.send.enqueue({"to": "a", "paid": 1, "flags": [0]})
+    assert_enqueued(runtime, "send", {"to": "a", "paid": 1, "flags": [0]})
+    for wrong in (
+        {"to": "a", "paid": True, "flags": [0]},
+        {"to": "a", "paid": 1, "flags": [False]},
+    ):
+        with pytest.raises(AssertionError):
+            assert_enqueued(runtime, "send", wrong)
+
+
 def test_a_bad_state_name_is_a_validation_error(build: Any, app: App) -> None:
     runtime = build(app.tasks)
     with pytest.raises(conveyor.ValidationError) as info:
