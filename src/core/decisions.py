@@ -1,19 +1,18 @@
 """Decisions: what should happen to a job, as plain frozen data.
 
-`decide` turns a handler's outcome into one `Decision`; `decide_reclaim` does
-the same for an abandoned claim, `decide_revive` for an operator's retry of a
-dead letter, and `hand_back` for a claim returned before its job began. The
-shell's executor is the only code that turns a decision into writes, always
-writing before it releases the claim. Every decision carries the new job record
-to write, already transitioned, and the guard its write must re-check: "still
-abandoned before this instant" for the lease keeper, "still a dead letter" for a
-revive. The claim token is the guard every holder's write carries.
+`decide` turns a handler's outcome into one `Decision`; `decide_reclaim` does the same for
+an abandoned claim, `decide_revive` for an operator's retry of a dead letter, and
+`hand_back` for a claim returned before its job began. The shell's executor is the only code
+that turns a decision into writes, always writing before it releases the claim. Every
+decision carries the new job record to write, already transitioned, and the guard its write
+must re-check: "still abandoned before this instant" for the lease keeper, "still a dead
+letter" for a revive. The claim token is the guard every holder's write carries.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import attrs
 from returns.result import Success
@@ -186,12 +185,10 @@ Decision: TypeAlias = (
 
 
 def _moved(job: Job, event: Event, now: datetime, **changes: Any) -> Job:
-    match transition(job, event, now, **changes):
-        case Success(moved):
-            return moved  # type: ignore[no-any-return]
-        case refused:
-            # A decision is for a running job; anything else is a bug in the caller.
-            raise ValueError(f"a decision is for a running job: {refused.failure()}")
+    moved = transition(job, event, now, **changes)
+    if not isinstance(moved, Success):  # a decision is for a running job: a caller's bug
+        raise ValueError(f"a decision is for a running job: {moved.failure()}")
+    return cast(Job, moved.unwrap())
 
 
 def _handled(job: Job) -> dict[str, Any]:
@@ -232,13 +229,11 @@ def dead_letter(
     abandoned_before: datetime | None = None,
     **changes: Any,
 ) -> DeadLetter:
-    """Give up on a running job with `error` as its reason (guarded by
-    `abandoned_before` when the lease keeper gives up on an abandoned claim), its
-    attempt recorded as dead-lettered; `changes` are other fields to set in the
-    same record."""
-    history = ended(
-        job, now, AttemptOutcome.DEAD_LETTERED, error, abandoned=abandoned_before is not None
-    )
+    """Give up on a running job with `error` as its reason (guarded by `abandoned_before`
+    when the lease keeper gives up on an abandoned claim), its attempt recorded as
+    dead-lettered; `changes` are other fields to set in the same record."""
+    abandoned = abandoned_before is not None
+    history = ended(job, now, AttemptOutcome.DEAD_LETTERED, error, abandoned=abandoned)
     moved = _moved(job, Event.DEAD_LETTER, now, last_error=error, attempts=history, **changes)
     return DeadLetter(moved, error, abandoned_before)
 
@@ -323,11 +318,8 @@ def decide(
             )
             return dead_letter(job, error, now)
         case _:
-            raise ValidationError.of(
-                "outcome",
-                "must be an outcome (Succeeded(...), Failed(...), NoHandler(), "
-                f"TenantNotFound(), MissingTenant()), got {outcome!r}",
-            )
+            kinds = "Succeeded(...), Failed(...), NoHandler(), TenantNotFound(), MissingTenant()"
+            raise ValidationError.of("outcome", f"must be an outcome ({kinds}), got {outcome!r}")
 
 
 def decide_reclaim(

@@ -18,6 +18,7 @@ moves a manual clock to each scheduled job's `run_at` in turn.
 
 from __future__ import annotations
 
+import math
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -29,8 +30,8 @@ class ManualClock:
     """A `Clock` that only moves when told to. Thread-safe."""
 
     def __init__(self, start: datetime | None = None) -> None:
-        if start is not None and start.utcoffset() is None:
-            raise ValueError("start must be timezone-aware (e.g. datetime(..., tzinfo=UTC))")
+        if start is not None:
+            _aware("start", start)
         self._now = start or DEFAULT_START
         self._lock = threading.Lock()
 
@@ -42,6 +43,10 @@ class ManualClock:
     def advance(self, ms: float | timedelta = 0, **delta: float) -> datetime:
         """Move forward by `ms` (a `timedelta`, or a number of milliseconds) plus any
         `timedelta` keywords (`seconds=5`, `minutes=1`); returns the new time."""
+        if not isinstance(ms, timedelta) and (
+            isinstance(ms, bool) or not isinstance(ms, int | float) or not math.isfinite(ms)
+        ):
+            raise ValueError(f"ms must be a timedelta or a number of milliseconds, got {ms!r}")
         step = ms if isinstance(ms, timedelta) else timedelta(milliseconds=ms)
         with self._lock:
             self._now += step + timedelta(**delta)
@@ -49,7 +54,14 @@ class ManualClock:
 
     def set(self, when: datetime) -> None:
         """Show `when` from now on (it may be earlier: a clock stepped back)."""
-        if when.utcoffset() is None:
-            raise ValueError("when must be timezone-aware (e.g. datetime(..., tzinfo=UTC))")
+        _aware("when", when)
         with self._lock:
             self._now = when
+
+
+def _aware(name: str, value: object) -> None:
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise ValueError(
+            f"{name} must be a timezone-aware datetime (e.g. datetime(..., tzinfo=UTC)), "
+            f"got {value!r}"
+        )

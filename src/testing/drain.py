@@ -45,6 +45,10 @@ def drain(
     what was done. Raises `DrainLimit` when more than `max_jobs` would run. `queues`
     may name one queue as a string."""
     only = None if queues is None else [queues] if isinstance(queues, str) else list(queues)
+    if only == []:
+        raise ValidationError.of("queues", "must name at least one queue (or be None: all)")
+    if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
+        raise ValidationError.of("max_jobs", f"must be a whole number >= 1, got {max_jobs!r}")
     if only is not None:
         # A name no queue can have would drain nothing, and a test would pass on it.
         problems = [check_name(f"queues[{n}]", name) for n, name in enumerate(only)]

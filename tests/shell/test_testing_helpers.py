@@ -399,6 +399,34 @@ def test_the_manual_clock_moves_by_a_timedelta_seconds_or_milliseconds() -> None
     assert clock.now() == start + timedelta(seconds=90, milliseconds=500)
 
 
+@pytest.mark.parametrize("when", ["2030-01-01", 1893456000, None])
+def test_the_manual_clock_refuses_a_time_that_is_no_datetime(when: Any) -> None:
+    # set("2030-01-01") raised AttributeError: 'str' object has no attribute 'utcoffset'.
+    with pytest.raises(ValueError, match="must be a timezone-aware datetime"):
+        ManualClock().set(when)
+    with pytest.raises(ValueError, match="must be a timezone-aware datetime"):
+        ManualClock(when or "x")
+
+
+@pytest.mark.parametrize("step", [True, "5", float("nan")])
+def test_the_manual_clock_refuses_a_step_that_is_no_duration(step: Any) -> None:
+    # advance(True) moved the clock 1 ms.
+    with pytest.raises(ValueError, match="must be a timedelta or a number of milliseconds"):
+        ManualClock().advance(step)
+
+
+def test_drain_refuses_limits_that_would_drain_nothing(build: Any, app: App) -> None:
+    # queues=[] drained nothing and reported 0 jobs; max_jobs=-1 said "drain ran -1 jobs".
+    runtime = build(app.tasks)
+    app.send.enqueue({"to": "a"})
+    with pytest.raises(conveyor.ValidationError) as empty:
+        drain(runtime, queues=[])
+    with pytest.raises(conveyor.ValidationError) as negative:
+        drain(runtime, max_jobs=-1)
+    assert (empty.value.fields, negative.value.fields) == (("queues",), ("max_jobs",))
+    assert_enqueued(runtime, "send", state="pending")
+
+
 def test_the_manual_clock_starts_at_a_fixed_date_by_default() -> None:
     assert ManualClock().now() == datetime(2026, 1, 1, tzinfo=UTC)
 
