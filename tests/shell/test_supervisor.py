@@ -365,6 +365,8 @@ def test_each_copys_log_lines_say_which_copy_wrote_them(project: Path) -> None:
     assert failed and all(
         re.search(r"conveyor\.worker \[process [01]\]: job ", line) for line in failed
     ), stderr
+    starts = re.findall(r"^conveyor worker process (\d) \S+: provider=db", stderr, re.M)
+    assert sorted(starts) == ["0", "1"], stderr
     stops = [line for line in stderr.splitlines() if "SIGTERM, stopping gracefully" in line]
     assert sorted(line.split(":")[0] for line in stops) == [
         "conveyor worker process 0",

@@ -223,10 +223,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from ..worker.signals import StopSignals, run_until_stopped
 
     copy = os.environ.get(PROCESS_INDEX_ENV)
-    stops = StopSignals(f"conveyor worker process {copy}" if copy else "conveyor worker").install()
+    name = f"conveyor worker process {copy}" if copy else "conveyor worker"
+    stops = StopSignals(name).install()
     w = runtime.config.workers
     notice(
-        f"conveyor worker {runtime.worker_id}: provider={runtime.config.provider} "
+        f"{name} {runtime.worker_id}: provider={runtime.config.provider} "
         f"queues={','.join(w.queues)} workers per queue={w.count} "
         f"handlers={','.join(sorted(runtime.registry.job_types())) or '(none)'}"
     )
