@@ -419,6 +419,10 @@ def test_every_key_is_documented_and_all_share_one_cluster_slot(
     watch = store.watch_finished(waited.id)
     client.sadd(store.keys.waiters(str(waited.id)), "a-process-that-died")
     store.record(attrs.evolve(waited, status=JobStatus.PENDING))
+    # A worker process on the live-workers list.
+    from conveyor.shell.presence import RedisPresence, WorkerInfo
+
+    RedisPresence(client).beat(WorkerInfo("host:1:abc", "host", 1, ("jobs",), T0))
     # A stop ends the idle waits: the spare token (for a wait about to begin) stays.
     assert queue.wait_for_work("idle", 0.01) is False
     queue.end_waits()
