@@ -184,13 +184,21 @@ class WriteRetryPolicy:
 
 
 def write_retry_delay_s(
-    policy: WriteRetryPolicy, failures: int, elapsed_s: float, jitter_sample: float
+    policy: WriteRetryPolicy,
+    failures: int,
+    elapsed_s: float,
+    jitter_sample: float,
+    answer_in_s: float | None = None,
 ) -> float | None:
     """Seconds to wait before the next try after `failures` (>= 1) failed ones, begun
-    `elapsed_s` ago; None means give up. `jitter_sample` is in [0, 1)."""
+    `elapsed_s` ago; None means give up. `jitter_sample` is in [0, 1). `answer_in_s`:
+    the caller must answer within that many seconds (a wait with a timeout), so no
+    wait may end past it, whatever the policy allows."""
     if policy.max_attempts is not None and failures >= policy.max_attempts:
         return None
     wait = min(policy.initial_s * 2.0 ** min(failures - 1, 60), policy.max_s)
+    if answer_in_s is not None and wait > answer_in_s:
+        return None
     limit = policy.give_up_after_s
     if limit is not None and elapsed_s + wait > limit:
         left = limit - elapsed_s

@@ -72,11 +72,9 @@ class Retrier:
         try of a call begun at `began`; None when it must propagate."""
         if not self.transient(exc):
             return None
-        now = self.monotonic()
-        wait = write_retry_delay_s(self.policy, failures, now - began, self.jitter())
-        deadline = _ANSWER_BY.get()
-        if wait is not None and deadline is not None and now + wait > deadline:
-            return None  # the caller answers by then: what failed is its answer
+        now, deadline = self.monotonic(), _ANSWER_BY.get()
+        left = None if deadline is None else deadline - now
+        wait = write_retry_delay_s(self.policy, failures, now - began, self.jitter(), left)
         if wait is not None and self.on_retry is not None:
             self.on_retry(exc, failures, wait)
         return wait

@@ -437,3 +437,11 @@ def test_a_none_budget_keeps_meaning_the_jobs_own_retries() -> None:
 
 def test_a_fractional_delay_still_gives_whole_milliseconds() -> None:
     assert backoff_ms(RetryPolicy(initial_delay_ms=1.5, jitter=False), 0, 0.5) == 2
+
+
+def test_no_retry_wait_ends_past_the_time_the_caller_must_answer_in() -> None:
+    # A result wait with a timeout: the storage call's own budget (15 s) is longer.
+    policy = WriteRetryPolicy(initial_s=0.1, max_s=1.0, max_attempts=None, give_up_after_s=15.0)
+    assert write_retry_delay_s(policy, 3, 0.3, 0.5, answer_in_s=1.0) == 0.4
+    assert write_retry_delay_s(policy, 3, 0.3, 0.5, answer_in_s=0.3) is None
+    assert write_retry_delay_s(policy, 3, 0.3, 0.5) == 0.4
