@@ -7,7 +7,8 @@ reads, wake-ups), each a class over `SqlQueueBase` in a module of its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from ...ports import BadClaim, Claim
 from .bulk_copy import RowCopier
 from .database import Database
 from .engine import to_micros
+from .outbox import check_outbox, parameters_hidden
 from .same_database import SameDatabase
 from .schema import JOB_COUNTER, READY, SCHEDULED, SCHEMA, Schema
 from .single_put import SinglePut
@@ -57,6 +59,19 @@ class SqlQueueBase:
     def engine(self) -> Engine:
         """The engine this queue writes through."""
         return self._db.engine
+
+    @contextlib.contextmanager
+    def _in_callers_tx(self, conn: Any) -> Iterator[None]:
+        """Around a write in the caller's open transaction on `conn`: refuse a `conn`
+        that would commit the job apart from the caller's change, or put it where no
+        worker of this queue looks (another database, another schema, a lost SQLite
+        file), before anything is written; then tell a driver error of the write
+        without the job's args."""
+        check_outbox(conn)
+        self._same_database.check(conn)
+        self._db.refuse_lost_file()
+        with parameters_hidden():
+            yield
 
     @property
     def lock_retries(self) -> int:

@@ -32,7 +32,6 @@ from ...ports.workflows import Graph, WorkflowMembers
 from ..dependents import settle_dependents
 from .base import SqlQueueBase, held_by, same_id
 from .engine import to_micros
-from .enqueue import check_outbox, parameters_hidden
 from .schema import JOB_COUNTER, PROCESSING, READY, WAITING
 from .store import write_record, write_records
 from .unique import rerun_on_contention
@@ -156,10 +155,7 @@ class Workflows(SqlQueueBase):
         """`enqueue_graph` inside the caller's open transaction on `conn`, checked as
         `enqueue_in_tx` checks it: the graph commits or rolls back with the caller's
         own writes."""
-        check_outbox(conn)
-        self._same_database.check(conn)
-        self._db.refuse_lost_file()
-        with parameters_hidden():
+        with self._in_callers_tx(conn):
             return rerun_on_contention(lambda: self._write_graph(conn, graph))
 
     def _stored_members(self, conn: Connection, workflow_id: UUID) -> list[Job] | None:
