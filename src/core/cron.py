@@ -168,11 +168,14 @@ def plan_slots(
     `limit` of them; on a first check, the newest slot that young). Missed: the
     older ones; only the latest of them matters, and `missed` says whether it runs.
 
-    `catch_up_within` bounds how old a caught-up slot may be: the slot's own job is
-    what tells whether it already ran, and a finished job's record is kept only so
-    long (the retention of completed records), so an older slot is let go rather
-    than risk a second run."""
+    `catch_up_within` bounds how old an enqueued slot may be, on time or caught up:
+    the slot's own job is what tells whether it already ran, and a finished job's
+    record is kept only so long (the retention of completed records), so an older
+    slot is let go rather than risk a second run. Under a retention shorter than
+    `grace` it is the grace too."""
     tick = timedelta(microseconds=1)  # the resolution of a datetime
+    if catch_up_within is not None:
+        grace = min(grace, catch_up_within)
     # Slots strictly after this instant are on time: `grace` old at most. A first
     # check takes them too: a restart just after a slot must not lose it (its job id
     # is the slot's, so a slot already written by a process before is not again).

@@ -109,8 +109,10 @@ class Cron:
     the job with an id, None when there is none (for the last run); `server` is the
     state of the queue's server shared with the process's other loops; `retention`
     says how long finished records are kept (a missed slot older than that is not
-    caught up). `tick()` is one check, done by the ticker thread at each slot; tests
-    with a manual clock call it themselves."""
+    caught up); `pruned` says whether retention pruned the record of an id (its
+    tombstone), so a slot that ran is not enqueued again once its record is gone.
+    `tick()` is one check, done by the ticker thread at each slot; tests with a
+    manual clock call it themselves."""
 
     def __init__(
         self,
@@ -124,8 +126,10 @@ class Cron:
         grace: timedelta = DEFAULT_GRACE,
         start_workflow: StartWorkflow | None = None,
         workflow_state_of: Callable[[uuid.UUID], JobStatus | None] | None = None,
+        pruned: Callable[[uuid.UUID], bool] | None = None,
     ) -> None:
         self._enqueue_job, self._state_of = enqueue, state_of
+        self._pruned = pruned or (lambda _: False)
         self._start_workflow, self._workflow_state_of = start_workflow, workflow_state_of
         #: The builders of the entries that start a workflow, by entry name.
         self._builders: dict[str, BuildWorkflow] = {}
@@ -171,8 +175,10 @@ class Cron:
             raise ValidationError.of("cron.workflow", "this runtime cannot start workflows")
         if not callable(build):
             raise ValidationError.of("cron.build", f"must be callable, got {build!r}")
-        label = getattr(build, "__qualname__", "") or "workflow"
-        job_type = "".join(c if c.isalnum() or c in "._-" else "_" for c in label)
+        label = getattr(build, "__qualname__", "")
+        # A lambda's `<lambda>` would make a job type that starts with `_`, refused.
+        spelt = "".join(c if c.isalnum() or c in "._-" else "_" for c in label).strip("._-")
+        job_type = spelt or "workflow"
         entry = CronEntry(name, schedule, job_type, timezone=timezone, missed=missed)
         checked, parsed = parse_entry(entry, "cron")
         with self._lock:
@@ -221,13 +227,14 @@ class Cron:
     def _check(self, entry: CronEntry, schedule: CronSchedule, now: datetime) -> list[Job]:
         assert isinstance(entry.missed, Missed)
         since = self._since.get(entry.name)
+        kept = self._records_kept()
         plan = plan_slots(
             schedule,
             since=since,
             now=now,
             missed=entry.missed,
             grace=self.grace,
-            catch_up_within=self._records_kept(),
+            catch_up_within=kept,
         )
         if since is not None and plan.missed is not None and plan.missed not in plan.slots:
             # A running process fell behind (paused, or its enqueues failed for long).
@@ -235,13 +242,18 @@ class Cron:
                 "cron %r: slot %s came more than %s ago; skipped (missed = %s)",
                 entry.name,
                 plan.missed.isoformat(),
-                self.grace,
+                self.grace if kept is None else min(self.grace, kept),
                 entry.missed.value,
             )
         jobs: list[Job] = []
         try:
             for slot in plan.slots:
-                jobs.extend(self._start(entry, slot_id(entry.name, slot), slot))
+                made = slot_id(entry.name, slot)
+                if self._pruned(made):
+                    # It ran and retention has pruned its record since (a count limit,
+                    # or a short age): enqueueing it again would repeat it.
+                    continue
+                jobs.extend(self._start(entry, made, slot))
         except Exception as exc:
             # A server outage is told once for the process, not once per tick.
             message = "cron %r: could not enqueue; retrying next tick"

@@ -9,7 +9,7 @@ The config checks each `[[cron]]` entry with `expression_problem` and
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import attrs
@@ -39,6 +39,10 @@ def expression_problem(expression: object) -> str | None:
     """Why `expression` is not a cron expression this parser reads, or None."""
     if not isinstance(expression, str):
         return f"must be a cron expression (a string), got {type(expression).__name__}"
+    text = expression.strip()
+    if text.startswith("@") and text.lower() not in MACROS:
+        # `@reboot` means "when the machine starts": no slot this schedule could key.
+        return f"{expression!r} is not a shorthand read here; use one of {', '.join(MACROS)}"
     try:
         CronSim(_expanded(expression), datetime(2000, 1, 1, tzinfo=UTC))
     except CronSimError as exc:
@@ -61,30 +65,64 @@ def timezone_problem(name: object) -> str | None:
     return None
 
 
+def _seconds_of(field: str) -> tuple[int, ...]:
+    """The seconds of a minute a six-field expression's first field names, ascending."""
+    start = datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC)
+    found: list[int] = []
+    for moment in CronSim(f"{field} * * * * *", start):
+        if moment.minute != 0:
+            break
+        found.append(moment.second)
+    return tuple(found)
+
+
 @attrs.frozen(slots=True)
 class CronSchedule:
-    """A cron expression in a time zone: the core's `Schedule`. Slots come back in UTC."""
+    """A cron expression in a time zone: the core's `Schedule`. Slots come back in UTC.
+
+    A six-field expression is read as its last five fields (the minutes it runs in,
+    with Debian's handling of the hours the clocks skip or repeat, as a five-field
+    one) and, in each such minute, the seconds its first field names: the parser
+    alone would read it as wall-clock times with no such handling, and a `0 30 2 * *
+    *` would run twice the night the clocks go back and not at all the night they go
+    forward."""
 
     expression: str
     zone: ZoneInfo
+    minutes: str = attrs.field(init=False)
+    seconds: tuple[int, ...] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        fields = _expanded(self.expression).split()
+        if len(fields) == 6:
+            minutes, seconds = " ".join(fields[1:]), _seconds_of(fields[0])
+        else:
+            minutes, seconds = " ".join(fields), (0,)
+        object.__setattr__(self, "minutes", minutes)
+        object.__setattr__(self, "seconds", seconds)
+
+    def _in(self, minute: datetime) -> list[datetime]:
+        start = minute.astimezone(UTC)
+        return [start + timedelta(seconds=second) for second in self.seconds]
 
     def next_after(self, moment: datetime) -> datetime:
         # The parser reads wall-clock times: from the second pass of an hour the clocks
         # repeat, its next slot at a fixed hour is the first pass's, already past.
         # Slots are instants here, so such a slot is passed over, never handed back.
-        local = moment.astimezone(self.zone)
-        for found in CronSim(_expanded(self.expression), local):
-            slot = found.astimezone(UTC)
-            if slot > moment:
-                return slot
+        # The search starts a minute early, so the minute `moment` is in is looked at.
+        local = (moment - timedelta(minutes=1)).astimezone(self.zone)
+        for found in CronSim(self.minutes, local):
+            for slot in self._in(found):
+                if slot > moment:
+                    return slot
         raise AssertionError("unreachable: a cron schedule's slots never run out")
 
     def last_before(self, moment: datetime) -> datetime | None:
-        local = moment.astimezone(self.zone)
-        for found in CronSim(_expanded(self.expression), local, reverse=True):
-            slot = found.astimezone(UTC)
-            if slot < moment:
-                return slot
+        local = (moment + timedelta(minutes=1)).astimezone(self.zone)
+        for found in CronSim(self.minutes, local, reverse=True):
+            for slot in reversed(self._in(found)):
+                if slot < moment:
+                    return slot
         return None
 
 

@@ -156,6 +156,18 @@ def test_a_missed_slot_older_than_the_catch_up_bound_is_let_go() -> None:
     assert within.slots == (at(7 * 3600),)
 
 
+def test_a_retention_shorter_than_the_grace_shortens_the_on_time_window() -> None:
+    # A slot older than its record is surely kept may have run and been pruned.
+    plan = plan_slots(
+        Every(60), since=None, now=at(70), missed=Missed.SKIP, catch_up_within=timedelta(seconds=5)
+    )
+    assert plan == CronPlan(slots=(), missed=at(60))
+    kept = plan_slots(
+        Every(60), since=None, now=at(70), missed=Missed.SKIP, catch_up_within=timedelta(seconds=10)
+    )
+    assert kept == CronPlan(slots=(at(60),), missed=at(0))
+
+
 def test_a_slot_exactly_the_grace_old_is_still_on_time() -> None:
     plan = plan_slots(
         Every(10), since=at(0), now=at(100), missed=Missed.SKIP, grace=timedelta(seconds=30)

@@ -70,7 +70,13 @@ def make_backend(name: str) -> Backend:
         create_tables(engine)
         with engine.begin() as conn:
             tables = (SCHEMA.job_queue, SCHEMA.job_store, SCHEMA.cancel_requests)
-            for table in (*tables, SCHEMA.limit_state, SCHEMA.edges, SCHEMA.workflows):
+            for table in (
+                *tables,
+                SCHEMA.limit_state,
+                SCHEMA.edges,
+                SCHEMA.workflows,
+                SCHEMA.pruned,
+            ):
                 conn.execute(table.delete())
         engines = [engine]
 

@@ -207,6 +207,63 @@ def test_a_slot_whose_job_already_finished_is_not_enqueued_again(
     assert RAN == [{}, {}]
 
 
+def pruning_pair(
+    backend: Backend, clock: ManualClock, retention: object
+) -> tuple[Runtime, Runtime]:
+    """Two nodes as in `two_nodes`, configured to prune finished records by `retention`."""
+    config = Config(provider="memory", retention=retention)  # type: ignore[arg-type]
+    other = backend.peer() if backend.peer is not None else (backend.queue, backend.store)
+    return tuple(  # type: ignore[return-value]
+        Runtime(config, q, s, Registry({"report": report}), clock=clock)  # type: ignore[arg-type]
+        for q, s in ((backend.queue, backend.store), other)
+    )
+
+
+def test_a_slot_that_ran_is_not_enqueued_again_once_a_count_limit_pruned_its_record(
+    backend: Backend, clock: ManualClock
+) -> None:
+    # A busy queue under `max_completed` prunes the slot's record within the minute in
+    # which a starting node still takes that slot as on time: the tombstone keeps it.
+    from conveyor.core import RetentionPolicy
+
+    a, b = pruning_pair(backend, clock, RetentionPolicy(max_completed=1))
+    a.cron.add(minutely())
+    a.cron.tick()
+    RAN.clear()
+    a.enqueue("report", {"other": 1})
+    assert a.drain().completed == 2
+    assert a.prune() >= 1
+    assert a.get(slot_id("report", slot(0))) is None, "the slot's record was pruned"
+    clock.advance(seconds=10)
+    b.cron.add(minutely())
+    assert b.cron.tick() == []
+    assert b.drain().completed == 0
+    assert RAN.count({}) == 1, "the slot ran once"
+
+
+def test_a_slot_is_on_time_no_longer_than_finished_records_are_kept(
+    backend: Backend, clock: ManualClock
+) -> None:
+    # Under a 5 s retention, and no tombstones, a node starting 10 s after a slot
+    # cannot tell whether it ran: it lets it go rather than risk running it twice.
+    from conveyor.core import RetentionPolicy
+
+    short = RetentionPolicy(completed_ms=5_000, remember_pruned_ms=0)
+    a, b = pruning_pair(backend, clock, short)
+    clock.set(slot(0) + timedelta(seconds=1))
+    a.cron.add(minutely())
+    a.cron.tick()
+    RAN.clear()
+    assert a.drain().completed == 1
+    clock.advance(seconds=6)
+    assert a.prune() == 1
+    clock.advance(seconds=4)
+    b.cron.add(minutely())
+    assert b.cron.tick() == []
+    assert b.drain().completed == 0
+    assert RAN == [{}]
+
+
 # ---- the operator's view --------------------------------------------------------------
 
 
@@ -311,6 +368,17 @@ def test_a_bad_cron_table_is_named_by_its_index_and_field() -> None:
     )
 
 
+@pytest.mark.parametrize("shorthand", ["@reboot", "@Every_minute"])
+def test_a_shorthand_not_read_here_is_named_with_those_that_are(shorthand: str) -> None:
+    # It said "wrong number of fields", as if the shorthand were a misspelt expression.
+    with pytest.raises(ValidationError) as info:
+        parse_config({"cron": [{"name": "a", "schedule": shorthand, "job_type": "a"}]})
+    assert str(info.value) == (
+        f"cron[0].schedule: {shorthand!r} is not a shorthand read here; use one of "
+        "@yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly"
+    )
+
+
 # ---- time zones --------------------------------------------------------------------------
 
 
@@ -343,7 +411,10 @@ REPEATED_NIGHTS = [
 
 
 @pytest.mark.parametrize("zone, start", REPEATED_NIGHTS)
-@pytest.mark.parametrize("expression", ["30 2 * * *", "59 1 * * *", "30 1 * * *", "*/20 * * * *"])
+@pytest.mark.parametrize(
+    "expression",
+    ["30 2 * * *", "59 1 * * *", "30 1 * * *", "*/20 * * * *", "0 30 1 * * *", "*/15 30 2 * * *"],
+)
 def test_each_slot_is_strictly_after_or_before_the_moment_asked_even_in_a_repeated_hour(
     zone: str, start: datetime, expression: str
 ) -> None:
@@ -356,6 +427,37 @@ def test_each_slot_is_strictly_after_or_before_the_moment_asked_even_in_a_repeat
         assert schedule.next_after(moment) > moment, (expression, zone, moment)
         before = schedule.last_before(moment)
         assert before is not None and before < moment, (expression, zone, moment)
+
+
+def slots_between(schedule: CronSchedule, start: datetime, hours: int) -> list[datetime]:
+    found, moment = [], start
+    while (moment := schedule.next_after(moment)) <= start + timedelta(hours=hours):
+        found.append(moment)
+    return found
+
+
+CHANGING_NIGHTS = [
+    ("Europe/Berlin", datetime(2026, 3, 28, 22, 0, tzinfo=UTC), "30 2 * * *"),
+    ("Europe/Berlin", datetime(2026, 10, 24, 22, 0, tzinfo=UTC), "30 2 * * *"),
+    ("America/New_York", datetime(2026, 3, 8, 4, 0, tzinfo=UTC), "30 2 * * *"),
+    ("America/New_York", datetime(2026, 11, 1, 3, 0, tzinfo=UTC), "30 1 * * *"),
+]
+
+
+@pytest.mark.parametrize("zone, start, five", CHANGING_NIGHTS)
+@pytest.mark.parametrize("seconds", [(0,), (15,), (0, 20, 40)])
+def test_a_six_field_schedule_keeps_the_five_field_rules_where_the_clocks_change(
+    zone: str, start: datetime, five: str, seconds: tuple[int, ...]
+) -> None:
+    # Read alone by the parser, `0 30 2 * * *` ran twice the night the clocks go back
+    # and not at all the night they go forward.
+    field = ",".join(map(str, seconds))
+    daily = slots_between(CronSchedule(five, ZoneInfo(zone)), start, 8)
+    assert len(daily) == 1
+    six = CronSchedule(f"{field} {five}", ZoneInfo(zone))
+    assert slots_between(six, start, 8) == [daily[0] + timedelta(seconds=s) for s in seconds]
+    last = daily[0] + timedelta(seconds=seconds[-1])
+    assert six.last_before(last + timedelta(hours=4)) == last
 
 
 def test_in_the_second_pass_of_a_repeated_hour_a_daily_slot_is_next_due_the_day_after(

@@ -145,6 +145,23 @@ def test_a_workflow_entry_is_checked_as_any_entry() -> None:
     assert taken.value.fields == ("cron.name",)
 
 
+#: A lambda made at module level: its qualified name is `<lambda>` alone.
+BY_LAMBDA = (lambda wf, slot: nightly(wf, slot),)
+
+
+def test_a_lambda_may_build_a_cron_workflow() -> None:
+    # Its `<lambda>` name was spelt into a job type `_lambda_`, which the name check
+    # refused as `cron.job_type`, a field the caller never gave.
+    from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
+
+    store = MemoryJobStore()
+    rt = node(MemoryJobQueue(store), store, ManualClock(T0))
+    entry = rt.cron.add_workflow("nightly", "* * * * *", BY_LAMBDA[0])
+    assert entry.job_type == "lambda"
+    (first, *_) = rt.cron.tick()
+    assert first.job_type == "report"
+
+
 def keyed(key: str) -> Workflow:
     wf = Workflow()
     root = wf.add("report", {"step": "fetch"}, name="fetch", unique_key=key)

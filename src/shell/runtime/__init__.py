@@ -137,6 +137,7 @@ class Runtime(
             retention=config.retention,
             start_workflow=self._start_cron_workflow,
             workflow_state_of=self._workflow_state_of,
+            pruned=self._was_pruned,
         )
         #: How `aenqueue` writes: `async_writers.driver` names the path (docs/asyncio.md).
         self.async_writers = AsyncWriters(config, queue)

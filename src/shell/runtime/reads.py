@@ -16,7 +16,7 @@ from ...core import Job, JobStatus, Policies, ValidationError
 from ...core.errors import FieldError
 from ...core.validation import parse_job_id
 from ..lookup import JobView, find_job, list_jobs, parse_state
-from ..ports import JobQueue, JobStore
+from ..ports import JobQueue, JobStore, PruneRememberingStore
 
 
 def as_job_id(value: UUID | str, field: str = "job_id") -> UUID:
@@ -61,6 +61,11 @@ class ReadMethods:
     def _state_of(self, job_id: UUID) -> JobStatus | None:
         view = self.get(job_id)
         return None if view is None else view.state
+
+    def _was_pruned(self, job_id: UUID) -> bool:
+        """True while the store keeps a tombstone of `job_id`'s pruned record."""
+        store = self.store
+        return isinstance(store, PruneRememberingStore) and store.pruned_at(job_id) is not None
 
     def list_jobs(
         self,
