@@ -13,8 +13,17 @@ from .shell.dashboard import (
     CSRF_FIELD,
     AuthHook,
     BasicAuth,
+    HostCheck,
     LoginThrottle,
     create_app,
 )
 
-__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "AuthHook", "BasicAuth", "LoginThrottle", "create_app"]
+__all__ = [
+    "CSRF_COOKIE",
+    "CSRF_FIELD",
+    "AuthHook",
+    "BasicAuth",
+    "HostCheck",
+    "LoginThrottle",
+    "create_app",
+]

@@ -38,6 +38,8 @@ from conveyor.shell.config import (
          "DashboardConfig.port", "dashboard.port"),
         (lambda: DashboardConfig(basic_auth=":pw"), {"dashboard": {"basic_auth": ":pw"}},
          "DashboardConfig.basic_auth", "dashboard.basic_auth"),
+        (lambda: DashboardConfig(allowed_hosts=("a:80",)), {"dashboard": {"allowed_hosts": ["a:80"]}},
+         "DashboardConfig.allowed_hosts", "dashboard.allowed_hosts"),
     ],
 )
 def test_a_value_built_in_python_is_refused_for_the_reason_its_key_is(

@@ -5,6 +5,8 @@ safety rules hold (read-only, authentication, CSRF, escaping, `/healthz`)."""
 from __future__ import annotations
 
 import base64
+import html
+import json
 import os
 import re
 import subprocess
@@ -359,6 +361,18 @@ def test_the_job_page_shows_args_and_result_only_on_request(
     assert '<pre id="result">' in shown and "echo" in shown
 
 
+def test_the_job_page_shows_a_result_as_the_json_it_is(rt: Runtime, client: TestClient) -> None:
+    # It showed the frozen record's repr as a string: "FrozenMap({'greeting': ...})".
+    rt.registry.register("greet", lambda args: {"greeting": "Grüße", "n": [1, 2]})
+    job = rt.enqueue("greet", {"name": "Zoë"})
+    rt.drain()
+    shown = client.get(f"/jobs/{job.id}?args=1&result=1").text
+    result = re.search(r'<pre id="result">(.*?)</pre>', shown, re.S)
+    assert result is not None
+    assert json.loads(html.unescape(result.group(1))) == {"greeting": "Grüße", "n": [1, 2]}
+    assert "Grüße" in result.group(1) and "Zoë" in shown
+
+
 @pytest.mark.parametrize("job_id", ["6f1c2a53-0d4e-4b7a-9a51-3c8e2f0b9d17", "not-a-uuid"])
 def test_an_unknown_job_is_a_404(client: TestClient, job_id: str) -> None:
     assert client.get(f"/jobs/{job_id}").status_code == 404
@@ -490,6 +504,18 @@ def test_a_bulk_action_acts_only_on_the_dead_letters_its_confirmation_counted(
     answer = post(client, "/dead/bulk", action="purge", as_of=found.group(1))
     assert "done=purged&n=2" in answer.headers["location"]
     assert sorted(str(j.id) for j in rt.list_dead()) == sorted(str(j.id) for j in later)
+
+
+@pytest.mark.parametrize("as_of", ["9" * 20, "-5", "1e9"])
+def test_a_bulk_action_s_moment_past_any_date_is_refused_by_name(
+    rt: Runtime, client: TestClient, as_of: str
+) -> None:
+    # Twenty nines passed the check and overflowed: a 500.
+    dead_letter(rt)
+    answer = post(client, "/dead/bulk", action="purge", as_of=as_of)
+    assert answer.status_code == 400
+    assert "as_of" in answer.text
+    assert len(rt.list_dead()) == 1
 
 
 def test_a_bulk_purge_with_no_filter_takes_at_most_what_one_action_takes(
@@ -1015,7 +1041,7 @@ def test_the_dashboard_flags_and_environment_win_over_the_config_file(
     monkeypatch.setenv("CONVEYOR_DASHBOARD_BASIC_AUTH", "ops:env")
     assert cli.main(["--config", config, "dashboard", "--host", "127.0.0.1", "--port", "8181"]) == 0
     assert (served["host"], served["port"]) == ("127.0.0.1", 8181)
-    client = TestClient(served["app"])
+    client = TestClient(served["app"], base_url="http://127.0.0.1:8181")
     assert client.get("/", auth=("ops", "file")).status_code == 401
     assert client.get("/", auth=("ops", "env")).status_code == 200
     argv = ["--config", config, "dashboard", "--basic-auth", "ops:flag"]
@@ -1030,6 +1056,8 @@ def test_the_dashboard_flags_and_environment_win_over_the_config_file(
         ("port = 70000", "dashboard.port"),
         ('read_only = "yes"', "dashboard.read_only"),
         ('user = "ops"', "dashboard.user"),
+        ('allowed_hosts = "jobs.example.com"', "dashboard.allowed_hosts"),
+        ('allowed_hosts = ["https://jobs.example.com"]', "dashboard.allowed_hosts"),
     ],
 )
 def test_a_bad_dashboard_table_is_refused_naming_the_key(

@@ -436,7 +436,9 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     config = folder / "conveyor.toml"
     config.write_text(f'provider = "db"\nurl = "sqlite:///{folder / "jobs.db"}"\n')
     runtime = conveyor.build(str(config), handlers={"decline": decline})
-    server, url = _serve(config, "--basic-auth", ":".join(OPERATOR))
+    # Reached as dash.conveyor.test too, so the CSRF checks are what the attacks meet.
+    names = ("--allowed-host", "127.0.0.1", "--allowed-host", f"dash.{TEST_DOMAIN}")
+    server, url = _serve(config, "--basic-auth", ":".join(OPERATOR), *names)
     try:
         yield {"url": url, "port": url.rsplit(":", 1)[1], "runtime": runtime}
     finally:
@@ -509,6 +511,18 @@ def test_a_sibling_subdomain_that_plants_the_cookie_cannot_bulk_purge(
     assert answer is not None and answer.status == 403
     assert "another origin" in answer.text()
     assert all(runtime.get(job.id).dead for job in victims), "the forged bulk purge ran"
+
+
+def test_a_page_whose_name_was_re_pointed_at_this_machine_cannot_read_the_dashboard(
+    served: dict[str, Any], operator: Page
+) -> None:
+    # DNS rebinding: rebind.conveyor.test resolves to 127.0.0.1 here, as an attacker's
+    # name would once re-pointed; to the browser the dashboard is then its own origin.
+    port = served["url"].rsplit(":", 1)[1]
+    answer = operator.goto(f"http://rebind.{TEST_DOMAIN}:{port}/dead?args=1")
+    assert answer is not None and answer.status == 400
+    assert "card 0 declined" not in operator.content()
+    assert "answers to 127.0.0.1, ::1, localhost only" in operator.content()
 
 
 def test_the_operators_own_purge_still_works_under_basic_auth(

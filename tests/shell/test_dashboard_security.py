@@ -13,7 +13,14 @@ from typing import Any
 
 import conveyor
 import pytest
-from conveyor.dashboard import CSRF_COOKIE, CSRF_FIELD, BasicAuth, LoginThrottle, create_app
+from conveyor.dashboard import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    BasicAuth,
+    HostCheck,
+    LoginThrottle,
+    create_app,
+)
 from conveyor.shell.runtime import Runtime
 from starlette.testclient import TestClient
 
@@ -55,6 +62,36 @@ def purge(client: TestClient, job: conveyor.Job, field: str, **headers: str) -> 
 
 def basic(user: str, password: str) -> dict[str, str]:
     return {"authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+# ---- DNS rebinding: the names the dashboard answers to ---------------------------------
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:8000", "localhost:8000", "[::1]:8000", "LOCALHOST"])
+def test_a_dashboard_held_to_the_loopback_names_answers_them(rt: Runtime, host: str) -> None:
+    client = TestClient(HostCheck(create_app(rt), ["127.0.0.1", "localhost", "::1"]))
+    assert client.get("/", headers={"host": host}).status_code == 200
+
+
+@pytest.mark.parametrize("host", ["rebind.attacker.example:8000", "127.0.0.1.nip.io", "", "[::1"])
+def test_a_page_under_another_name_can_neither_read_nor_act(rt: Runtime, host: str) -> None:
+    # A name re-pointed at 127.0.0.1 makes the attacker's page the dashboard's own
+    # origin: its reads and its posts would pass the origin and token checks.
+    job = dead_letter(rt, why="secret-4111")
+    client = TestClient(HostCheck(create_app(rt), ["127.0.0.1", "localhost", "::1"]))
+    page = client.get(f"/jobs/{job.id}?args=1", headers={"host": host})
+    assert page.status_code == 400
+    assert "secret-4111" not in page.text
+    assert "answers to 127.0.0.1, ::1, localhost only" in page.text
+    form = {CSRF_FIELD: token(client, host="127.0.0.1:8000"), "job_id": str(job.id)}
+    posted = client.post("/dead/purge", data=form, headers={"host": host})
+    assert posted.status_code == 400
+    assert is_dead(rt, job)
+
+
+def test_a_star_lets_every_name_through(rt: Runtime) -> None:
+    client = TestClient(HostCheck(create_app(rt), ["*"]))
+    assert client.get("/", headers={"host": "jobs.example.com"}).status_code == 200
 
 
 # ---- CSRF: a planted cookie ------------------------------------------------------------

@@ -247,6 +247,23 @@ def test_cancel_cancels_every_unfinished_member(rt: Runtime) -> None:
     assert {state for _, state, _ in nodes(page).values()} == {"cancelled"}
 
 
+def test_a_finished_workflow_with_a_purged_member_offers_no_cancel(rt: Runtime) -> None:
+    # A member whose record is gone counted as unfinished: the button came back, and
+    # each click said it "cancelled 1 unfinished job" while nothing changed.
+    wf = Workflow()
+    wf.add("declined", name="charge", max_retries=0)
+    wf.add("ok", name="fetch")
+    workflow_id = rt.enqueue(wf)
+    rt.drain()
+    client = TestClient(dashboard(rt))
+    assert 'id="cancel-workflow"' not in client.get(f"/workflows/{workflow_id}").text
+    (dead,) = rt.list_dead()
+    assert rt.purge_dead(dead.id) == 1
+    assert 'id="cancel-workflow"' not in client.get(f"/workflows/{workflow_id}").text
+    answer = cancel(client, workflow_id)
+    assert "done=wf-cancelled&n=0&" in answer.headers["location"]
+
+
 def test_cancel_without_the_csrf_token_is_refused(rt: Runtime) -> None:
     wf = shape(rt)
     client = TestClient(dashboard(rt))

@@ -24,15 +24,20 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     import_extra("jinja2", "jinja2", "dashboard")
     dashboard = import_extra("..dashboard", "starlette", "dashboard")
     uvicorn = import_extra("uvicorn", "uvicorn", "dashboard")
+    from ..dashboard.hosts import LOOPBACK, HostCheck, is_loopback
     # The flags win over the environment, which wins over the config file's [dashboard].
     defaults = load_config(args.config).dashboard
     host = defaults.host if args.host is None else args.host
     port = defaults.port if args.port is None else args.port
     read_only = args.read_only or defaults.read_only
     auth = None
-    credentials = args.basic_auth or os.environ.get(DASHBOARD_AUTH_ENV) or defaults.basic_auth
+    credentials, field = args.basic_auth, "--basic-auth"
+    if not credentials and os.environ.get(DASHBOARD_AUTH_ENV):
+        credentials, field = os.environ[DASHBOARD_AUTH_ENV], DASHBOARD_AUTH_ENV
+    elif not credentials:
+        credentials, field = defaults.basic_auth, "dashboard.basic_auth"
     if credentials:
-        auth = dashboard.BasicAuth.parse(credentials)
+        auth = dashboard.BasicAuth.parse(credentials, field)
         if isinstance(auth, FieldError):
             raise ValidationError((auth,))
         REDACTING.secrets.add(credentials.partition(":")[2])
@@ -48,10 +53,24 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
                 DASHBOARD_AUTH_ENV,
             )
         app = dashboard.create_app(runtime, read_only=read_only, auth=auth)
+        allowed = args.allowed_host or defaults.allowed_hosts
+        if not allowed and is_loopback(host):
+            allowed = LOOPBACK  # this machine only: no other name (DNS rebinding)
+        if allowed:
+            app = HostCheck(app, allowed)
         shown = f"[{host}]" if ":" in host else host
         notice(f"conveyor dashboard: serving http://{shown}:{port}/ (Ctrl-C stops it)")
         # Its own log goes through the CLI's handlers, in the CLI's format.
-        uvicorn.run(app, host=host, port=port, log_level="warning", log_config=None)
+        # No client address is taken from X-Forwarded-For: the login throttle counts
+        # by address, and a forged header would dodge it or lock another client out.
+        uvicorn.run(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            log_config=None,
+            proxy_headers=False,
+        )
     finally:
         runtime.close()
     return 0
@@ -67,6 +86,14 @@ def add_dashboard_command(sub: Any) -> None:
         "--port", type=int, default=None, help="port to listen on (default: [dashboard] port, 8000)"
     )
     db.add_argument("--read-only", action="store_true", help="refuse every action (retry, purge)")
+    db.add_argument(
+        "--allowed-host",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a Host name the dashboard answers to, repeatable; '*' for any (default: "
+        "[dashboard] allowed_hosts; the loopback names when it listens on loopback)",
+    )
     db.add_argument(
         "--basic-auth",
         default=None,

@@ -147,6 +147,16 @@ def handler_spec(value: object) -> str | None:
     return None
 
 
+def host_names(value: object) -> str | None:
+    """Names a dashboard answers to: host names or addresses, or `*`."""
+    if not isinstance(value, tuple | list) or not all(isinstance(v, str) and v for v in value):
+        return 'must be a list of host names, such as ["jobs.example.com"], or ["*"]'
+    for given in value:
+        if any(c.isspace() or c in "/:@" for c in given.strip("[]").replace("::", "")):
+            return f"{given!r} is not a host name (give it without scheme, port or path)"
+    return None
+
+
 def credentials(value: object) -> str | None:
     """ "USER:PASSWORD". The password is not repeated: it may be a real one mistyped."""
     if not isinstance(value, str):

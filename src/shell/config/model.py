@@ -9,6 +9,8 @@ retention, limits, periodic jobs), in the core's own classes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from ...core import (
@@ -27,6 +29,7 @@ from .checks import (
     credentials,
     database_url,
     duration_ms,
+    host_names,
     integer_at_least,
     name,
     one_of,
@@ -92,6 +95,12 @@ class TenancyConfig:
     url: str | None = attrs.field(default=None, repr=_masked)
 
 
+def _listed(value: Any) -> Any:
+    """A list as a tuple (a frozen config holds no list); anything else as given, for
+    its check to name."""
+    return tuple(value) if isinstance(value, list) else value
+
+
 @attrs.frozen(slots=True)
 class DashboardConfig:
     """`conveyor dashboard`'s defaults (`[dashboard]`); its flags and
@@ -100,6 +109,11 @@ class DashboardConfig:
     host: str = "127.0.0.1"
     port: int = attrs.field(default=8000, validator=Rule(port))
     read_only: bool = False
+    #: The Host names it answers to (`*`: any); empty: the loopback names when it
+    #: listens on a loopback address, any name otherwise.
+    allowed_hosts: tuple[str, ...] = attrs.field(
+        default=(), converter=_listed, validator=Rule(host_names)
+    )
     #: "USER:PASSWORD" for HTTP basic auth; None: no authentication.
     basic_auth: str | None = attrs.field(
         default=None,

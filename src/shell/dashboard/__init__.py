@@ -7,5 +7,14 @@ ASGI app. See docs/dashboard.md.
 from __future__ import annotations
 
 from .app import CSRF_COOKIE, CSRF_FIELD, AuthHook, BasicAuth, LoginThrottle, create_app
+from .hosts import HostCheck
 
-__all__ = ["CSRF_COOKIE", "CSRF_FIELD", "AuthHook", "BasicAuth", "LoginThrottle", "create_app"]
+__all__ = [
+    "CSRF_COOKIE",
+    "CSRF_FIELD",
+    "AuthHook",
+    "BasicAuth",
+    "HostCheck",
+    "LoginThrottle",
+    "create_app",
+]

@@ -132,4 +132,8 @@ def _as_of(value: str | None) -> datetime | None:
         return None
     if not (value.isascii() and value.isdigit() and len(value) <= 20):
         raise ValidationError.of("as_of", f"must be the confirmation's moment, got {value!r}")
-    return EPOCH + timedelta(microseconds=int(value))
+    try:
+        return EPOCH + timedelta(microseconds=int(value))
+    except OverflowError:  # past the year 9999: no confirmation's moment either
+        problem = f"must be the confirmation's moment, got {value!r}"
+        raise ValidationError.of("as_of", problem) from None

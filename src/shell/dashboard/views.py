@@ -357,13 +357,13 @@ def count_dead(runtime: Runtime, filters: Filters) -> int:
 
 
 def pretty(value: Any) -> str:
-    """A JSON rendering of args or a result, for a <pre> block."""
-    return json.dumps(value, indent=2, sort_keys=True, default=str)
+    """A JSON rendering of args or a result, frozen or not, for a <pre> block."""
+    return json.dumps(thaw(value), indent=2, sort_keys=True, default=str, ensure_ascii=False)
 
 
 def args_text(view: JobView) -> str:
     """The job's args as indented JSON (the page shows them only when asked)."""
-    return "" if view.job is None else pretty(thaw(view.job.args))
+    return "" if view.job is None else pretty(view.job.args)
 
 
 # ---- workers --------------------------------------------------------------------

@@ -65,8 +65,9 @@ class WorkflowView:
 
     @property
     def unfinished(self) -> bool:
-        """True while a member can still be cancelled."""
-        return any(m.state is None or not m.state.is_terminal for m in self.state.members)
+        """True while a member can still be cancelled (one whose record is gone, purged
+        or pruned, cannot)."""
+        return any(m.state is not None and not m.state.is_terminal for m in self.state.members)
 
 
 def _shown_state(state: JobStatus | None, error: str | None) -> str:
@@ -177,7 +178,7 @@ class WorkflowPages:
         await self.backend.act(self.runtime.cancel_workflow, workflow_id)
         # Counted before, not from the cancel's answer: a member ended by the cancel of
         # one it waits for is answered "finished" when its own turn comes.
-        ended = sum(1 for m in found.members if m.state is None or not m.state.is_terminal)
+        ended = sum(1 for m in found.members if m.state is not None and not m.state.is_terminal)
         return self._redirect(request, f"/workflows/{workflow_id}", done="wf-cancelled", n=ended)
 
     async def workflow_of(self, job_id: UUID) -> UUID | None:
