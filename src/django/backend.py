@@ -36,7 +36,7 @@ from .compat import (
     task_backends,
     task_enqueued,
 )
-from .discovery import known_task
+from .discovery import discover, known_task
 from .options import (
     BackendOptions,
     config_problems,
@@ -47,6 +47,7 @@ from .options import (
 )
 from .outbox import DJANGO_CONNECTIONS
 from .results import (
+    aware,
     build_result,
     django_priority_order,
     pack_call,
@@ -198,6 +199,7 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         With the tables in a Django database, the job commits or rolls back with the
         caller's transaction on that database."""
         self.validate_task(task)
+        self._check_loaded_by_workers(task)
         options = task_options(task)
         retries = self.settings.retries if options["retries"] is None else options["retries"]
         timeout = self.settings.timeout if options["timeout"] is None else options["timeout"]
@@ -208,7 +210,7 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
             "queue": task.queue_name,
             "priority": django_priority_order(task.priority),
             "max_retries": retries,
-            "run_at": task.run_after,
+            "run_at": aware(task.run_after),
             "timeout": timeout,
             "unique_key": options["unique_key"],
             "partition": options["partition"],
@@ -225,6 +227,24 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         result = build_result(job, job.status, task, backend=self.alias)
         task_enqueued.send(type(self), task_result=result)
         return result
+
+    def _check_loaded_by_workers(self, task: Any) -> None:
+        """`InvalidTask` for a task no worker would find: one defined outside every
+        installed app's `tasks` module and `MODULES`. Its job would wait for a worker
+        that has it, then be dead-lettered as no-handler."""
+        from django.apps import apps
+
+        if not apps.ready:  # a backend used outside a set-up project: nothing to look in
+            return
+        where = f"TASKS[{self.alias!r}]"
+        if task.module_path in discover(type(self), self.settings.modules, where=where):
+            return
+        module = task.module_path.rpartition(".")[0]
+        raise InvalidTask(
+            f"{task.module_path!r} is defined where no worker looks for tasks: workers load "
+            f"each installed app's `tasks` module and {where}['OPTIONS']['MODULES']; "
+            f"add {module!r} to MODULES"
+        )
 
     async def aenqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         """`enqueue` for async code: run in the thread that holds Django's connection

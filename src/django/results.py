@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..core import AttemptOutcome, ErrorInfo, Job, JobStatus, Priority, thaw
+from ..core import NO_HANDLER, Attempt, AttemptOutcome, ErrorInfo, Job, JobStatus, Priority, thaw
 from .compat import TaskError, TaskResult, TaskResultStatus
 
 #: The lowest Django priority of each Conveyor order, most urgent first.
@@ -110,6 +110,14 @@ def errors_of(job: Job) -> list[Any]:
     return errors
 
 
+def _ran(attempt: Attempt) -> bool:
+    """Whether an attempt ran the task: not one parked for want of a handler, nor the
+    dead letter that ends a job no worker had a handler for."""
+    if attempt.outcome in _NOT_RUN:
+        return False
+    return attempt.error is None or attempt.error.type != NO_HANDLER
+
+
 def worker_ids_of(job: Job, state: JobStatus, running_worker: str | None = None) -> list[str]:
     """One worker id per attempt that ran the task, the running one last.
 
@@ -118,7 +126,7 @@ def worker_ids_of(job: Job, state: JobStatus, running_worker: str | None = None)
     SQL store records an attempt's worker when it ends). A record written before the
     start (the SQL store's, while a job runs) names the worker of the attempt before,
     if any: never shown as this attempt's."""
-    ids = [a.worker or "" for a in job.attempts if a.outcome not in _NOT_RUN]
+    ids = [a.worker or "" for a in job.attempts if _ran(a)]
     if state is JobStatus.RUNNING:
         started = job.worker if job.status is JobStatus.RUNNING else None
         ids.append(running_worker or started or "")
@@ -136,17 +144,20 @@ def build_result(
     """The `TaskResult` of `job`, seen in `state`, for `task` (the Django task the job
     type names, with the priority, queue and run_after the job was enqueued with)."""
     args, kwargs, _ = unpack_call(job)
-    starts = [a.started_at for a in job.attempts if a.started_at is not None]
-    last_start = job.started_at if job.started_at is not None else max(starts, default=None)
-    first_start = min([*starts, *([job.started_at] if job.started_at else [])], default=None)
+    starts = [a.started_at for a in job.attempts if a.started_at is not None and _ran(a)]
+    current = job.started_at
+    if state is not JobStatus.RUNNING and job.attempts and not _ran(job.attempts[-1]):
+        current = None  # the start of an attempt that found no handler
+    last_start = current if current is not None else max(starts, default=None)
+    first_start = min([*starts, *([current] if current else [])], default=None)
     result = TaskResult(
         task=task,
         id=str(job.id),
         status=STATUS_OF[state],
-        enqueued_at=job.created_at,
-        started_at=first_start,
-        finished_at=job.finished_at if state.is_terminal else None,
-        last_attempted_at=last_start,
+        enqueued_at=_as_django(job.created_at),
+        started_at=_as_django(first_start),
+        finished_at=_as_django(job.finished_at if state.is_terminal else None),
+        last_attempted_at=_as_django(last_start),
         args=args,
         kwargs=kwargs,
         backend=backend,
@@ -158,6 +169,29 @@ def build_result(
         # own backends set it the same way.
         object.__setattr__(result, "_return_value", thaw(job.result))
     return result
+
+
+def aware(moment: datetime | None) -> datetime | None:
+    """A time a task gives (`run_after`) as Conveyor takes times, aware: a naive one,
+    which Django allows under `USE_TZ = False`, is read in the current time zone."""
+    from django.utils import timezone
+
+    if moment is None or not timezone.is_naive(moment):
+        return moment
+    made: datetime = timezone.make_aware(moment)
+    return made
+
+
+def _as_django(moment: datetime | None) -> datetime | None:
+    """A stored time (aware, UTC) as Django shows times: naive in the current time
+    zone under `USE_TZ = False`, as its own fields read."""
+    from django.conf import settings
+    from django.utils import timezone
+
+    if moment is None or settings.USE_TZ:
+        return moment
+    local: datetime = timezone.make_naive(moment)
+    return local
 
 
 def task_for(job: Job, resolve: Callable[[str], Any]) -> Any:

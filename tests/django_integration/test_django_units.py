@@ -113,6 +113,21 @@ def test_each_failed_attempt_is_an_error_and_each_attempt_that_ran_a_worker_id()
     assert worker_ids_of(job, JobStatus.RETRYING) == ["w1", "w3"]
 
 
+def test_a_task_no_worker_had_shows_no_attempt_that_ran_it() -> None:
+    # Its final dead letter (no-handler) was shown as an attempt of a worker.
+    no_handler = ErrorInfo("no-handler", "no worker has a handler for it", False)
+    job = _job(
+        JobStatus.FAILED,
+        (
+            _attempt(1, AttemptOutcome.REQUEUED, "w1", None),
+            _attempt(2, AttemptOutcome.DEAD_LETTERED, "w2", no_handler),
+        ),
+        last_error=no_handler,
+    )
+    assert worker_ids_of(job, JobStatus.FAILED) == []
+    assert [e.exception_class_path for e in errors_of(job)] == ["no-handler"]
+
+
 def test_a_dead_letter_with_no_failed_attempt_lists_its_reason() -> None:
     job = _job(JobStatus.FAILED, (), last_error=ErrorInfo("poison-pill", "lease lost", False))
     assert [e.exception_class_path for e in errors_of(job)] == ["poison-pill"]

@@ -1,0 +1,143 @@
+"""What the Django backend's `enqueue` accepts: a task no worker would find is refused
+as it is enqueued (not dead-lettered minutes later), and a naive `run_after`, which
+Django allows under `USE_TZ = False`, is read in the project's time zone. A small
+project on SQLite, written into the test's folder, run in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+SETTINGS = """
+import json, os
+import django
+
+SECRET_KEY = "test-only"
+USE_TZ = os.environ["PROBE_USE_TZ"] == "1"
+TIME_ZONE = "America/New_York"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+INSTALLED_APPS = ["conveyor.django", "probe"]
+if django.VERSION < (6, 0):
+    INSTALLED_APPS.append("django_tasks")
+DATABASES = {
+    "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.path.join(os.environ["PROBE_DIR"], "probe.db")}
+}
+TASKS = {
+    "default": {
+        "BACKEND": "conveyor.django.ConveyorBackend",
+        "QUEUES": ["default"],
+        "OPTIONS": {"MODULES": json.loads(os.environ["PROBE_MODULES"])},
+    }
+}
+"""
+
+TASK = """
+try:
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
+
+
+@task
+def {name}():
+    return "ran"
+"""
+
+DRIVER = """
+import json, os
+from datetime import datetime
+
+import django
+
+django.setup()
+
+from django.core.management import call_command
+from probe.jobs import hidden
+from probe.tasks import listed
+
+call_command("conveyor", "migrate", stdout=open(os.devnull, "w"))
+out = {}
+try:
+    out["hidden"] = str(hidden.enqueue().status)
+except Exception as exc:
+    out["hidden"] = f"{type(exc).__name__}: {exc}"
+later = datetime(2031, 7, 1, 9, 30)  # naive
+try:
+    result = listed.using(run_after=later).enqueue()
+except Exception as exc:
+    out["naive"] = f"{type(exc).__name__}: {exc}"
+else:
+    read = listed.get_backend().get_result(result.id)
+    view = listed.get_backend().runtime.get(result.id)
+    out["naive"] = {
+        "status": str(read.status),
+        "run_at": view.job.run_at.isoformat(),
+        "enqueued_at_naive": read.enqueued_at.tzinfo is None,
+    }
+print(json.dumps(out))
+"""
+
+
+def _run(tmp_path: Path, *, use_tz: bool, modules: list[str]) -> dict[str, Any]:
+    app = tmp_path / "probe"
+    app.mkdir(exist_ok=True)
+    (app / "__init__.py").write_text("")
+    (app / "tasks.py").write_text(TASK.replace("{name}", "listed"))
+    (app / "jobs.py").write_text(TASK.replace("{name}", "hidden"))
+    (tmp_path / "probe_settings.py").write_text(SETTINGS)
+    (tmp_path / "driver.py").write_text(DRIVER)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "probe_settings",
+        "PROBE_DIR": str(tmp_path),
+        "PROBE_USE_TZ": "1" if use_tz else "0",
+        "PROBE_MODULES": json.dumps(modules),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p),
+    }
+    done = subprocess.run(
+        [sys.executable, "driver.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def test_a_task_outside_the_modules_workers_load_is_refused_as_it_is_enqueued(
+    tmp_path: Path,
+) -> None:
+    # It was accepted, waited for a worker that had it and was dead-lettered as
+    # no-handler; its result could not even be read.
+    out = _run(tmp_path, use_tz=True, modules=[])
+    # InvalidTask (InvalidTaskError in the backport).
+    assert out["hidden"].startswith("InvalidTask")
+    assert ": 'probe.jobs.hidden' is defined where no worker looks for tasks" in out["hidden"]
+    assert "add 'probe.jobs' to MODULES" in out["hidden"]
+
+
+def test_a_task_in_a_module_named_in_modules_is_taken(tmp_path: Path) -> None:
+    assert _run(tmp_path, use_tz=True, modules=["probe.jobs"])["hidden"] == "READY"
+
+
+def test_a_naive_run_after_is_read_in_the_projects_time_zone_without_use_tz(
+    tmp_path: Path,
+) -> None:
+    # Django allows it under USE_TZ = False; it was refused as "run_at: must be
+    # timezone-aware", naming a field the caller never wrote.
+    out = _run(tmp_path, use_tz=False, modules=[])
+    naive = out["naive"]
+    assert isinstance(naive, dict), naive
+    in_new_york = datetime(2031, 7, 1, 9, 30, tzinfo=ZoneInfo("America/New_York"))
+    assert datetime.fromisoformat(naive["run_at"]) == in_new_york.astimezone(UTC)
+    assert naive["status"] == "READY"
+    assert naive["enqueued_at_naive"] is True, "times read as Django shows them: naive"
