@@ -38,3 +38,40 @@ def exits(args: Any) -> None:
 def sums_inputs(args: Any, ctx: Any) -> int:
     """The sum of the results the job waited for, read in a child process."""
     return sum(ctx.inputs().by_id.values())
+
+
+class Unreadable(Exception):
+    """Pickles (as its args) but cannot be rebuilt from them: `__init__` wants two."""
+
+    def __init__(self, first: int, second: int) -> None:
+        super().__init__(first + second)
+
+
+def returns_unreadable(args: Any) -> Any:
+    with Path(args["runs"]).open("a") as runs:
+        runs.write(f"{os.getpid()}\n")
+    return Unreadable(1, 2)
+
+
+def leaves_a_thread(args: Any) -> str:
+    import threading
+
+    threading.Thread(target=time.sleep, args=(3600,)).start()  # not a daemon
+    return "answered"
+
+
+def writes_pid_then_sleeps(args: Any) -> str:
+    """Writes its process id and group, then takes `seconds` and returns."""
+    Path(args["pid_file"]).write_text(f"{os.getpid()} {os.getpgid(0)}")
+    time.sleep(float(args["seconds"]))
+    return "finished"
+
+
+def starts_a_process_then_hangs(args: Any) -> None:
+    """Starts a process that would outlive it, writes that one's id, then hangs."""
+    import subprocess
+    import sys
+
+    started = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    Path(args["pid_file"]).write_text(str(started.pid))
+    time.sleep(120)

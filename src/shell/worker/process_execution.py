@@ -5,7 +5,15 @@ child process (the `spawn` start method: nothing of the worker's threads,
 locks or connections is inherited). The worker waits for the child's outcome
 until the attempt's timeout; then it kills the child (SIGKILL) and records a
 `Timeout` failure. Unlike a thread, nothing of the attempt outlives its
-deadline.
+deadline: the child leads a process group of its own, and the whole group is
+killed, so the processes the handler started go with it (but one that starts a
+session of its own). The child ignores SIGINT, so a Ctrl-C in the worker's
+terminal stops the worker gracefully while the handler finishes, as on a
+thread. On Linux the child is also killed when the worker dies (SIGKILL, a
+crash), so a reclaimed job never runs beside an orphaned attempt. Once it has
+answered, a child gets `EXIT_GRACE_S` to exit (a thread it left running keeps
+it) before it is killed. The child is a daemon process, so a handler cannot use
+`multiprocessing` (it may run commands with `subprocess`).
 
 What it costs and needs: a process start per attempt (interpreter start-up
 and the handler module's imports, tens to hundreds of milliseconds, which count
@@ -20,7 +28,10 @@ child is stopped from outside instead, at its deadline or, checked every
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
+import signal
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -35,6 +46,8 @@ from ..registry import error_from_exception, run_handler
 
 #: How often the worker asks whether a running child's job should stop (a cancel).
 STOP_POLL_S = 0.5
+#: How long a child that has answered may take to exit before it is killed.
+EXIT_GRACE_S = 1.0
 
 _SPAWN = multiprocessing.get_context("spawn")
 
@@ -53,7 +66,9 @@ def run_in_process(
     said so (its job's cancellation was requested) a non-retryable `cancelled` one."""
     arguments = tuple(_sendable(a) for a in arguments)
     reader, writer = _SPAWN.Pipe(duplex=False)
-    child = _SPAWN.Process(target=_child, args=(writer, handler, arguments), name=name, daemon=True)
+    child = _SPAWN.Process(
+        target=_child, args=(writer, handler, arguments, os.getpid()), name=name, daemon=True
+    )
     child.start()
     writer.close()  # the child holds the only writer: its end is EOF here
     end = None if timeout_s is None else time.monotonic() + timeout_s
@@ -69,16 +84,23 @@ def run_in_process(
         try:
             outcome: Outcome = reader.recv()
         except EOFError:
-            child.join()
+            _end(child)
             message = f"its process ended without an answer (exit code {child.exitcode})"
             return Failed(ErrorInfo("process-died", message, retryable=True))
-        child.join()
+        except Exception as exc:  # it pickled there and does not unpickle here
+            _end(child)
+            message = cap_message(f"could not be read back from its process: {exc!r}")
+            return Failed(ErrorInfo("invalid-result", message, retryable=False))
+        _end(child)
         return outcome
     finally:
         reader.close()
 
 
-def _child(conn: Connection, handler: Callable[..., Any], arguments: tuple[Any, ...]) -> None:
+def _child(
+    conn: Connection, handler: Callable[..., Any], arguments: tuple[Any, ...], parent: int
+) -> None:
+    _tie_to(parent)
     try:
         outcome = run_handler(handler, *arguments)
     except SystemExit as exc:
@@ -101,7 +123,35 @@ def _next_wait(end: float | None, stop: Callable[[], bool] | None) -> float | No
     return STOP_POLL_S if left is None else min(STOP_POLL_S, left)
 
 
+def _tie_to(parent: int) -> None:
+    """In the child, first: a process group of its own (what the worker kills, and
+    out of reach of the terminal's Ctrl-C), SIGINT ignored, and on Linux death with
+    the worker."""
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(Exception):  # not Linux, or no C library to ask
+        import ctypes
+
+        set_parent_death_signal = 1  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(set_parent_death_signal, signal.SIGKILL)
+    if os.getppid() != parent:  # the worker died before the line above
+        os._exit(1)
+
+
+def _end(child: Any) -> None:
+    """Wait for a child that has answered (or closed its pipe) to exit; kill it when a
+    thread it left running keeps it past `EXIT_GRACE_S`."""
+    child.join(EXIT_GRACE_S)
+    if child.exitcode is None:
+        _kill(child)
+
+
 def _kill(child: Any) -> None:
+    # Its group, so what the handler started goes too; the child itself, in case it
+    # was killed before it made its group.
+    with contextlib.suppress(OSError):
+        os.killpg(child.pid, signal.SIGKILL)
     child.kill()
     child.join()
 

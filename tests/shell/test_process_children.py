@@ -1,0 +1,169 @@
+"""What a handler run with `execution="process"` leaves behind: nothing. A result
+that cannot be read back is one failed attempt, not a job rerun at each lease; a
+thread the handler left running does not keep the worker waiting; the processes a
+handler started die with it at its deadline; a Ctrl-C in the worker's terminal does
+not reach the handler; and a worker killed outright takes its child with it."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import process_handlers
+import pytest
+from conveyor.core import Policies, RetryPolicy
+from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
+from conveyor.shell.registry import Registry
+from conveyor.shell.worker.loop import Worker
+from helpers import make_job
+
+AT_ONCE = Policies(retry=RetryPolicy(initial_delay_ms=0, jitter=False))
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def worker_of() -> Iterator[Callable[..., tuple[Worker, MemoryJobStore]]]:
+    def make(job_type: str, handler: Any) -> tuple[Worker, MemoryJobStore]:
+        registry = Registry()
+        registry.register(job_type, handler, execution="process")
+        store = MemoryJobStore()
+        return Worker(MemoryJobQueue(store), store, registry, policies=AT_ONCE), store
+
+    yield make
+    assert not multiprocessing.active_children(), "a handler's process outlived its test"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead: it only waits for its parent to read its exit
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def _wait_for(check: Callable[[], bool], timeout_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_result_that_cannot_be_read_back_is_one_failed_attempt(
+    worker_of: Callable[..., tuple[Worker, MemoryJobStore]], tmp_path: Path
+) -> None:
+    # It escaped the worker's round: the job stayed running, ran again at each lease
+    # (four times with max_retries=0) and died as a lease-expired poison pill.
+    worker, store = worker_of("odd", process_handlers.returns_unreadable)
+    runs = tmp_path / "runs"
+    job = make_job("odd", now=datetime.now(UTC), args={"runs": str(runs)}, max_retries=3)
+    worker.queue.enqueue(job)
+    assert worker.drain() == 1
+    error = store.get(job.id).last_error
+    assert error is not None and error.type == "invalid-result" and not error.retryable
+    assert "could not be read back from its process" in error.message
+    assert "Unreadable.__init__()" in error.message
+    assert len(runs.read_text().splitlines()) == 1
+
+
+def test_a_thread_the_handler_left_running_does_not_hold_the_worker(
+    worker_of: Callable[..., tuple[Worker, MemoryJobStore]],
+) -> None:
+    # The child could not exit while a thread of its own ran: the worker waited for
+    # it without end, and the next job never started.
+    worker, store = worker_of("threads", process_handlers.leaves_a_thread)
+    job = make_job("threads", now=datetime.now(UTC), timeout=30)
+    worker.queue.enqueue(job)
+    finished: list[int] = []
+    drain = threading.Thread(target=lambda: finished.append(worker.drain()), daemon=True)
+    drain.start()
+    drain.join(20)
+    assert finished == [1], "the worker still waits for the child"
+    assert store.get(job.id).result == "answered"
+
+
+def test_the_processes_a_handler_started_die_with_it_at_its_deadline(
+    worker_of: Callable[..., tuple[Worker, MemoryJobStore]], tmp_path: Path
+) -> None:
+    worker, store = worker_of("spawns", process_handlers.starts_a_process_then_hangs)
+    pid_file = tmp_path / "pid"
+    job = make_job(
+        "spawns",
+        now=datetime.now(UTC),
+        args={"pid_file": str(pid_file)},
+        timeout=3.0,
+        max_retries=0,
+    )
+    worker.queue.enqueue(job)
+    assert worker.drain() == 1
+    assert store.get(job.id).last_error.type == "Timeout"
+    assert pid_file.exists(), "the handler never started its process"
+    assert _wait_for(lambda: not _alive(int(pid_file.read_text())), 5), (
+        "the process the handler started outlived its deadline"
+    )
+
+
+def test_a_ctrl_c_for_the_worker_does_not_reach_the_handler(
+    worker_of: Callable[..., tuple[Worker, MemoryJobStore]], tmp_path: Path
+) -> None:
+    # The terminal sends SIGINT to the worker's whole process group: the child died
+    # of KeyboardInterrupt, and the attempt was "process-died", where a thread's
+    # handler finishes while the worker stops gracefully.
+    worker, store = worker_of("sleeps", process_handlers.writes_pid_then_sleeps)
+    pid_file = tmp_path / "pid"
+    args = {"pid_file": str(pid_file), "seconds": 2}
+    job = make_job("sleeps", now=datetime.now(UTC), args=args, timeout=30)
+    worker.queue.enqueue(job)
+    drain = threading.Thread(target=worker.drain, daemon=True)
+    drain.start()
+    assert _wait_for(pid_file.exists), "the handler never started"
+    assert _wait_for(lambda: len(pid_file.read_text().split()) == 2)
+    pid, group = map(int, pid_file.read_text().split())
+    assert group == pid != os.getpgid(0), "the child leads a group apart from the worker's"
+    os.kill(pid, signal.SIGINT)
+    drain.join(30)
+    found = store.get(job.id)
+    assert found.last_error is None and found.result == "finished"
+
+
+WORKER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, sys.argv[2])
+    import process_handlers
+    from conveyor.shell.worker.process_execution import run_in_process
+
+    args = {"pid_file": sys.argv[1], "seconds": 120}
+    run_in_process(process_handlers.writes_pid_then_sleeps, (args,), 300, name="orphan-test")
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a parent-death signal is Linux's")
+def test_a_worker_killed_outright_takes_its_handlers_process_with_it(tmp_path: Path) -> None:
+    # The child ran on (a daemon flag acts only on a clean exit), so the job, reclaimed
+    # after the lease, ran twice at once.
+    pid_file = tmp_path / "pid"
+    worker = subprocess.Popen([sys.executable, "-c", WORKER, str(pid_file), str(HERE)])
+    try:
+        assert _wait_for(lambda: pid_file.exists() and len(pid_file.read_text().split()) == 2)
+        child = int(pid_file.read_text().split()[0])
+        assert _alive(child)
+    finally:
+        worker.kill()
+        worker.wait()
+    assert _wait_for(lambda: not _alive(child), 10), "the handler's process outlived its worker"
