@@ -105,6 +105,18 @@ class LimitReport:
     rates: tuple[RateUse, ...]
 
     @property
+    def shown_caps(self) -> tuple[CapUse, ...]:
+        """The caps a reader needs: every shared one, and a per-partition one for each
+        partition that runs jobs it counts (not one row per partition of the queue)."""
+        return tuple(c for c in self.caps if c.partition is None or c.in_use > 0)
+
+    @property
+    def shown_rates(self) -> tuple[RateUse, ...]:
+        """Every shared rate, and a per-partition one where its bucket is not full (a
+        full one says only that the partition has not started such jobs lately)."""
+        return tuple(r for r in self.rates if r.partition is None or r.tokens < r.starts)
+
+    @property
     def throttled(self) -> int:
         """Ready jobs in partitions none of whose next jobs can start: each waits for a
         cap or a rate."""

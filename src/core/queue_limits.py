@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from .field_checks import integer_at_least, optional_name, positive_number, refuse
+from .field_checks import integer_at_least, optional_name, positive_number, refuse, switch
 
 
 @attrs.frozen(slots=True)
@@ -20,7 +20,7 @@ class Cap:
 
     max_running: int = attrs.field(validator=integer_at_least(1))
     job_type: str | None = attrs.field(default=None, validator=optional_name)
-    per_partition: bool = False
+    per_partition: bool = attrs.field(default=False, validator=switch)
 
     def applies(self, job_type: str) -> bool:
         """True when a job of `job_type` counts against this cap."""
@@ -36,7 +36,7 @@ class Rate:
     starts: int = attrs.field(validator=integer_at_least(1))
     per_seconds: float = attrs.field(default=1.0, validator=positive_number)
     job_type: str | None = attrs.field(default=None, validator=optional_name)
-    per_partition: bool = False
+    per_partition: bool = attrs.field(default=False, validator=switch)
 
     def applies(self, job_type: str) -> bool:
         """True when a job of `job_type` takes a token of this rate."""
@@ -90,7 +90,7 @@ class QueueLimits:
     partition -> weight, 1 when absent), a cap on the whole queue (`max_running`),
     `caps` and `rates`. The default limits nothing."""
 
-    fair: bool = False
+    fair: bool = attrs.field(default=False, validator=switch)
     weights: tuple[tuple[str, float], ...] = attrs.field(
         default=(), converter=_weights, validator=_check_weights
     )

@@ -90,6 +90,24 @@ def test_a_bucket_absent_from_storage_is_full() -> None:
     assert report.partitions[0].waits is None
 
 
+def test_per_partition_rows_are_shown_only_for_partitions_they_hold_back_or_count() -> None:
+    # `status --json` listed `charge per partition / initech 0/1` and a full `mail`
+    # bucket for every partition, though none of them ran such a job.
+    limits = QueueLimits(
+        caps=(Cap(1, "charge", per_partition=True),),
+        rates=(Rate(2, 1.0, "mail", per_partition=True),),
+    )
+    report = _report(
+        limits,
+        running={("charge", "acme"): 1},
+        ready={"acme": 1, "globex": 1, "initech": 1},
+        buckets={"0:mail:globex": Bucket(0.0, NOW)},
+    )
+    assert len(report.caps) == 3 and len(report.rates) == 3, "every row is still worked out"
+    assert [(c.partition, c.in_use) for c in report.shown_caps] == [("acme", 1)]
+    assert [(r.partition, r.tokens) for r in report.shown_rates] == [("globex", 0.0)]
+
+
 _names = st.sampled_from(["a", "b", "c"])
 _types = st.sampled_from(["charge", "mail"])
 

@@ -220,6 +220,25 @@ def test_limits_reject_bad_numbers() -> None:
         QueueLimits(weights={"a": -1})
 
 
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda flag: QueueLimits(fair=flag), "QueueLimits.fair"),
+        (lambda flag: Cap(1, per_partition=flag), "Cap.per_partition"),
+        (lambda flag: Rate(5, per_partition=flag), "Rate.per_partition"),
+    ],
+)
+@pytest.mark.parametrize("flag", ["no", 1, 0, None])
+def test_a_limit_s_switch_is_true_or_false_not_what_reads_as_one(
+    make: object, field: str, flag: object
+) -> None:
+    # `fair="no"` turned fair shares on; `per_partition="no"` capped per partition.
+    with pytest.raises(ValidationError) as refused:
+        make(flag)  # type: ignore[operator]
+    assert refused.value.fields == (field,)
+    assert f"must be True or False, got {flag!r}" in str(refused.value)
+
+
 # ---- properties ----------------------------------------------------------------
 
 PARTITIONS = ["a", "b", "c"]

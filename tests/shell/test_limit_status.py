@@ -134,3 +134,34 @@ def test_a_queue_that_claims_under_limits_without_reporting_them_still_runs_them
     runtime = build({"provider": "memory", "limits": {"default": {"max_running": 1}}})
     runtime.queue = queue  # type: ignore[assignment]
     assert runtime.limit_reports(runtime.clock.now()) == ()
+
+
+def test_status_json_lists_per_partition_rows_only_where_the_text_does(tmp_path: Path) -> None:
+    # The JSON listed `charge per partition` for a partition running no `charge` job,
+    # and a full bucket of a per-partition rate for each partition, used or not.
+    config = {
+        "provider": "db",
+        "url": f"sqlite:///{tmp_path / 'jobs.db'}",
+        "workers": {"queues": ["pay"]},
+        "limits": {
+            "pay": {
+                "caps": [{"job_type": "charge", "per_partition": True, "max_running": 1}],
+                "rates": [
+                    {"job_type": "mail", "starts": 5, "per_seconds": 3600, "per_partition": True}
+                ],
+            }
+        },
+    }
+    runtime = build(config, env={})
+    try:
+        runtime.enqueue("charge", {}, queue="pay", partition="acme")
+        runtime.enqueue("mail", {}, queue="pay", partition="initech")
+        runtime.enqueue("audit", {}, queue="pay", partition="globex")
+        runtime.queue.dequeue_limited("pay", runtime.clock.now(), 10, runtime.limits["pay"])
+        [pay] = runtime.status().to_dict()["limits"]
+    finally:
+        runtime.close()
+    assert [(c["label"], c["partition"]) for c in pay["caps"]] == [
+        ("charge per partition", "acme")
+    ]
+    assert [(r["partition"], round(r["tokens"])) for r in pay["rates"]] == [("initech", 4)]

@@ -106,7 +106,14 @@ def test_limits_tables_become_queue_limits() -> None:
         ),
         (
             {"rates": [{"starts": 5, "per_seconds": 0}]},
-            "limits.payments.rates[0].per_seconds: must be a number of seconds > 0, got 0",
+            "limits.payments.rates[0].per_seconds: must be a number of seconds > 0 and "
+            "below 1e9 (31 years), got 0",
+        ),
+        (
+            # The bound was not said: "must be ... > 0, got 1e+300".
+            {"rates": [{"starts": 5, "per_seconds": 1e300}]},
+            "limits.payments.rates[0].per_seconds: must be a number of seconds > 0 and "
+            "below 1e9 (31 years), got 1e+300",
         ),
         ({"rates": [{"starts": 5}]}, "limits.payments.rates[0].per_seconds: is required"),
         (
@@ -116,8 +123,8 @@ def test_limits_tables_become_queue_limits() -> None:
         ),
         (
             {"weights": {"a": -2, "b": 0, "c": 1}},
-            "limits.payments.weights.a: must be a number > 0, got -2; "
-            "limits.payments.weights.b: must be a number > 0, got 0",
+            "limits.payments.weights.a: must be a number > 0 and below 1e9, got -2; "
+            "limits.payments.weights.b: must be a number > 0 and below 1e9, got 0",
         ),
         ({"fair": "yes"}, "limits.payments.fair: must be true or false"),
         ({"max_running": 1.5}, "limits.payments.max_running: must be an integer, got 1.5"),

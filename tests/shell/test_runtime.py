@@ -230,6 +230,28 @@ def test_a_worker_starting_warns_of_a_timeout_or_cron_entry_for_a_misspelt_type(
     assert told[1].startswith("cron entry 'nightly': ") and "did you mean 'tick'" in told[1]
 
 
+def test_a_worker_starting_warns_of_limits_for_a_queue_no_pool_polls(caplog) -> None:
+    # `[limits.paymnets]` left `payments` uncapped without a word.
+    rt = conveyor.build(
+        {
+            "provider": "memory",
+            "workers": {"queues": ["payments", "default"]},
+            "limits": {"paymnets": {"max_running": 1}, "payments": {"max_running": 2}},
+        },
+        handlers={"charge": lambda a: None},
+        env={},
+    )
+    with caplog.at_level(logging.WARNING, logger="conveyor.runtime"):
+        rt.start()
+        rt.stop()
+    told = [r.getMessage() for r in caplog.records if r.name == "conveyor.runtime"]
+    assert told == [
+        "limits.paymnets: no worker pool polls queue 'paymnets' (workers.queues = "
+        "['payments', 'default']), so these limits apply to nothing here; did you mean "
+        "'payments'?"
+    ]
+
+
 def test_a_node_that_loads_no_handlers_cannot_tell_a_misspelt_type() -> None:
     rt = conveyor.build({"provider": "memory", "workers": {"count": 0}})
     assert rt.unknown_job_type("anything") is None

@@ -89,7 +89,7 @@ def render_limits(report: LimitReport) -> None:
         ]
         or [("(none)", "-", "-", 0, 0, "no ready or running job")],
     )
-    caps = [c for c in report.caps if c.partition is None or c.in_use > 0]
+    caps = report.shown_caps
     if caps:
         print_table(
             ("cap", "partition", "in use", "note"),
@@ -103,7 +103,7 @@ def render_limits(report: LimitReport) -> None:
                 for c in caps
             ],
         )
-    if report.rates:
+    if report.shown_rates:
         print_table(
             ("rate", "partition", "tokens", "note"),
             [
@@ -113,7 +113,7 @@ def render_limits(report: LimitReport) -> None:
                     f"{r.tokens:.1f}/{r.starts}",
                     "" if r.next_token_s is None else f"next token in {r.next_token_s:.1f}s",
                 )
-                for r in report.rates
+                for r in report.shown_rates
             ],
         )
 

@@ -133,7 +133,7 @@ def args(value: Any, _: Any) -> FrozenMap:
 
 def seconds(value: Any, _: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
-        raise Bad(f"must be a number of seconds > 0, got {value!r}")
+        raise Bad(f"must be a number of seconds > 0 and below 1e9 (31 years), got {value!r}")
     return float(value)
 
 
@@ -145,7 +145,7 @@ def weights(value: Any, _: Any) -> dict[str, float]:
     for key, weight in value.items():
         if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < 1e9:
             # Named under its partition (`weights.acme`), every bad one at once.
-            wrong = Bad(f"must be a number > 0, got {weight!r}")
+            wrong = Bad(f"must be a number > 0 and below 1e9, got {weight!r}")
             wrong.__notes__ = [AttributeValidationNote(str(key), str(key), float)]
             bad.append(wrong)
     if bad:

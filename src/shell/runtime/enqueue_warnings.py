@@ -76,3 +76,21 @@ def warn_of_config_types(
         reason = unknown_job_type(registry, entry.job_type)
         if reason is not None:
             log.warning("cron entry %r: %s", entry.name, reason)
+
+
+def warn_of_unpolled_limits(limited: Iterable[str], polled: Sequence[str]) -> None:
+    """One WARNING, as a worker starts, for each queue `[limits.<queue>]` names that no
+    pool polls: a misspelt name leaves the queue it meant unlimited, unseen."""
+    for queue in limited:
+        if queue in polled:
+            continue
+        close = difflib.get_close_matches(queue, list(polled), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        log.warning(
+            "limits.%s: no worker pool polls queue %r (workers.queues = %s), so these "
+            "limits apply to nothing here%s",
+            queue,
+            queue,
+            list(polled),
+            hint,
+        )

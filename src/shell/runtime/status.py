@@ -78,8 +78,8 @@ def _limit_dict(report: LimitReport) -> dict[str, Any]:
         "running": report.running,
         "throttled": report.throttled,
         "partitions": [attrs.asdict(p) for p in report.partitions],
-        "caps": [{**attrs.asdict(c), "full": c.full} for c in report.caps],
-        "rates": [{**attrs.asdict(r), "empty": r.empty} for r in report.rates],
+        "caps": [{**attrs.asdict(c), "full": c.full} for c in report.shown_caps],
+        "rates": [{**attrs.asdict(r), "empty": r.empty} for r in report.shown_rates],
     }
 
 

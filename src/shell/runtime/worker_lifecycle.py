@@ -26,7 +26,7 @@ from ..worker import WorkerPool
 from ..worker.claiming import JobBudget
 from ..worker.lease_keeper import check_clock
 from ..worker.loop import Worker, WorkerStats
-from .enqueue_warnings import warn_of_config_types
+from .enqueue_warnings import warn_of_config_types, warn_of_unpolled_limits
 from .presence_beat import PresenceBeat, worker_info
 
 if TYPE_CHECKING:
@@ -235,6 +235,7 @@ class WorkerMethods:
         )
         self._beat.start()
         warn_of_config_types(self.registry, self.config.timeouts_ms, self.config.cron)
+        warn_of_unpolled_limits(self.limits, workers.queues)
         # Every worker process ticks; slot ids keep each slot to one job.
         self.cron.start()
         return self
