@@ -131,7 +131,8 @@ def decide_release(
     if skip is not None:
         status = outcomes[skip.dependency]
         state = "unfinished" if status is None else status.value
-        return SkipDependent(skip.dependency, f"skipped: dependency {_label(skip)} ended {state}")
+        # The record's error type already says Skipped: the message says why.
+        return SkipDependent(skip.dependency, f"dependency {_label(skip)} ended {state}")
     return RELEASE
 
 

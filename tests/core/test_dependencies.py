@@ -116,6 +116,8 @@ def test_a_released_job_is_pending_and_an_ended_one_says_why() -> None:
     skipped = settle(job, decide_release(edges, {dep: JobStatus.CANCELLED}), NOW)
     assert skipped.status is JobStatus.CANCELLED and skipped.last_error.type == SKIPPED
     assert str(dep) in skipped.last_error.message
+    # Shown as "type: message", it read "Skipped: skipped: dependency ...".
+    assert skipped.last_error.message == f"dependency {dep} ended cancelled"
 
 
 def jobs(n: int, tenant: str | None = None) -> list:

@@ -94,6 +94,7 @@ def _argv(path: tuple[str, ...], site: dict[str, Any]) -> list[list[str]]:
         ("dead", "show"): [[site["dead"]], [site["dead"], "--show-args"]],
         ("cron", "list"): [["--json"]],
         ("workflow", "show"): [[site["workflow"], "--json"]],
+        ("workflow", "cancel"): [[site["workflow"], "--json"]],
     }
     assert path in known, f"`conveyor {' '.join(path)}` prints JSON: give it arguments here"
     return [[*path, *extra] for extra in known[path]]

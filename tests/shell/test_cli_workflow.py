@@ -68,4 +68,13 @@ def test_cancel_ends_every_unfinished_job_and_an_unknown_id_is_an_error(
     assert missing.returncode == 1 and "no workflow" in missing.stderr
     bad = call_main(capsys, "workflow", "show", "not-an-id")
     assert bad.returncode == 2
+    assert "workflow_id: 'not-an-id' is not a job id" in bad.stderr, "named as given"
+    rt.close()
+
+
+def test_cancel_json_gives_the_counts(project: Path, capsys) -> None:
+    wf, rt = _workflow(project)
+    ran = call_main(capsys, "workflow", "cancel", str(wf.id), "--json")
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout) == {"workflow_id": str(wf.id), "counts": {"cancelled": 2}}
     rt.close()

@@ -46,8 +46,8 @@ def tenant_problem(value: str | None) -> FieldError | None:
     return None if value is None else check_name("--tenant", value)
 
 
-def job_id_arg(value: str) -> UUID:
-    parsed = parse_job_id(value)
+def job_id_arg(value: str, field: str = "job_id") -> UUID:
+    parsed = parse_job_id(value, field)
     if isinstance(parsed, FieldError):
         raise ValidationError((parsed,))
     return parsed

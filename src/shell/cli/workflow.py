@@ -21,12 +21,13 @@ def add_workflow_commands(sub: Any) -> None:
     ws.add_argument("--json", action="store_true", help="machine-readable output")
     wc = wsub.add_parser("cancel", help="cancel every unfinished job of the workflow")
     wc.add_argument("workflow_id")
+    wc.add_argument("--json", action="store_true", help="machine-readable output")
     w.set_defaults(func=cmd_workflow)
 
 
 def cmd_workflow(args: argparse.Namespace) -> int:
     """0 on success; 1 when no workflow has the id; 2 on bad input."""
-    workflow_id = job_id_arg(args.workflow_id)
+    workflow_id = job_id_arg(args.workflow_id, "workflow_id")
     cancelling = args.workflow_command == "cancel"
     runtime = command_runtime(args, reads_only=not cancelling)
     try:
@@ -36,6 +37,9 @@ def cmd_workflow(args: argparse.Namespace) -> int:
             return 1
         if cancelling:
             counts = runtime.cancel_workflow(workflow_id)
+            if args.json:
+                print(json.dumps({"workflow_id": str(workflow_id), "counts": dict(counts)}))
+                return 0
             done = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
             print(f"workflow {workflow_id}: {done}")
             return 0
