@@ -39,8 +39,9 @@ class ConveyorTask(Task):  # type: ignore[misc]
 
     def using(self, **changes: Any) -> ConveyorTask:
         """Django's `using` (priority, queue_name, run_after, backend), and Conveyor's
-        options too."""
-        ours = {k: changes.pop(k) for k in TASK_OPTIONS if k in changes}
+        options too; as in Django's, an option given as None is left as it was."""
+        given = {k: changes.pop(k) for k in TASK_OPTIONS if k in changes}
+        ours = {k: v for k, v in given.items() if v is not None}
         # Zero-argument super() does not work in a slotted dataclass.
         changed: ConveyorTask = Task.using(self, **changes)
         return replace(changed, **ours) if ours else changed

@@ -80,6 +80,7 @@ else:
         "run_at": view.job.run_at.isoformat(),
         "enqueued_at_naive": read.enqueued_at.tzinfo is None,
     }
+out["retries"] = [listed.using(retries=2).retries, listed.using(retries=2).using(retries=None).retries]
 print(json.dumps(out))
 """
 
@@ -141,3 +142,8 @@ def test_a_naive_run_after_is_read_in_the_projects_time_zone_without_use_tz(
     assert datetime.fromisoformat(naive["run_at"]) == in_new_york.astimezone(UTC)
     assert naive["status"] == "READY"
     assert naive["enqueued_at_naive"] is True, "times read as Django shows them: naive"
+
+
+def test_an_option_given_as_none_to_using_is_left_as_it_was(tmp_path: Path) -> None:
+    # As in Django's own `using`; it reset the task's retries to the backend default.
+    assert _run(tmp_path, use_tz=True, modules=[])["retries"] == [2, 2]

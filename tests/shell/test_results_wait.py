@@ -269,12 +269,33 @@ class CountingStore:
     def __init__(self, inner: Any) -> None:
         self._inner = inner
         self.finished_reads: Counter[UUID] = Counter()
+        #: Reads that found a job unfinished: its waiter watches it from then on.
+        self.unfinished_reads: Counter[UUID] = Counter()
 
     def get(self, job_id: UUID) -> Any:
         found = self._inner.get(job_id)
         if found is not None and found.status.is_terminal:
             self.finished_reads[job_id] += 1
+        else:
+            self.unfinished_reads[job_id] += 1
         return found
+
+    def drain_once_watched(self, runtime: Runtime, *job_ids: UUID) -> threading.Thread:
+        """`runtime.drain` in another thread once a waiter has read each of `job_ids`
+        unfinished (and so watches it): a finish before that, on a busy machine, is read
+        from the store, not handed over."""
+
+        def run() -> None:
+            deadline = time.monotonic() + 30
+            while not all(self.unfinished_reads[i] for i in job_ids):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+            runtime.drain(timeout_s=30)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -319,7 +340,7 @@ def test_a_waiter_handed_its_record_does_not_read_the_store(handing: Backend, mo
     waiter = runtime_on(handing, store=counting)
     worker = runtime_on(handing, *handing.peer())  # finishes through its own connection
     job = waiter.enqueue("work", {})
-    finishing = drain_soon(worker)
+    finishing = counting.drain_once_watched(worker, job.id)
     if mode == "result":
         value = waiter.result(job.id, timeout=30)
     else:
@@ -337,7 +358,7 @@ def test_a_waiter_handed_a_dead_letter_raises_its_last_error_without_a_read(
     waiter = runtime_on(handing, store=counting)
     worker = runtime_on(handing, *handing.peer())
     job = waiter.enqueue("boom", {})
-    finishing = drain_soon(worker)
+    finishing = counting.drain_once_watched(worker, job.id)
     with pytest.raises(JobFailed, match="the printer is on fire") as raised:
         if mode == "result":
             waiter.result(job.id, timeout=30)
@@ -460,7 +481,9 @@ def test_sqlite_hands_many_waiters_their_records_a_chunk_of_ids_at_a_time(
         counting = CountingStore(sqlite.store)
         waiter = runtime_on(sqlite, store=counting)
         jobs = [waiter.enqueue("work", {}) for _ in range(5)]
-        finishing = drain_soon(runtime_on(sqlite, *sqlite.peer()))
+        finishing = counting.drain_once_watched(
+            runtime_on(sqlite, *sqlite.peer()), *(j.id for j in jobs)
+        )
 
         async def wait_all() -> list[Any]:
             return await asyncio.gather(*(waiter.aresult(j.id, timeout=30) for j in jobs))
@@ -468,5 +491,32 @@ def test_sqlite_hands_many_waiters_their_records_a_chunk_of_ids_at_a_time(
         assert asyncio.run(wait_all()) == [NESTED] * 5
         finishing.join()
         assert sum(counting.finished_reads.values()) == 0
+    finally:
+        sqlite.cleanup()
+
+
+def test_a_watch_hears_a_finish_committed_while_its_listener_was_starting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The first watch of a process starts the SQLite listener, which takes its baseline
+    # when its thread runs. A finish committed between the waiter's read and that
+    # baseline was never heard: the waiter slept out its fallback poll (a second).
+    from conveyor.shell.adapters.sql import file_changes
+
+    opened = file_changes.FileChanges.open
+
+    def slow_open(path: str) -> Any:
+        time.sleep(0.5)  # a busy machine: the listener's thread runs late
+        return opened(path)
+
+    monkeypatch.setattr(file_changes.FileChanges, "open", staticmethod(slow_open))
+    sqlite = make_backend("sqlite")
+    try:
+        rt = runtime_on(sqlite)
+        job = rt.enqueue("work", {})
+        with sqlite.store.watch_finished(job.id) as watch:
+            assert rt.get(job.id).state is not JobStatus.COMPLETED
+            assert runtime_on(sqlite, *sqlite.peer()).drain(timeout_s=30).completed == 1
+            assert watch.wait(5.0), "the finish was never announced"
     finally:
         sqlite.cleanup()

@@ -82,6 +82,9 @@ SQLITE_LOOKS_AFTER_WRITE = 4
 SQLITE_LOOK_GAP_S = 0.0005
 #: How long the listener blocks before it looks whether anyone still uses it.
 _CHECK_S = 1.0
+#: How long the first wait or watch of a process waits for the listener it starts
+#: to hear (LISTEN sent, SQLite's first look taken): a commit before that is missed.
+READY_WAIT_S = 2.0
 #: Waits between attempts to reconnect a listener whose connection broke.
 _RECONNECT_S = (0.05, 5.0)
 #: The announcement key under which SQLite's "something committed" is counted.
@@ -114,6 +117,7 @@ class Wakeups:
         self._waiting = 0
         self._users: weakref.WeakSet[object] = weakref.WeakSet()
         self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
         self._local = threading.local()
         #: The callers waiting for a job's outcome, by job id.
         self.finishes = FinishSignals()
@@ -189,10 +193,19 @@ class Wakeups:
         if self._thread is not None:
             return
         run = self._watch_sqlite if self._sqlite else self._listen_postgres
+        self._ready = ready = threading.Event()
         self._thread = threading.Thread(
             target=run, args=(engine,), name="conveyor-sql-wakeups", daemon=True
         )
         self._thread.start()
+        # Under the lock, which the wait gives up: the listener takes it once ready.
+        self._cond.wait_for(ready.is_set, READY_WAIT_S)
+
+    def _heard_from(self) -> None:
+        """The listener hears from now on, or has failed: a waiting start goes on."""
+        with self._cond:
+            self._ready.set()
+            self._cond.notify_all()
 
     def _in_use(self) -> bool:
         """Under the lock: whether to keep going; if not, the thread is about to end."""
@@ -218,6 +231,7 @@ class Wakeups:
             raw = pool.connect()
             cursor = raw.driver_connection.cursor()  # type: ignore[union-attr]
             version = cursor.execute("PRAGMA data_version").fetchone()[0]
+            self._heard_from()
             looks_left = 0  # quick looks after a write whose commit was not yet visible
             looked = 0.0
             while True:
@@ -245,6 +259,7 @@ class Wakeups:
         except Exception:
             # Waiters fall back to their timeouts (polling); the next wait tries again.
             _log.warning("the SQLite wake-up watcher failed; idle workers poll", exc_info=True)
+            self._heard_from()
             with self._cond:
                 self._thread = None
         finally:
@@ -305,6 +320,7 @@ class Wakeups:
                 listener.autocommit = True
                 listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
                 listener.execute(f"LISTEN {FINISHED_CHANNEL}")
+                self._heard_from()
                 # Whatever was announced while nobody listened is lost: wake everyone.
                 self._announce(None)
                 self.finishes.announce_all()
@@ -324,6 +340,7 @@ class Wakeups:
                 # failures); anything else once per run of failures, with its traceback.
                 with self._cond:
                     watch = self._watch
+                self._heard_from()  # not ready, but a start waits no longer
                 if watch is None or not watch.failed(exc):
                     _log.log(
                         logging.DEBUG if failing else logging.WARNING,
