@@ -335,3 +335,34 @@ def test_plain_text_and_line_breaks_are_left_alone(rt: Runtime) -> None:
     rt.drain()
     page = TestClient(create_app(rt)).get(f"/jobs/{job.id}").text
     assert text in page and "[U+" not in page
+
+
+# ---- an action the backend fails ----------------------------------------------------
+
+
+def test_an_action_the_backend_fails_is_a_page_naming_what_failed(tmp_path: Any) -> None:
+    # Another connection holds the write lock (a stuck writer, a backup): the cancel
+    # gave up after its retries and the page was a bare "Internal Server Error".
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    # A short lease: the write retries for a quarter of it before it gives up.
+    runtime = conveyor.build({"provider": "db", "url": url, "lease_ms": 2000}, env={})
+    try:
+        job = runtime.enqueue("anything", {}, delay=3600)
+        client = TestClient(create_app(runtime))
+        form = {CSRF_FIELD: token(client)}
+        lock = sqlite3.connect(str(tmp_path / "jobs.db"), isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")
+        try:
+            answer = client.post(f"/jobs/{job.id}/cancel", data=form, follow_redirects=False)
+        finally:
+            lock.rollback()
+            lock.close()
+        assert answer.status_code == 503
+        assert "did not carry out the action" in answer.text
+        assert f"could not cancel job {job.id}" in answer.text
+        view = runtime.get(job.id)
+        assert view is not None and view.state is conveyor.JobStatus.SCHEDULED
+    finally:
+        runtime.close()

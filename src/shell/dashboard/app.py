@@ -149,8 +149,9 @@ class Dashboard(Actions, WorkflowPages):
                 return self._error(request, 400, str(exc))
             except BackendUnavailable as exc:
                 return self._error(request, 503, str(exc))
-            finally:
-                # A retry or purge changes the dead letters the chart counted.
+            except Exception as exc:  # not a bare 500: the page says what failed
+                return self._error(request, 503, self.backend.failed_action(exc))
+            finally:  # a retry or purge changes the dead letters the chart counted
                 self.chart.clear()
 
         return guarded

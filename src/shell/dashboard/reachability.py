@@ -20,6 +20,7 @@ than 2 s while the server is up); an outage still ends them with the 503 page.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from ..redact import one_line, redact
 from ..runtime import Runtime
 
 T = TypeVar("T")
+_log = logging.getLogger("conveyor.dashboard")
 
 #: How long a page waits for the backend before it says the backend did not answer.
 DEFAULT_TIMEOUT_S = 2.0
@@ -105,6 +107,19 @@ class BackendReads:
                 f"{self._backend} is unreachable ({detail[:300]}). This page will load "
                 "once it is back."
             ) from None
+
+
+    def failed_action(self, exc: Exception) -> str:
+        """The one line a page says when the backend failed an action for a reason other
+        than an outage (a locked SQLite file, say): what failed and why, password masked.
+        The traceback goes to the log."""
+        _log.error("a dashboard action failed", exc_info=exc)
+        cause = exc.__cause__ or exc.__context__
+        why = f"{type(exc).__name__}: {exc}"
+        if cause is not None:
+            why += f" ({type(cause).__name__}: {cause})"
+        detail = one_line(redact(why, self._secrets))
+        return f"{self._backend} did not carry out the action: {detail[:400]}"
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
