@@ -33,6 +33,7 @@ from .compat import (
     BaseTaskBackend,
     InvalidTask,
     TaskResultDoesNotExist,
+    normalize_json,
     task_backends,
     task_enqueued,
 )
@@ -200,6 +201,9 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         caller's transaction on that database."""
         self.validate_task(task)
         self._check_loaded_by_workers(task)
+        # As Django's own backends do: bytes read as text, anything else JSON cannot
+        # hold a TypeError; then as stored (keys as text), as a database backend's.
+        args, kwargs = json.loads(json.dumps([normalize_json(args), normalize_json(kwargs)]))
         options = task_options(task)
         retries = self.settings.retries if options["retries"] is None else options["retries"]
         timeout = self.settings.timeout if options["timeout"] is None else options["timeout"]

@@ -53,3 +53,8 @@ InvalidTask: type[Exception] = (
     _exceptions.InvalidTask if hasattr(_exceptions, "InvalidTask") else _exceptions.InvalidTaskError
 )
 TaskResultDoesNotExist: type[Exception] = _exceptions.TaskResultDoesNotExist
+#: How a task's call is made JSON before it is stored: `TypeError` (or `ValueError`)
+#: for what JSON cannot hold, as Django's own backends raise.
+normalize_json: Any = getattr(_base, "normalize_json", None) or importlib.import_module(
+    "django.utils.json" if FRAMEWORK == "django.tasks" else "django_tasks.utils"
+).normalize_json

@@ -80,6 +80,11 @@ else:
         "run_at": view.job.run_at.isoformat(),
         "enqueued_at_naive": read.enqueued_at.tzinfo is None,
     }
+for label, arg in (("set", {1, 2}), ("bytes", b"hi"), ("int_keys", {1: "a"})):
+    try:
+        out[label] = listed.get_backend().get_result(listed.enqueue(arg).id).args
+    except Exception as exc:
+        out[label] = type(exc).__name__
 out["retries"] = [listed.using(retries=2).retries, listed.using(retries=2).using(retries=None).retries]
 print(json.dumps(out))
 """
@@ -147,3 +152,10 @@ def test_a_naive_run_after_is_read_in_the_projects_time_zone_without_use_tz(
 def test_an_option_given_as_none_to_using_is_left_as_it_was(tmp_path: Path) -> None:
     # As in Django's own `using`; it reset the task's retries to the backend default.
     assert _run(tmp_path, use_tz=True, modules=[])["retries"] == [2, 2]
+
+
+def test_a_call_is_made_json_as_djangos_own_backends_make_it(tmp_path: Path) -> None:
+    # A set was InvalidTask where Django's backends raise TypeError; bytes and integer
+    # keys, which they take, were refused.
+    out = _run(tmp_path, use_tz=True, modules=[])
+    assert (out["set"], out["bytes"], out["int_keys"]) == ("TypeError", ["hi"], [{"1": "a"}])
