@@ -6,6 +6,8 @@ client that counts the commands it sends."""
 from __future__ import annotations
 
 import collections
+import os
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -23,3 +25,15 @@ class CountingRedis(redis.Redis):
         self.sent = getattr(self, "sent", collections.Counter())
         self.sent[str(args[0]).upper()] += 1
         return super().execute_command(*args, **options)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return True

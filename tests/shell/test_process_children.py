@@ -25,7 +25,7 @@ from conveyor.core import Policies, RetryPolicy
 from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
 from conveyor.shell.registry import Registry
 from conveyor.shell.worker.loop import Worker
-from helpers import make_job
+from helpers import make_job, process_alive
 
 AT_ONCE = Policies(retry=RetryPolicy(initial_delay_ms=0, jitter=False))
 HERE = Path(__file__).resolve().parent
@@ -41,17 +41,6 @@ def worker_of() -> Iterator[Callable[..., tuple[Worker, MemoryJobStore]]]:
 
     yield make
     assert not multiprocessing.active_children(), "a handler's process outlived its test"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead: it only waits for its parent to read its exit
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return True
 
 
 def _wait_for(check: Callable[[], bool], timeout_s: float = 20.0) -> bool:
@@ -112,7 +101,7 @@ def test_the_processes_a_handler_started_die_with_it_at_its_deadline(
     assert worker.drain() == 1
     assert store.get(job.id).last_error.type == "Timeout"
     assert pid_file.exists(), "the handler never started its process"
-    assert _wait_for(lambda: not _alive(int(pid_file.read_text())), 5), (
+    assert _wait_for(lambda: not process_alive(int(pid_file.read_text())), 5), (
         "the process the handler started outlived its deadline"
     )
 
@@ -162,8 +151,8 @@ def test_a_worker_killed_outright_takes_its_handlers_process_with_it(tmp_path: P
     try:
         assert _wait_for(lambda: pid_file.exists() and len(pid_file.read_text().split()) == 2)
         child = int(pid_file.read_text().split()[0])
-        assert _alive(child)
+        assert process_alive(child)
     finally:
         worker.kill()
         worker.wait()
-    assert _wait_for(lambda: not _alive(child), 10), "the handler's process outlived its worker"
+    assert _wait_for(lambda: not process_alive(child), 10), "the handler's process outlived its worker"

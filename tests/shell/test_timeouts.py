@@ -23,7 +23,7 @@ from conveyor.shell.lookup import find_job
 from conveyor.shell.registry import Registry
 from conveyor.shell.tenancy import SharedTables, TableTenantResolver, TenantScope
 from conveyor.shell.worker.loop import Worker
-from helpers import make_job
+from helpers import make_job, process_alive
 
 #: Retries come due at once, so one drain runs a job's whole retry budget.
 AT_ONCE = Policies(retry=RetryPolicy(initial_delay_ms=0, jitter=False))
@@ -465,14 +465,6 @@ def process_registry() -> Iterator[Callable[..., Registry]]:
     assert not multiprocessing.active_children(), "a handler's process outlived its test"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_an_overrunning_process_is_killed_and_its_job_follows_the_retry_policy(
     backend: Backend, tmp_path: Any, process_registry: Callable[..., Registry]
 ) -> None:
@@ -489,7 +481,7 @@ def test_an_overrunning_process_is_killed_and_its_job_follows_the_retry_policy(
     backend.queue.enqueue(job)
     assert worker.drain() == 2, "the attempt and its one retry"
     assert pid_file.exists(), "the handler never started in its process"
-    assert not _alive(int(pid_file.read_text())), "the overrunning process still runs"
+    assert not process_alive(int(pid_file.read_text())), "the overrunning process still runs"
     [dead] = backend.store.list_dead()
     assert dead.id == job.id and dead.retry_count == 1
     assert [a.error.type for a in dead.attempts] == ["Timeout", "Timeout"]
@@ -647,5 +639,5 @@ def test_a_process_whose_job_is_cancelled_is_killed_and_recorded_cancelled(
     runtime.cancel(job.id)
     drained.join(30)
     assert not drained.is_alive(), "the worker still waits for its child"
-    assert not _alive(int(pid_file.read_text()))
+    assert not process_alive(int(pid_file.read_text()))
     assert runtime.get(job.id).state is JobStatus.CANCELLED
