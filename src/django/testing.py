@@ -12,7 +12,8 @@ database, not the test one). This runner also:
   temporary folder, removed with it): Conveyor's connections, a worker's or
   `get_result`'s, must see the jobs the test's connection writes;
 * runs `conveyor migrate` on each test database a Conveyor backend of `TASKS`
-  keeps its tables in (`DATABASE`; a backend on its own `URL` is left alone);
+  keeps its tables in (`DATABASE`; a backend on its own `URL` is left alone), as
+  soon as Django has migrated it: before `--parallel` copies it for its workers;
 * closes this process's Conveyor runtimes before the test databases are
   destroyed: on PostgreSQL a pooled connection still open makes `DROP DATABASE`
   fail ("is being accessed by other users").
@@ -28,10 +29,13 @@ from typing import Any
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connections
+from django.db.models.signals import post_migrate
 from django.test.runner import DiscoverRunner
 
 from .backend import RUNTIMES, ConveyorBackend
 from .compat import task_backends
+
+_UID = "conveyor.django.testing.add_tables"
 
 
 def conveyor_databases() -> dict[str, str]:
@@ -53,11 +57,28 @@ class ConveyorTestRunner(DiscoverRunner):  # type: ignore[misc]
         self._folder: str | None = None
 
     def setup_databases(self, **kwargs: Any) -> Any:
-        for database in set(conveyor_databases().values()):
+        wanted = conveyor_databases()
+        for database in set(wanted.values()):
             self._test_database_on_file(database)
-        made = super().setup_databases(**kwargs)
-        for alias in conveyor_databases():
-            call_command("conveyor", "migrate", backend=alias, stdout=io.StringIO())
+        migrated: set[str] = set()
+
+        def add_tables(sender: Any, using: str = "", **_: Any) -> None:
+            # Right after Django migrates a test database, before `--parallel` copies
+            # it for each worker: the copies carry Conveyor's tables too.
+            if using in migrated or using not in wanted.values():
+                return
+            migrated.add(using)
+            for alias in (a for a, database in wanted.items() if database == using):
+                call_command("conveyor", "migrate", backend=alias, stdout=io.StringIO())
+
+        post_migrate.connect(add_tables, weak=False, dispatch_uid=_UID)
+        try:
+            made = super().setup_databases(**kwargs)
+        finally:
+            post_migrate.disconnect(dispatch_uid=_UID)
+        for alias, database in wanted.items():
+            if database not in migrated:  # not migrated by Django this run
+                call_command("conveyor", "migrate", backend=alias, stdout=io.StringIO())
         return made
 
     def teardown_databases(self, old_config: Any, **kwargs: Any) -> None:

@@ -65,6 +65,7 @@ from probe.tasks import noted
 
 class EnqueueTests(TransactionTestCase):
     def test_a_rolled_back_enqueue_leaves_no_job_and_a_committed_one_is_read(self):
+        before = len(noted.get_backend().runtime.list_jobs())
         try:
             with transaction.atomic():
                 noted.enqueue()
@@ -74,26 +75,30 @@ class EnqueueTests(TransactionTestCase):
         result = noted.enqueue()
         read = noted.get_backend().get_result(result.id)
         self.assertEqual(str(read.status), "READY")
-        self.assertEqual(len(noted.get_backend().runtime.list_jobs()), 1)
+        # Conveyor's tables are not flushed between tests: count this test's jobs.
+        self.assertEqual(len(noted.get_backend().runtime.list_jobs()), before + 1)
         # The jobs are in the test database, not the project's.
         self.assertTrue(connection.settings_dict["NAME"] != "probe-real")
 """
 
 
-def _project(folder: Path) -> Path:
+def _project(folder: Path, copies: int = 1) -> Path:
     app = folder / "probe"
     app.mkdir()
     (app / "__init__.py").write_text("")
     (app / "tasks.py").write_text(TASKS)
-    (app / "tests.py").write_text(TESTS)
+    more = [f"\n\nclass EnqueueTests{n}(EnqueueTests):\n    pass\n" for n in range(1, copies)]
+    (app / "tests.py").write_text(TESTS + "".join(more))
     (folder / "probe_settings.py").write_text(SETTINGS)
     return folder
 
 
-def _test_command(folder: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def _test_command(
+    folder: Path, *flags: str, **env: str
+) -> subprocess.CompletedProcess[str]:
     path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH")) if p)
     return subprocess.run(
-        [sys.executable, "-m", "django", "test", "probe", "-v", "1"],
+        [sys.executable, "-m", "django", "test", "probe", "-v", "1", *flags],
         cwd=folder,
         env={
             **os.environ,
@@ -135,3 +140,11 @@ def test_manage_py_test_runs_on_postgresql_and_drops_its_test_database(tmp_path:
     assert done.returncode == 0, done.stderr[-4000:]
     assert "Ran 1 test" in done.stderr and "OK" in done.stderr
     assert "ObjectInUse" not in done.stderr
+
+
+def test_manage_py_test_runs_in_parallel_each_copy_with_conveyors_tables(tmp_path: Path) -> None:
+    # Django copied the test database for each worker before Conveyor's tables were
+    # made: every test failed with "the database schema is missing".
+    done = _test_command(_project(tmp_path, copies=3), "--parallel", "2")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "Ran 3 tests" in done.stderr and "OK" in done.stderr

@@ -1071,6 +1071,27 @@ def test_a_bad_dashboard_table_is_refused_naming_the_key(
     assert "no-colon" not in err
 
 
+@pytest.mark.parametrize("name", ["2001:db8::1", "[2001:db8::1]", "fe80::1:2", "::1", "jobs.internal"])
+def test_allowed_hosts_take_names_and_addresses_ipv6_included(name: str) -> None:
+    # Every IPv6 address but ::1 was refused as "not a host name".
+    from conveyor.shell.config import parse_config
+
+    assert parse_config({"dashboard": {"allowed_hosts": [name]}}).dashboard.allowed_hosts == (name,)
+
+
+def test_a_bad_allowed_host_flag_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # With a port it was taken, and every request was then refused with a 400.
+    from conveyor.shell import cli
+
+    served = _served(monkeypatch)
+    argv = ["--config", _config_file(tmp_path, ""), "dashboard", "--allowed-host", "a.test:8000"]
+    assert cli.main(argv) == 2
+    assert "--allowed-host: 'a.test:8000' is not a host name" in capsys.readouterr().err
+    assert "app" not in served
+
+
 def _finished(rt: Runtime, *, dead: bool = False) -> conveyor.Job:
     """A finished record to copy (it finished now, at the test clock)."""
     job = rt.enqueue("declined" if dead else "ok", {}, max_retries=0)

@@ -9,6 +9,7 @@ from typing import Any
 
 from ...core import FieldError, ValidationError
 from ..config import load_config
+from ..config.checks import host_name_problem
 from ..notices import notice
 from .runtime import REDACTING, command_runtime, import_extra
 
@@ -54,6 +55,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             )
         app = dashboard.create_app(runtime, read_only=read_only, auth=auth)
         allowed = args.allowed_host or defaults.allowed_hosts
+        for given in args.allowed_host or ():
+            problem = host_name_problem(given)
+            if problem is not None:
+                raise ValidationError.of("--allowed-host", problem)
         if not allowed and is_loopback(host):
             allowed = LOOPBACK  # this machine only: no other name (DNS rebinding)
         if allowed:

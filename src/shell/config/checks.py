@@ -10,6 +10,7 @@ that field and names the problem by the file's key (`workers.count: ...`).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from typing import Any
 
@@ -152,8 +153,22 @@ def host_names(value: object) -> str | None:
     if not isinstance(value, tuple | list) or not all(isinstance(v, str) and v for v in value):
         return 'must be a list of host names, such as ["jobs.example.com"], or ["*"]'
     for given in value:
-        if any(c.isspace() or c in "/:@" for c in given.strip("[]").replace("::", "")):
-            return f"{given!r} is not a host name (give it without scheme, port or path)"
+        problem = host_name_problem(given)
+        if problem is not None:
+            return problem
+    return None
+
+
+def host_name_problem(given: str) -> str | None:
+    """Why `given` is not a host name, an address (IPv6 with or without brackets) or
+    `*`; None when it is one."""
+    try:
+        ipaddress.ip_address(given.strip("[]"))
+        return None
+    except ValueError:
+        pass
+    if not given or any(c.isspace() or c in "/:@[]" for c in given):
+        return f"{given!r} is not a host name (give it without scheme, port or path)"
     return None
 
 
