@@ -9,11 +9,12 @@ deadline: the child leads a process group of its own, and the whole group is
 killed, so the processes the handler started go with it (but one that starts a
 session of its own). The child ignores SIGINT once it runs (not while its
 interpreter starts), so a Ctrl-C in the worker's terminal stops the worker
-gracefully while the handler finishes, as on a thread. On Linux the child is also killed when the worker dies (SIGKILL, a
-crash), so a reclaimed job never runs beside an orphaned attempt. Once it has
-answered, a child gets `EXIT_GRACE_S` to exit (a thread it left running keeps
-it) before it is killed. The child is a daemon process, so a handler cannot use
-`multiprocessing` (it may run commands with `subprocess`).
+gracefully while the handler finishes, as on a thread. On Linux the child is
+also killed when the worker dies (SIGKILL, a crash), so a reclaimed job never
+runs beside an orphaned attempt. Once it has answered, a child gets
+`EXIT_GRACE_S` to exit (a thread it left running keeps it) before it is killed.
+The child is a daemon process, so a handler cannot use `multiprocessing` (it may
+run commands with `subprocess`).
 
 What it costs and needs: a process start per attempt (interpreter start-up
 and the handler module's imports, tens to hundreds of milliseconds, which count
