@@ -65,6 +65,11 @@ def timezone_problem(name: object) -> str | None:
     return None
 
 
+#: How far back of a moment `last_before` also looks forward when the clocks changed
+#: in between (a change moves them one hour; two covers any zone's).
+_NEAR_A_CHANGE = timedelta(hours=2)
+
+
 def _seconds_of(field: str) -> tuple[int, ...]:
     """The seconds of a minute a six-field expression's first field names, ascending."""
     start = datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC)
@@ -119,11 +124,22 @@ class CronSchedule:
 
     def last_before(self, moment: datetime) -> datetime | None:
         local = (moment + timedelta(minutes=1)).astimezone(self.zone)
+        latest = None
         for found in CronSim(self.minutes, local, reverse=True):
-            for slot in reversed(self._in(found)):
-                if slot < moment:
-                    return slot
-        return None
+            latest = next((slot for slot in reversed(self._in(found)) if slot < moment), None)
+            if latest is not None:
+                break
+        since = moment - _NEAR_A_CHANGE
+        # The search above starts a minute on: a change in that minute counts too.
+        ahead = moment + timedelta(minutes=1)
+        if len({at.astimezone(self.zone).utcoffset() for at in (since, ahead)}) > 1:
+            # Searching back from the second pass of an hour the clocks repeat, the
+            # parser reads wall-clock times and passes over the first pass's slot
+            # (later on the wall, earlier in time): look forward over the change too.
+            slot = self.next_after(max(since, latest) if latest else since)
+            while slot < moment:
+                latest, slot = slot, self.next_after(slot)
+        return latest
 
 
 def parse_entry(entry: CronEntry, prefix: str = "cron") -> tuple[CronEntry, CronSchedule]:

@@ -460,6 +460,52 @@ def test_a_six_field_schedule_keeps_the_five_field_rules_where_the_clocks_change
     assert six.last_before(last + timedelta(hours=4)) == last
 
 
+@pytest.mark.parametrize(
+    ("zone", "moment", "expression", "last"),
+    [
+        # In the second pass of Berlin's repeated 02:xx: today's 02:30 (first pass).
+        ("Europe/Berlin", datetime(2024, 10, 27, 1, 0, 16, tzinfo=UTC), "30 2 * * *",
+         datetime(2024, 10, 27, 0, 30, tzinfo=UTC)),
+        ("Europe/Berlin", datetime(2024, 10, 27, 1, 0, 16, tzinfo=UTC), "0 30 2 * * *",
+         datetime(2024, 10, 27, 0, 30, tzinfo=UTC)),
+        # A moment just before New York's clocks go back, the search starting after it.
+        ("America/New_York", datetime(2024, 11, 3, 5, 59, 43, tzinfo=UTC), "*/20 30 1 * * *",
+         datetime(2024, 11, 3, 5, 30, 40, tzinfo=UTC)),
+    ],
+)  # fmt: skip
+def test_the_last_slot_before_a_moment_near_the_clocks_going_back_is_that_day_s(
+    zone: str, moment: datetime, expression: str, last: datetime
+) -> None:
+    # It was the day before's: searching back in wall-clock time from the second pass
+    # passed over the first pass's slot, later on the wall, earlier in time. A first
+    # check under catch_up_one then caught up yesterday's slot, not today's.
+    assert CronSchedule(expression, ZoneInfo(zone)).last_before(moment) == last
+
+
+@pytest.mark.parametrize(
+    "zone, day",
+    [("Europe/Berlin", (2024, 10, 27)), ("America/New_York", (2024, 11, 3)), ("Europe/Berlin", (2024, 3, 31))],
+)
+@pytest.mark.parametrize(
+    "expression", ["30 2 * * *", "0 30 2 * * *", "*/20 30 1 * * *", "0 */30 * * * *"]
+)
+def test_next_after_and_last_before_agree_with_the_slots_in_order_around_a_change(
+    zone: str, day: tuple[int, int, int], expression: str
+) -> None:
+    schedule = CronSchedule(expression, ZoneInfo(zone))
+    start = datetime(*day, tzinfo=UTC) - timedelta(hours=28)
+    slots, moment = [], start
+    while (moment := schedule.next_after(moment)) < start + timedelta(hours=40):
+        slots.append(moment)
+    # Every 3 min 17 s from three hours before the day's start (UTC) to eight after:
+    # each change, in both zones, falls in that window.
+    probe = datetime(*day, tzinfo=UTC) - timedelta(hours=3)
+    while probe < datetime(*day, tzinfo=UTC) + timedelta(hours=8):
+        before = [slot for slot in slots if slot < probe]
+        assert schedule.last_before(probe) == before[-1], probe
+        probe += timedelta(minutes=3, seconds=17)
+
+
 def test_in_the_second_pass_of_a_repeated_hour_a_daily_slot_is_next_due_the_day_after(
     clock: ManualClock,
 ) -> None:
