@@ -334,8 +334,19 @@ def _announce(backend: Backend, message: str) -> None:
             client.close()
 
 
+@pytest.fixture
+def signals_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waiters woken by finish signals alone: their fallback read (once a second) would
+    read the store on a slow machine before the signal's record was handed over."""
+    from conveyor.shell.runtime import results
+
+    monkeypatch.setattr(results, "FALLBACK_POLL_S", 30.0)
+
+
 @pytest.mark.parametrize("mode", ["result", "aresult"])
-def test_a_waiter_handed_its_record_does_not_read_the_store(handing: Backend, mode: str) -> None:
+def test_a_waiter_handed_its_record_does_not_read_the_store(
+    handing: Backend, mode: str, signals_only: None
+) -> None:
     counting = CountingStore(handing.store)
     waiter = runtime_on(handing, store=counting)
     worker = runtime_on(handing, *handing.peer())  # finishes through its own connection
@@ -352,7 +363,7 @@ def test_a_waiter_handed_its_record_does_not_read_the_store(handing: Backend, mo
 
 @pytest.mark.parametrize("mode", ["result", "aresult"])
 def test_a_waiter_handed_a_dead_letter_raises_its_last_error_without_a_read(
-    handing: Backend, mode: str
+    handing: Backend, mode: str, signals_only: None
 ) -> None:
     counting = CountingStore(handing.store)
     waiter = runtime_on(handing, store=counting)
@@ -473,7 +484,7 @@ def _finish_messages(
 
 
 def test_sqlite_hands_many_waiters_their_records_a_chunk_of_ids_at_a_time(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, signals_only: None
 ) -> None:
     monkeypatch.setattr(wakeups, "SQLITE_FINISHED_CHUNK", 2)
     sqlite = make_backend("sqlite")
