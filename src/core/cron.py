@@ -25,7 +25,7 @@ older ones count as missed: starting ten workers never replays a day.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID, uuid5
@@ -200,6 +200,13 @@ def plan_slots(
     if latest_missed is None or missed is Missed.SKIP or too_old:
         return CronPlan(tuple(on_time), latest_missed)
     return CronPlan((latest_missed, *on_time), latest_missed)
+
+
+def slots_to_write(plan: CronPlan, pruned: Collection[datetime]) -> tuple[datetime, ...]:
+    """The slots of `plan` to enqueue, given those of them whose record retention has
+    pruned (its tombstone says so): such a slot ran, and enqueueing it again would
+    repeat it, since its job id is free once its record is gone."""
+    return tuple(slot for slot in plan.slots if slot not in pruned)
 
 
 def recent_slots(schedule: Schedule, now: datetime, count: int) -> tuple[datetime, ...]:

@@ -26,7 +26,15 @@ from typing import Any
 import attrs
 
 from ..core import Job, JobStatus, RetentionPolicy, ValidationError
-from ..core.cron import DEFAULT_GRACE, CronEntry, Missed, plan_slots, recent_slots, slot_id
+from ..core.cron import (
+    DEFAULT_GRACE,
+    CronEntry,
+    Missed,
+    plan_slots,
+    recent_slots,
+    slot_id,
+    slots_to_write,
+)
 from . import outage
 from .cron_schedule import (
     MACROS,
@@ -247,13 +255,9 @@ class Cron:
             )
         jobs: list[Job] = []
         try:
-            for slot in plan.slots:
-                made = slot_id(entry.name, slot)
-                if self._pruned(made):
-                    # It ran and retention has pruned its record since (a count limit,
-                    # or a short age): enqueueing it again would repeat it.
-                    continue
-                jobs.extend(self._start(entry, made, slot))
+            pruned = {slot for slot in plan.slots if self._pruned(slot_id(entry.name, slot))}
+            for slot in slots_to_write(plan, pruned):
+                jobs.extend(self._start(entry, slot_id(entry.name, slot), slot))
         except Exception as exc:
             # A server outage is told once for the process, not once per tick.
             message = "cron %r: could not enqueue; retrying next tick"

@@ -16,6 +16,7 @@ from conveyor.core.cron import (
     plan_slots,
     recent_slots,
     slot_id,
+    slots_to_write,
 )
 from conveyor.core.errors import FieldError
 from hypothesis import given
@@ -166,6 +167,13 @@ def test_a_retention_shorter_than_the_grace_shortens_the_on_time_window() -> Non
         Every(60), since=None, now=at(70), missed=Missed.SKIP, catch_up_within=timedelta(seconds=10)
     )
     assert kept == CronPlan(slots=(at(60),), missed=at(0))
+
+
+def test_a_slot_whose_record_was_pruned_is_not_written_again() -> None:
+    # It ran: its tombstone outlives its record, whose id an enqueue would take anew.
+    plan = CronPlan(slots=(at(60), at(120), at(180)))
+    assert slots_to_write(plan, {at(120)}) == (at(60), at(180))
+    assert slots_to_write(plan, set()) == plan.slots
 
 
 def test_a_slot_exactly_the_grace_old_is_still_on_time() -> None:
