@@ -277,6 +277,32 @@ def test_start_and_stop_cycles_leave_no_heartbeat_thread_behind() -> None:
     assert beats() <= before
 
 
+def test_a_stopped_worker_s_heartbeat_ends_with_it() -> None:
+    import threading
+
+    seen: list[threading.Thread] = []
+
+    def note_heartbeats(args: object) -> int:
+        seen.extend(t for t in threading.enumerate() if t.name == "conveyor-heartbeat")
+        return 1
+
+    before = set(threading.enumerate())
+    # The default lease: its heartbeat looks for work left every few seconds.
+    rt = conveyor.build({"provider": "memory"}, handlers={"note": note_heartbeats}, env={})
+    try:
+        rt.start()
+        assert rt.result(rt.enqueue("note", {}).id, timeout=10) == 1
+        assert rt.stop(grace_s=5)
+    finally:
+        rt.close()
+    ours = [t for t in seen if t not in before]
+    assert ours, "the job ran while its worker's heartbeat kept its lease"
+    for thread in ours:
+        # Well under the heartbeat's own look (a quarter of the renewal interval).
+        thread.join(timeout=1.0)
+        assert not thread.is_alive()
+
+
 @pytest.mark.parametrize("where", ["memory", "sqlite"])
 @pytest.mark.parametrize("partition", ["a\ud800", "a\x00b", "tab\there"])
 def test_a_partition_with_control_characters_or_a_lone_surrogate_is_refused(

@@ -62,6 +62,8 @@ class Heartbeat:
         self._reports: dict[UUID, Progress] = {}
         self._notes = queue if isinstance(queue, ProgressJobQueue) else None
         self._thread: threading.Thread | None = None
+        #: Set by `end`: the thread looks at once whether anything is left to keep.
+        self._ending = threading.Event()
         self._server = outage.for_queue(queue)
 
     def hold(self, claims: Iterable[Claim]) -> None:
@@ -72,6 +74,7 @@ class Heartbeat:
                 self._held[claim.job.id] = (claim, now)
                 self._lost.discard(claim.job.id)
             if self._thread is None:
+                self._ending.clear()
                 self._thread = threading.Thread(
                     target=self._beat, daemon=True, name="conveyor-heartbeat"
                 )
@@ -210,15 +213,22 @@ class Heartbeat:
                 if now - at >= (half if i in self._reports else self._interval)
             ]
 
+    def end(self) -> None:
+        """The worker stopped: the thread ends now if it keeps nothing, rather than at
+        its next look (a quarter interval on), so a stopped runtime leaves no thread."""
+        self._ending.set()
+
     def _beat(self) -> None:
         while True:
-            time.sleep(max(self._interval / 4, 0.001))
+            self._ending.wait(max(self._interval / 4, 0.001))
             with self._lock:
                 if not self._held:
                     # Nothing to keep: end, so a stopped worker leaves no thread behind;
                     # `hold` starts another (under this lock, so no claim goes unkept).
                     self._thread = None
                     return
+                # Still keeping claims after `end` (a job on the event loop): beat on.
+                self._ending.clear()
             for claim in self._due():
                 try:
                     with self._renewing:

@@ -242,9 +242,9 @@ class Worker:
             self._idle.wait(timeout, self._claimer.size(self.mean_job_ms), server)
         # Claims handed over by a wake-up just as the worker stopped go back unstarted.
         self._writes.hand_back(self._idle.handed_over())
-        # Stopping: async jobs still running are awaited and written, as a stopping
-        # worker finishes its sync job.
+        # Stopping: async jobs still running are awaited and written (as a sync one).
         self._batches.finish_async()
+        self._heartbeat.end()
 
     def _idle_timeout_s(self) -> float:
         """How long an idle worker may wait now (see `conveyor.shell.worker.idle`)."""
