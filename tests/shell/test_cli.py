@@ -298,6 +298,21 @@ def test_enqueue_gives_a_task_its_own_defaults_and_flags_override_them(
     assert (view["queue"], view["priority"], view["max_retries"]) == ("default", "normal", 3)
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--tenant", ""), "--tenant: must not be empty"),
+        (("--partition", "a\tb"), "--partition: must not hold control"),
+        (("--unique-key", "k", "--unique-state", "dead"), "--unique-state: "),
+        (("--queue", "no room"), "--queue: may hold only"),
+    ],
+)
+def test_a_bad_enqueue_flag_is_named_as_typed(cli, flags: tuple[str, ...], said: str) -> None:
+    ran = cli("enqueue", "ship", "{}", *flags, check=False)
+    assert ran.returncode == 2
+    assert f"conveyor: invalid input: {said}" in ran.stderr, ran.stderr
+
+
 def test_a_reader_that_stops_early_gets_no_error(cli_project) -> None:
     """`conveyor jobs list | head -1`: the closed pipe is not reported as a failure."""
     rt = conveyor.build(str(cli_project / "conveyor.toml"))

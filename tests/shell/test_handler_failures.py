@@ -252,6 +252,26 @@ def test_list_dead_refuses_a_limit_that_is_no_count(
         rt.close()
 
 
+@pytest.mark.parametrize("where", ["memory", "sqlite"])
+@pytest.mark.parametrize("tenant", ["", "a:b", 7])
+def test_a_read_of_an_empty_or_malformed_tenant_is_refused_naming_tenant_id(
+    where: str, tenant: object, tmp_path: Path
+) -> None:
+    rt = conveyor.build(_config(where, tmp_path), env={})
+    try:
+        reads = (
+            lambda: rt.list_dead(tenant_id=tenant),  # type: ignore[arg-type]
+            lambda: rt.list_jobs(tenant_id=tenant),  # type: ignore[arg-type]
+            lambda: rt.status(tenant_id=tenant),  # type: ignore[arg-type]
+        )
+        for read in reads:
+            with pytest.raises(conveyor.ValidationError, match=r"tenant_id: (must|may)"):
+                read()
+        assert rt.list_dead(tenant_id="acme") == [] and rt.list_jobs(tenant_id="acme") == []
+    finally:
+        rt.close()
+
+
 def test_start_and_stop_cycles_leave_no_heartbeat_thread_behind() -> None:
     import threading
     import time

@@ -82,6 +82,23 @@ def seconds(text: str) -> float:
     return ms / 1000
 
 
+#: The flag that gives each enqueue option, for messages about what was typed.
+FLAGS = {
+    "queue": "--queue", "priority": "--priority", "max_retries": "--max-retries",
+    "delay": "--delay", "tenant_id": "--tenant", "partition": "--partition",
+    "timeout": "--timeout", "id": "--id", "unique_key": "--unique-key",
+    "unique_for": "--unique-for", "unique_states": "--unique-state",
+}  # fmt: skip
+
+
+def _as_flags(exc: ValidationError, typed: set[str]) -> ValidationError:
+    """`exc` with each field the command line gave named by its flag; a field from
+    the task's defaults keeps its option name."""
+    return ValidationError(
+        [FieldError(FLAGS[e.field], e.reason) if e.field in typed else e for e in exc.errors]
+    )
+
+
 def cmd_enqueue(args: argparse.Namespace) -> int:
     try:
         payload = json.loads(args.args) if args.args else {}
@@ -123,7 +140,10 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         options = runtime.registry.task_defaults(args.job_type) | {
             k: v for k, v in given.items() if v is not None
         }
-        job = runtime.enqueue(args.job_type, payload, **options)
+        try:
+            job = runtime.enqueue(args.job_type, payload, **options)
+        except ValidationError as exc:
+            raise _as_flags(exc, {k for k, v in given.items() if v is not None}) from None
     finally:
         runtime.close()
     print(job.id)

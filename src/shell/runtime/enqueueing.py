@@ -243,7 +243,7 @@ class EnqueueMethods:
         `id` (a UUID or its text) names the job: when a job with that id exists, in
         any state, nothing is written and that job is returned, args unchanged.
         `unique_key` makes the job hold that key while it is in one of
-        `unique_states` (default: scheduled, pending, running, retrying) and, with
+        `unique_states` (default: the unfinished states, waiting included) and, with
         `unique_for` (a timedelta or seconds), for at most that long: meanwhile an
         enqueue with the same key returns the holder instead of writing a second job.
         Either check is atomic with the write on every backend (docs/unique.md). The

@@ -14,7 +14,7 @@ from uuid import UUID
 
 from ...core import Job, JobStatus, Policies, ValidationError
 from ...core.errors import FieldError
-from ...core.validation import parse_job_id
+from ...core.validation import check_name, parse_job_id
 from ..lookup import JobView, find_job, list_jobs, parse_state
 from ..ports import JobQueue, JobStore, PruneRememberingStore
 
@@ -50,6 +50,7 @@ class ReadMethods:
         """Up to `limit` dead letters (jobs in state `failed`), of `tenant_id` only when
         given; each carries its `last_error`, the reason it was given up on."""
         _check_limit(limit)
+        check_tenant_filter(tenant_id)
         return self.store.list_dead(tenant_id=tenant_id, limit=limit)
 
     def get(self, job_id: UUID | str) -> JobView | None:
@@ -81,6 +82,7 @@ class ReadMethods:
         or its name (`dead` for `failed`); a bad one is a `ValidationError`.
         `tenant_id` keeps only that tenant's jobs."""
         _check_limit(limit)
+        check_tenant_filter(tenant_id)
         return list_jobs(
             self.queue,
             self.store,
@@ -100,3 +102,13 @@ def _check_limit(limit: object) -> None:
     """A listing's `limit`: a count (the stores would read -1 or 2.5 each their own way)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ValidationError.of("limit", f"must be an integer >= 0, got {limit!r}")
+
+
+def check_tenant_filter(tenant_id: object) -> None:
+    """A read's `tenant_id`: None (every tenant) or a name a job can carry. An empty
+    or malformed one is a `ValidationError` rather than a filter each backend would
+    read its own way (one as "nobody", another as "anybody")."""
+    if tenant_id is not None:
+        error = check_name("tenant_id", tenant_id)
+        if error is not None:
+            raise ValidationError((error,))

@@ -20,6 +20,7 @@ from ...core.limits import QueueLimits
 from ..ports import JobQueue, JobStore, LimitReportingJobQueue, QueueCounts
 from ..presence import Presence, WorkerInfo
 from .presence_beat import PRESENCE_TTL
+from .reads import check_tenant_filter
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -146,6 +147,7 @@ class StatusMethods:
         """Per queue: ready, scheduled, in flight, dead letters (of `tenant_id` only,
         when given), the oldest ready job's age, and the live workers polling it; queues
         that receive work but no configured pool polls are flagged. Reads only."""
+        check_tenant_filter(tenant_id)
         now = self.clock.now()
         return self.status_of(self.queue.counts(now), now, tenant_id=tenant_id)
 

@@ -120,7 +120,9 @@ class RedisJobStore:
         limit: int = 100,
     ) -> Sequence[Job]:
         """Recorded jobs, newest first, filtered by status and tenant."""
-        if limit <= 0:
+        # The scripts read '' as "any tenant": an empty name, which no job has, matches
+        # nothing, as on the other backends.
+        if limit <= 0 or tenant_id == "":
             return []
         bodies = self._run(self._list, status.value if status else "", tenant_id or "", limit)
         return [job for job in map(_decoded, bodies) if job is not None]
@@ -131,6 +133,8 @@ class RedisJobStore:
 
     def count_dead(self, *, tenant_id: str | None = None) -> Mapping[str, int]:
         """Dead letters per queue name (kept as counters beside the index)."""
+        if tenant_id == "":
+            return {}
         key = f"{self.keys.base}:dead_counts" + (f":tenant:{tenant_id}" if tenant_id else "")
         counts = retrying(self.retry_budget_s, lambda: self._client.hgetall(key))
         return {text(queue): int(n) for queue, n in sorted(counts.items())}
@@ -145,7 +149,7 @@ class RedisJobStore:
     ) -> Sequence[Job]:
         """Records matching `where`, newest first, from the `offset`-th, read from the
         per-status queue, type and tenant indexes (see `store_find.lua`)."""
-        if limit <= 0:
+        if limit <= 0 or _names_nothing(where):
             return []
         page = [max(offset, 0), limit, "", HISTORY_FILTER_SCAN, *_STATUS_NAMES]
         bodies = self._run(self._find, *self._find_args(where), *page)
@@ -154,6 +158,8 @@ class RedisJobStore:
     def count_history(self, where: HistoryFilter) -> int:
         """How many records match `where` (index sizes; a walk of at most
         `HISTORY_FILTER_SCAN` entries per status for two or more filters)."""
+        if _names_nothing(where):
+            return 0
         page = [0, 0, "1", HISTORY_FILTER_SCAN, *_STATUS_NAMES]
         return int(self._run(self._find, *self._find_args(where), *page))
 
@@ -261,3 +267,9 @@ def _decoded(body: bytes | str) -> Job | None:
         case Failure(error):
             log.warning("skipping an undecodable job record: %s", error)
     return None
+
+
+def _names_nothing(where: HistoryFilter) -> bool:
+    """A filter on an empty queue, type or tenant name: no record has one, while the
+    script reads '' as "any"."""
+    return "" in (where.queue, where.job_type, where.tenant_id)

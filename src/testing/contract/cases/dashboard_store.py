@@ -88,6 +88,10 @@ def history_is_filtered_by_queue_and_type_in_the_store(s: Subject) -> None:
         HistoryFilter(queue="slow", tenant_id="acme"),
         HistoryFilter(status=done),
         HistoryFilter(),
+        # Empty names are nobody's: they match nothing, never "any".
+        HistoryFilter(tenant_id=""),
+        HistoryFilter(status=dead, queue=""),
+        HistoryFilter(job_type=""),
     ):
         want = expected(where)
         assert _ids(s.store.find_history(where, limit=100)) == _ids(want), where

@@ -30,6 +30,8 @@ def dead_letters_list_and_purge(s: Subject) -> None:
     assert {j.id for j in s.store.list_dead(tenant_id="t1")} == {jobs[0].id, jobs[2].id}
     assert dict(s.store.count_dead()) == {"a": 2, "c": 1}
     assert dict(s.store.count_dead(tenant_id="t2")) == {"a": 1}
+    # An empty name is no tenant's: it matches nothing, it is not "any tenant".
+    assert s.store.list_dead(tenant_id="") == [] and dict(s.store.count_dead(tenant_id="")) == {}
     assert s.store.get(done.id).status is JobStatus.COMPLETED
     revived = attrs.evolve(s.store.get(jobs[1].id), status=JobStatus.PENDING)
     s.store.record(revived)  # recorded again, no longer dead: it leaves the dead letters
@@ -58,6 +60,7 @@ def history_is_newest_first_and_filtered_by_status_and_tenant(s: Subject) -> Non
     assert s.store.list_history(status=JobStatus.COMPLETED) == [b, a]
     assert s.store.list_history(tenant_id="acme") == [c, a]
     assert s.store.list_history(status=JobStatus.COMPLETED, tenant_id="acme") == [a]
+    assert s.store.list_history(tenant_id="") == [], "an empty tenant name matches nothing"
     assert s.store.get(a.id) == a and s.store.get(make_job().id) is None
     again = attrs.evolve(c, status=JobStatus.COMPLETED)
     s.store.record(a)
