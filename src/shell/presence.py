@@ -179,9 +179,16 @@ class SqlPresence:
 class RedisPresence:
     """Heartbeats in one hash, `<prefix>:workers`, field per worker."""
 
-    def __init__(self, client: Any, prefix: str = "conveyor") -> None:
+    def __init__(self, client: Any, prefix: str = "conveyor", *, owns_client: bool = False) -> None:
+        """`owns_client`: `close` closes `client` (the runtime's, shared by its queue
+        and store, which close only clients they made themselves)."""
         self.client = client
         self.key = f"{{{prefix}}}:workers"
+        self._owns_client = owns_client
+
+    def close(self) -> None:
+        if self._owns_client:
+            self.client.close()
 
     def beat(self, info: WorkerInfo) -> None:
         self.client.hset(self.key, info.worker_id, info.to_json())

@@ -293,6 +293,34 @@ def test_an_async_handler_blocking_on_another_async_job_gets_an_error_not_a_hang
     assert len(errors) == 1 and "aenqueue" in errors[0]
 
 
+def test_an_async_handler_waiting_with_the_blocking_result_gets_an_error_not_a_hang() -> None:
+    errors: list[str] = []
+
+    async def child(args: Any) -> int:
+        return 1
+
+    async def parent(args: Any) -> None:
+        job = rt.enqueue("child", {})
+        try:
+            # The child would run on the loop this wait blocks: it could only run out.
+            rt.result(job.id, timeout=2)
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    rt = conveyor.build(
+        {"provider": "memory", "entry_points": False},
+        handlers={"parent": parent, "child": child},
+    )
+    try:
+        parent_job = rt.enqueue("parent", {})
+        rt.start()
+        assert rt.result(parent_job.id, timeout=10) is None
+        assert len(errors) == 1 and "await runtime.aresult" in errors[0], errors
+    finally:
+        rt.stop(grace_s=5)
+        rt.close()
+
+
 def test_async_concurrency_must_be_a_positive_integer() -> None:
     with pytest.raises(ValidationError) as info:
         parse_config({"workers": {"async_concurrency": 0}})

@@ -534,3 +534,26 @@ def dead(job: Job) -> Job:
     return dead_letter(running, ErrorInfo("boom", "it broke", False), T0).job
 
 
+
+
+def test_closing_a_runtime_closes_its_redis_connections() -> None:
+    url = redis_url()
+    probe = redis.Redis.from_url(url)
+
+    def open_connections() -> int:
+        return len(probe.client_list()) - 1  # not the probe's own
+
+    before = open_connections()
+    for _ in range(3):
+        rt = conveyor.build(
+            {"provider": "redis", "redis": {"url": url, "prefix": f"close-{uuid4().hex[:8]}"}},
+            handlers={"one": lambda args: 1},
+            env={},
+        )
+        job = rt.enqueue("one", {})
+        rt.drain()
+        assert rt.result(job.id, timeout=5) == 1
+        rt.close()
+    # At most as many as before: another test's connection may close meanwhile.
+    assert open_connections() <= before
+    probe.close()

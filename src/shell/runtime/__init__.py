@@ -160,9 +160,12 @@ class Runtime(
         are running; `with runtime:` does both."""
         for collection in self.bound_collections:
             collection.release(self)
-        for part in (self.queue, self.store):
+        # The presence last: on Redis it holds the client the queue and store share.
+        for part in (self.queue, self.store, self.presence):
             try:
-                part.close()
+                close = getattr(part, "close", None)
+                if close is not None:
+                    close()
             except Exception:
                 log.debug("close failed", exc_info=True)
 

@@ -112,11 +112,11 @@ def _redis_backend(settings: BackendSettings) -> tuple[JobQueue, JobStore, Prese
         queue, store = open_shards(
             client, prefix, shard_map, retry_budget_s=budget, replica_wait=wait
         )
-        return queue, store, RedisPresence(client, prefix=prefix)
+        return queue, store, RedisPresence(client, prefix=prefix, owns_client=True)
     return (
         RedisJobQueue(client, prefix=prefix, retry_budget_s=budget, replica_wait=wait),
         RedisJobStore(client, prefix=prefix, retry_budget_s=budget, replica_wait=wait),
-        RedisPresence(client, prefix=prefix),
+        RedisPresence(client, prefix=prefix, owns_client=True),
     )
 
 

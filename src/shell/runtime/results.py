@@ -46,6 +46,7 @@ from ..ports import (
 )
 from ..result_errors import JobCancelled, JobFailed, JobNotFound, ResultTimeout
 from ..retrying import answer_by
+from ..worker.async_jobs import HANDLER_LOOP
 from .reads import as_job_id
 
 #: With a store that signals finishes: the longest a waiter goes without reading.
@@ -260,6 +261,13 @@ class ResultMethods:
         (docs/results.md)."""
         job_id = as_job_id(job_id)
         limit = _seconds(timeout)
+        if HANDLER_LOOP.is_current():
+            # The job waited for may be async and so need this very loop, which the
+            # wait would block: such a wait could only run out.
+            raise RuntimeError(
+                "an async handler cannot wait for a job with the blocking runtime.result; "
+                "use await runtime.aresult"
+            )
         deadline = None if limit is None else time.monotonic() + limit
         away = _Away(self.queue, job_id, limit)
         # A job already finished is answered at once: only a wait that waits watches
