@@ -3,9 +3,10 @@
 Every worker owns (or shares, within a process) a `Pruner` and calls `maybe_prune`
 from its maintenance step. On its jittered interval it deletes one bounded batch of
 records the `RetentionPolicy` lets go; while batches come back full it prunes again
-about once a second until the backlog is gone. Many workers thus share the work
-without electing anyone, and because each deletion re-checks its guards inside the
-store's atomic write, two pruners racing for one record delete it once.
+about 50 ms later (an idle worker wakes for it) until the backlog is gone. Many
+workers thus share the work without electing anyone, and because each deletion
+re-checks its guards inside the store's atomic write, two pruners racing for one
+record delete it once.
 
 `prune_all` is what `conveyor prune` runs: batches until none is left.
 
@@ -60,6 +61,14 @@ class Pruner:
     def enabled(self) -> bool:
         """False when workers never prune (interval 0, or a policy that keeps all)."""
         return self.policy.interval_ms > 0 and not self.policy.keeps_everything
+
+    def next_at(self) -> datetime | None:
+        """When `maybe_prune` next prunes (an idle worker wakes for it, so a backlog
+        goes a batch every 50 ms); None when it never will, has not planned its first
+        prune yet, or is pruning now (in another worker: it plans the next)."""
+        if not self.enabled or self._busy.locked():
+            return None
+        return self._next
 
     def maybe_prune(self, now: datetime) -> int:
         """Prune one batch if this pruner's interval has come round; never raises (a

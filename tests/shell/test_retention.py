@@ -133,6 +133,27 @@ def test_one_prune_deletes_at_most_its_batch(backend: Backend) -> None:
     assert [backend.store.prune(order) for _ in range(4)] == [3, 3, 1, 0]
 
 
+@pytest.mark.parametrize("name", ["sqlite", "postgresql"])
+def test_one_prune_forgets_at_most_ten_batches_of_old_tombstones(name: str) -> None:
+    """A day after a large prune its tombstones are due to go: a batch per prune, as
+    not all in the one transaction of the next prune (on SQLite, the
+    write lock that enqueues wait for)."""
+    b = make_backend(name)
+    try:
+        gone = [_record(b, JobStatus.COMPLETED, NOW - 30 * DAY) for _ in range(25)]
+        assert b.store.prune(prune_order(RetentionPolicy(), NOW - 2 * DAY)) == 25
+        assert all(b.store.pruned_at(job.id) is not None for job in gone)
+        # Those tombstones are now past remember_pruned_ms: 10 batches of 1 go a prune.
+        order = _order(limit=1)
+        remembered = []
+        for _ in range(4):
+            b.store.prune(order)
+            remembered.append(sum(b.store.pruned_at(job.id) is not None for job in gone))
+        assert remembered == [15, 5, 0, 0]
+    finally:
+        b.cleanup()
+
+
 def test_prune_all_runs_batches_until_nothing_is_left(backend: Backend) -> None:
     for _ in range(7):
         _record(backend, JobStatus.FAILED, NOW - 40 * DAY)
@@ -201,6 +222,24 @@ def test_a_pruner_drains_a_backlog_a_batch_every_50_ms() -> None:
     assert pruner.maybe_prune(NOW + 50 * ms) == 2
     assert pruner.maybe_prune(NOW + 100 * ms) == 1
     assert pruner.maybe_prune(NOW + 200 * ms) == 0, "no backlog: a full interval"
+
+
+def test_an_idle_worker_wakes_for_the_next_batch_of_a_backlog(backend: Backend) -> None:
+    clock = ManualClock(NOW)
+    policy = RetentionPolicy(batch=2, interval_ms=60_000)
+    pruner = Pruner(backend.store, policy, jitter=lambda: 0.0)  # the first prune: now
+    worker = Worker(
+        backend.queue, backend.store, Registry(), clock=clock, pruner=pruner,
+        clock_check=False, poll_interval_ms=1000,
+    )  # fmt: skip
+    for _ in range(3):
+        _record(backend, JobStatus.COMPLETED, NOW - 8 * DAY)
+    worker.run_once()  # a full batch: a backlog
+    assert worker._idle_timeout_s() == pytest.approx(0.05, abs=0.01), "the next batch, ~50 ms on"
+    clock.advance(seconds=0.05)
+    worker.run_once()  # the last one: no backlog, the next prune a minute on
+    assert _kept(backend, JobStatus.COMPLETED) == set()
+    assert worker._idle_timeout_s() == pytest.approx(1.0), "the poll interval"
 
 
 def test_the_runtime_prunes_and_purges_through_its_executor() -> None:
@@ -334,6 +373,8 @@ def test_the_prune_command_refuses_a_bad_duration(
     try:
         assert main(["--config", str(path), "prune", "--older-than", "soon"]) == 2
         assert "--older-than" in capsys.readouterr().err
+        assert main(["--config", str(path), "prune", "--older-than=-7d"]) == 2
+        assert "--older-than: must be a duration of at least 0" in capsys.readouterr().err
     finally:
         b.cleanup()
 

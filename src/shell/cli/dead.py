@@ -195,7 +195,8 @@ def _no_dead_letter(runtime: Runtime, job_id: UUID) -> int:
     """Say what a job given as a dead letter is instead, if it is anything; exit 1."""
     view = runtime.get(job_id)
     if view is None:
-        notice(f"conveyor: no job {job_id}", level=logging.ERROR)
+        # Pruned by retention, or never known here: said as `job show` says it.
+        notice(f"conveyor: {runtime.not_found(job_id)}", level=logging.ERROR)
     else:
         notice(
             f"conveyor: job {job_id} is not a dead letter: it is {view.state.value} "

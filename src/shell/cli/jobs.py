@@ -92,6 +92,7 @@ def cmd_job_cancel(args: argparse.Namespace) -> int:
     runtime = command_runtime(args, reads_only=True)  # cancels only what is stored
     try:
         result = runtime.cancel(job_id)
+        missing = runtime.not_found(job_id) if result is CancelResult.NOT_FOUND else None
     finally:
         runtime.close()
     if result is CancelResult.CANCELLED:
@@ -102,7 +103,7 @@ def cmd_job_cancel(args: argparse.Namespace) -> int:
         notice(f"conveyor: job {job_id} has already finished; nothing to cancel")
         return 1
     else:
-        notice(f"conveyor: no job {job_id}", level=logging.ERROR)
+        notice(f"conveyor: {missing}", level=logging.ERROR)
         return 1
     return 0
 

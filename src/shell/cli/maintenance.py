@@ -46,6 +46,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
         older_than = parse_duration_ms(args.older_than)
         if older_than is None:
             example = "a duration such as 7d, 12h, 30m or 90s"
+            if args.older_than.strip().startswith("-"):
+                example = "a duration of at least 0 (the age of a record to prune), such as 7d"
             raise ValidationError.of("--older-than", f"must be {example}, got {args.older_than!r}")
         if older_than > MAX_DURATION_MS:
             raise ValidationError.of(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from ..outage import Backoff, ConnectionState
@@ -56,10 +56,14 @@ class Idle:
         stop: threading.Event,
         claim_on_wake: bool = True,
         watch: LoopWatch | None = None,
+        chore_at: Callable[[], datetime | None] | None = None,
     ) -> None:
         """`claim_on_wake=False` keeps a queue's wake-ups from claiming (a limited
         queue's claims all go through its limits). `watch` hears each wait planned and
-        each wait on the server that answered (`conveyor.shell.worker.watch`)."""
+        each wait on the server that answered (`conveyor.shell.worker.watch`).
+        `chore_at` tells when the worker's maintenance next has work (its pruner's
+        next batch): a wait ends then."""
+        self._chore_at = chore_at
         self.watch = watch if watch is not None else LoopWatch()
         self._queue, self._queue_name, self._clock = queue, queue_name, clock
         self._poll_s = poll_interval_ms / 1000
@@ -99,11 +103,14 @@ class Idle:
 
     def timeout_s(self) -> float:
         """How long an idle worker may wait: the poll interval, or less when a parked job
-        of this queue comes due sooner (so retries and delays start on time)."""
+        of this queue comes due sooner (so retries and delays start on time), or its
+        maintenance has work sooner."""
         timeout = self._poll_s
-        if self.throttled_until is not None:
-            left = (self.throttled_until - self._clock.now()).total_seconds()
-            timeout = min(timeout, max(0.0, left))
+        chore = None if self._chore_at is None else self._chore_at()
+        for until in (self.throttled_until, chore):
+            if until is not None:
+                left = (until - self._clock.now()).total_seconds()
+                timeout = min(timeout, max(0.0, left))
         try:
             due = self._queue.next_due(self._queue_name)
         except Exception:

@@ -138,7 +138,7 @@ class Worker:
         )
         # A limited queue's claims (and a budget's) all go through the claimer.
         wake_claims = limits is None and job_budget is None
-        idle_options = (self._stop, wake_claims, self.watch)
+        idle_options = (self._stop, wake_claims, self.watch, pruner.next_at if pruner else None)
         self._idle = Idle(queue, queue_name, self.clock, poll_interval_ms, *idle_options)
         claim_options = (self.prefetch_policy, limits, self._idle, job_budget)
         self._claimer = Claimer(queue, queue_name, *claim_options)

@@ -13,14 +13,27 @@ from sqlalchemy import Connection, Table, delete, insert, select
 from ....core import PruneOrder
 from .engine import from_micros, to_micros
 
+#: How many of the order's batches of old tombstones one prune forgets: more than it
+#: writes, so a backlog of them shrinks while records keep going (5,000 at the
+#: default batch of 500, a few tens of ms of SQLite's write lock).
+FORGET_BATCHES = 10
+
 
 def remember(conn: Connection, table: Table, order: PruneOrder, ids: Sequence[str]) -> None:
     """In the prune's transaction: a tombstone for each of `ids` (an older one for the
-    same id is replaced), and the tombstones older than the order's `forget_before`
-    go. Nothing when the order asks for none."""
+    same id is replaced), and up to `FORGET_BATCHES` times the order's `limit` of the
+    tombstones older than its `forget_before` go: a day after a large prune, its
+    tombstones would otherwise all go in one transaction, holding SQLite's write lock
+    for as long. Nothing when the order asks for none."""
     if order.pruned_at is None or order.forget_before is None:
         return
-    conn.execute(delete(table).where(table.c.pruned_at < to_micros(order.forget_before)))
+    old = (
+        select(table.c.id)
+        .where(table.c.pruned_at < to_micros(order.forget_before))
+        .order_by(table.c.pruned_at)
+        .limit(max(order.limit, 1) * FORGET_BATCHES)
+    )
+    conn.execute(delete(table).where(table.c.id.in_(old.scalar_subquery())))
     if not ids:
         return
     conn.execute(delete(table).where(table.c.id.in_(list(ids))))
