@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..core import DeadLetter, Decision, ErrorInfo, Job, Retry
+from .terminal import escape
 
 #: Record attributes a conveyor log line may carry (`extra=`); the JSON format
 #: gives each its own key. Job args are deliberately not among them.
@@ -37,7 +38,9 @@ def job_fields(job: Job, error: ErrorInfo | None = None) -> dict[str, Any]:
 
 
 def _reason(error: ErrorInfo) -> str:
-    return f"{error.type}: {error.message or error.type}"
+    # On one line: a message is the handler's (job data), and a line break in it would
+    # forge a log line of its own for whoever reads the log line by line.
+    return escape(f"{error.type}: {error.message or error.type}")
 
 
 def log_failed_attempt(

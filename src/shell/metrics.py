@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -38,8 +39,10 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from ..core import PRIORITY_ORDER, ErrorInfo, Health, Job, JobStatus
+from . import outage
 from .health import health_app
 from .ports import PriorityCounts, QueueCounts
+from .retrying import answer_by
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -55,6 +58,9 @@ DURATION_BUCKETS = (
 
 #: The label a figure carries when the backend does not split it by priority.
 UNSPLIT = ""
+#: How long a scrape tries to read the queue counts while the server fails: well
+#: inside a scraper's timeout (Prometheus: 10 s), so the counters are still served.
+SCRAPE_READ_S = 2.0
 
 _STATES = ("ready", "scheduled", "in_flight")
 
@@ -114,10 +120,13 @@ class _Depth(Collector):
         runtime = self._runtime
         now: datetime = runtime.clock.now()
         try:
-            counts = runtime.queue.counts(now)
-        except Exception:
-            # A scrape during an outage shows no depth rather than a wrong one.
-            log.warning("could not read queue counts for metrics", exc_info=True)
+            with answer_by(time.monotonic() + SCRAPE_READ_S):
+                counts = runtime.queue.counts(now)
+        except Exception as exc:
+            # A scrape during an outage shows no depth rather than a wrong one; the
+            # outage is told once for the process, not with a traceback per scrape.
+            if not outage.for_queue(runtime.queue).failed(exc):
+                log.warning("could not read queue counts for metrics", exc_info=True)
             return
         depth, in_flight, oldest = self._families()
         # Configured queues show zeros when empty, so an alert on them has a series.

@@ -317,6 +317,27 @@ def test_a_bad_enqueue_flag_is_named_as_typed(cli, flags: tuple[str, ...], said:
     assert f"conveyor: invalid input: {said}" in ran.stderr, ran.stderr
 
 
+def test_enqueue_refuses_null_args_and_a_negative_delay_saying_why(cli) -> None:
+    ran = cli("enqueue", "ship", "null", check=False)
+    assert ran.returncode == 2 and "args: must be a JSON object (a mapping), got null" in ran.stderr
+    for flag in ("--delay", "--timeout"):
+        ran = cli("enqueue", "ship", "{}", flag, "-5s", check=False)
+        assert ran.returncode == 2
+        assert f"argument {flag}: must not be negative, got '-5s'" in ran.stderr, ran.stderr
+
+
+@pytest.mark.parametrize(
+    ("group", "commands"),
+    [(("job",), "{show,cancel}"), (("dead",), "{list,show,retry,purge}"), ((), "{worker,")],
+)
+def test_a_command_group_without_its_command_lists_the_choices(
+    cli, group: tuple[str, ...], commands: str
+) -> None:
+    ran = cli(*group, check=False)
+    assert ran.returncode == 2
+    assert f"the following arguments are required: {commands}" in ran.stderr, ran.stderr
+
+
 def test_a_reader_that_stops_early_gets_no_error(cli_project) -> None:
     """`conveyor jobs list | head -1`: the closed pipe is not reported as a failure."""
     rt = conveyor.build(str(cli_project / "conveyor.toml"))

@@ -123,6 +123,25 @@ def test_an_exception_without_a_message_is_named_by_its_repr(
     assert dead.last_error.message == "AssertionError()", "the record says more than ''"
 
 
+def test_a_line_break_in_an_error_message_cannot_forge_a_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    forged = "kaboom\n2026-01-01 00:00:00,000 INFO conveyor.worker: all good"
+
+    def hostile(args: Any) -> None:
+        raise RuntimeError(forged)
+
+    worker, queue, _, _ = _worker({"work": hostile})
+    queue.enqueue(make_job(max_retries=0))
+    caplog.set_level(logging.WARNING, logger="conveyor.worker")
+    worker.drain()
+    lines = [r.getMessage() for r in _records(caplog, logging.WARNING)]
+    lines += [r.getMessage() for r in _records(caplog, logging.ERROR)]
+    assert len(lines) == 2
+    for line in lines:
+        assert "\n" not in line and "kaboom\\n2026-01-01" in line, line
+
+
 def test_a_returned_failure_warns_without_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
     worker, queue, _, _ = _worker({"work": lambda args: Failure("quota exceeded")})
     queue.enqueue(make_job(max_retries=1))

@@ -109,7 +109,18 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--dir", default=None, help="where to put the SQLite file (default: a temp dir)")
     m.add_argument("--jobs", type=int, default=40, help="how many ordinary jobs to enqueue")
     m.set_defaults(func=cmd_demo)
+    _name_the_commands(p)
     return p
+
+
+def _name_the_commands(p: argparse.ArgumentParser) -> None:
+    """A missing subcommand is told by its choices (`{show,cancel}`), as usage shows
+    them, not by the name argparse keeps it under (`job_command`)."""
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            action.metavar = action.metavar or "{" + ",".join(action.choices) + "}"
+            for command in action.choices.values():
+                _name_the_commands(command)
 
 
 def _asks_for_json(argv: list[str]) -> bool:

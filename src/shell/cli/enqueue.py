@@ -75,6 +75,8 @@ def seconds(text: str) -> float:
     except ValueError:
         pass
     ms = parse_duration_ms(text.strip())
+    if ms is None and text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text!r}")
     if ms is None:
         raise argparse.ArgumentTypeError(
             f"must be seconds (90, 1.5) or a duration such as 90s, 30m, 12h or 7d, got {text!r}"
@@ -109,6 +111,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     except ValueError:
         # json's own limit on integer digits; its message suggests a Python call.
         raise ValidationError.of("args", "holds an integer with too many digits") from None
+    if payload is None:  # `null` is no object (Python's None would read as no args)
+        raise ValidationError.of("args", "must be a JSON object (a mapping), got null")
     delay = None if args.delay is None else as_delay("delay", args.delay)
     if isinstance(delay, FieldError):
         raise ValidationError((delay,))

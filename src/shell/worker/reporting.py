@@ -155,7 +155,7 @@ class Reporter:
             log.warning(
                 "job %s (%s): no handler for job type %r in this worker; requeued for a "
                 "worker that has one, and dead-lettered as no-handler if none takes it "
-                "within requeue.max_requeue_age_ms (told once per job type)",
+                "within requeue.max_requeue_age_ms (each worker tells it once per job type)",
                 job.id,
                 job.job_type,
                 job.job_type,
