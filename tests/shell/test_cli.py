@@ -110,6 +110,27 @@ def test_dead_commands_on_a_job_that_is_no_dead_letter_say_what_it_is(cli, comma
     ), unknown.stderr
 
 
+def test_a_dead_letter_a_waiting_job_depends_on_is_kept_by_purge_saying_why(cli) -> None:
+    # Purged, it read as unfinished to its dependent, which then waited for ever.
+    rt = conveyor.build()  # the project's config, as the commands read it
+    try:
+        dead = rt.enqueue("explode", {})
+        later = rt.enqueue("ship", {"n": 1}, delay=3600)
+        after = [conveyor.dep(dead, on_failure="ignore"), conveyor.dep(later, on_failure="ignore")]
+        waiting = rt.enqueue("ship", {"n": 2}, after=after)
+        rt.drain()
+        assert rt.get(dead.id).state.value == "failed"
+    finally:
+        rt.close()
+    one = cli("dead", "purge", str(dead.id), check=False)
+    assert one.returncode == 1 and f"dead letter {dead.id} is kept" in one.stderr, one.stderr
+    assert cli("dead", "purge", "--all", "--yes").stdout == (
+        "purged 0; 1 kept: jobs still queued depend on them\n"
+    )
+    view = json.loads(cli("job", "show", str(waiting.id), "--json").stdout)
+    assert view["state"] == "waiting"
+
+
 def test_jobs_list_keeps_one_tenants_jobs(cli) -> None:
     ours = [cli("enqueue", "ship", "{}", "--tenant", "acme").stdout.strip() for _ in range(2)]
     cli("enqueue", "ship", "{}", "--tenant", "globex")

@@ -194,7 +194,13 @@ def _show(runtime: Runtime, job_id: UUID, show_args: bool) -> int:
 def _no_dead_letter(runtime: Runtime, job_id: UUID) -> int:
     """Say what a job given as a dead letter is instead, if it is anything; exit 1."""
     view = runtime.get(job_id)
-    if view is None:
+    if view is not None and view.state is JobStatus.FAILED:
+        notice(
+            f"conveyor: dead letter {job_id} is kept: a job still queued depends on it "
+            "(its release and its inputs read it); purge it once that job has ended",
+            level=logging.ERROR,
+        )
+    elif view is None:
         # Pruned by retention, or never known here: said as `job show` says it.
         notice(f"conveyor: {runtime.not_found(job_id)}", level=logging.ERROR)
     else:
@@ -224,7 +230,11 @@ def _purge_all(runtime: Runtime, where: HistoryFilter, yes: bool) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing purged")
             return 1
-    print(f"purged {purge_matching(runtime, where)}")
+    purged = purge_matching(runtime, where)
+    kept = count_dead(runtime.store, where) if purged < count else 0
+    # A dead letter a job still queued depends on stays (docs/workflows.md).
+    note = f"; {kept:,} kept: jobs still queued depend on them" if kept else ""
+    print(f"purged {purged}{note}")
     return 0
 
 

@@ -81,8 +81,9 @@ class QueueState:
         self._workflows: dict[UUID, WorkflowMembers] = {}
         self._member_of: dict[UUID, UUID] = {}
         if store is not None:
-            # So its prune spares the records of jobs still here.
-            store._attach(self._lock, self.holds, self.let_go_of_records)
+            # So its prune and purge spare the records of jobs still here, and of the
+            # jobs that jobs still here wait for.
+            store._attach(self._lock, self.keeps_record, self.let_go_of_records)
 
     def holds(self, job_id: UUID) -> bool:
         """True while `job_id` is ready, parked or in flight (caller holds the lock)."""
@@ -92,6 +93,12 @@ class QueueState:
             or job_id in self._in_flight
             or job_id in self._waiting
         )
+
+    def keeps_record(self, job_id: UUID) -> bool:
+        """True while `job_id`'s record is needed here (caller holds the lock): the job
+        is queued, or a queued job depends on it (its release reads the record's
+        status, its handler the result)."""
+        return self.holds(job_id) or any(self.holds(d) for d in self._dependents.get(job_id, ()))
 
     def let_go_of_records(self, job_ids: Sequence[UUID], recorded: Callable[[UUID], bool]) -> None:
         """What records deleted from the store (pruned, purged) leave of workflows

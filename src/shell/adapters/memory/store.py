@@ -22,7 +22,8 @@ class MemoryJobStore:
         self._seq = 0
         #: The lock of the queue built with this store, if any (it sets this).
         self._queue_lock: threading.Lock | None = None
-        #: Whether that queue still holds a job id (asked under its lock).
+        #: Whether that queue still needs a job's record (asked under its lock): it holds
+        #: the job, or a job it holds depends on it.
         self._queue_holds: Callable[[UUID], bool] | None = None
         #: That queue's bookkeeping of workflows, told of deleted records (under its lock).
         self._let_go: Callable[[Sequence[UUID], Callable[[UUID], bool]], None] | None = None
@@ -133,10 +134,13 @@ class MemoryJobStore:
 
     def purge_dead(self, job_id: UUID | None = None) -> int:
         with self._locked():
+            keeps = self._queue_holds
             doomed = [
                 i
                 for i, (_, job) in self._jobs.items()
-                if job.status is JobStatus.FAILED and (job_id is None or i == job_id)
+                if job.status is JobStatus.FAILED
+                and (job_id is None or i == job_id)
+                and not (keeps is not None and keeps(i))
             ]
             for i in doomed:
                 del self._jobs[i]

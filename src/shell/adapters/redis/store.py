@@ -178,13 +178,16 @@ class RedisJobStore:
         return FinishedPerMinute(start, completed, failed)
 
     def purge_dead(self, job_id: UUID | None = None) -> int:
-        """Delete one dead letter, or all of them (in batches). Returns how many went."""
+        """Delete one dead letter, or all of them (in batches), but those a job still
+        queued depends on. Returns how many went."""
         if job_id is not None:
-            return int(self._run(self._purge, str(job_id), 1))
-        total = 0
-        while purged := int(self._run(self._purge, "", _PURGE_BATCH)):
-            total += purged
-        return total
+            return int(self._run(self._purge, str(job_id), 1, 0)[0])
+        total = left = 0
+        while True:
+            purged, seen = map(int, self._run(self._purge, "", _PURGE_BATCH, left))
+            total, left = total + purged, left + seen - purged
+            if seen < _PURGE_BATCH:
+                return total
 
     @staticmethod
     def _prune_rules(order: PruneOrder) -> list[tuple[JobStatus, str, str]]:

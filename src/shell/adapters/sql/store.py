@@ -265,8 +265,11 @@ class SqlJobStore:
         return FinishedPerMinute(start, counts[:minutes], counts[minutes:])
 
     def purge_dead(self, job_id: UUID | None = None) -> int:
-        """Delete one dead letter, or all of them. Returns how many went."""
-        stmt = delete(self._t).where(self._t.c.status == JobStatus.FAILED.value)
+        """Delete one dead letter, or all of them, but those a job still queued depends
+        on. Returns how many went."""
+        stmt = delete(self._t).where(
+            self._t.c.status == JobStatus.FAILED.value, self._idle(self._t)
+        )
         if job_id is not None:
             stmt = stmt.where(self._t.c.id == str(job_id))
 
@@ -328,8 +331,12 @@ class SqlJobStore:
         return order.limit - left
 
     def _idle(self, t: FromClause) -> ColumnElement[bool]:
-        """The record's job is neither queued nor in flight (a probe of the queue's key)."""
-        return ~exists().where(self._q.c.id == t.c.id)
+        """The record's job is neither queued nor in flight (a probe of the queue's key),
+        nor does a job still queued depend on it (its release reads the record's status,
+        its handler the result; a probe of the edges' key, then the queue's)."""
+        edges, q = self._db.schema.edges, self._q
+        needed = exists().where(edges.c.dependency_id == t.c.id, q.c.id == edges.c.dependent_id)
+        return ~exists().where(q.c.id == t.c.id) & ~needed
 
     def _keep_threshold(self, conn: Connection, status: JobStatus, keep: int | None) -> int | None:
         """The `recorded_seq` of the `keep`-th newest record of `status`: records below

@@ -315,6 +315,37 @@ def deleted_records_take_what_they_leave_of_workflows_with_them(s: Subject) -> N
     assert list(s.queue.dependencies_of(leaf.id)) == [], "a member's edges outlived it"
 
 
+@case(WORKFLOWS)
+def a_record_a_queued_job_depends_on_is_neither_pruned_nor_purged(s: Subject) -> None:
+    """A dependency's record stays while a job that depends on it is queued: that
+    job's release reads its status (a record gone reads as unfinished, and the job
+    would wait for ever) and its handler reads its result (`ctx.inputs()`)."""
+    dead, slow, fan_in = make_job("dead"), make_job("slow"), make_job("fan-in")
+    edges = [(dead, OnFailure.IGNORE), (slow, OnFailure.IGNORE)]
+    s.queue.enqueue_graph(_graph((dead, []), (slow, []), (fan_in, edges)))
+    held = claim(s)
+    assert held.job.id == dead.id
+    assert s.queue.finish(held, _dead(held.job))
+    every_dead_letter = PruneOrder(
+        completed_before=None,
+        dead_before=LATER + timedelta(days=1),
+        keep_completed=None,
+        keep_dead=None,
+        limit=10,
+    )
+    assert s.store.count_prunable(every_dead_letter) == 0
+    assert s.store.prune(every_dead_letter) == 0, "pruned what a waiting job depends on"
+    assert s.store.purge_dead(dead.id) == 0 and s.store.purge_dead() == 0, "purged it"
+    held = claim(s, LATER)
+    assert held.job.id == slow.id and s.queue.finish(held, _done(held.job))
+    held = claim(s, LATER)
+    assert held.job.id == fan_in.id, "released: its dead input is ignored"
+    assert s.store.prune(every_dead_letter) == 0, "pruned an input of a running job"
+    assert s.queue.finish(held, _done(held.job))
+    assert s.store.prune(every_dead_letter) == 1, "kept once nothing queued needs it"
+    assert s.store.get(dead.id) is None
+
+
 def _keyed_graph(key: str) -> Graph:
     """A root holding `key` (its id the workflow's, as `Workflow` gives it) and a leaf."""
     workflow_id = uuid4()
@@ -350,4 +381,5 @@ WORKFLOW_CASES = (
     a_workflow_whose_id_is_stored_is_not_written_again,
     a_root_s_unique_key_held_by_another_workflow_writes_nothing_until_it_is_free,
     deleted_records_take_what_they_leave_of_workflows_with_them,
+    a_record_a_queued_job_depends_on_is_neither_pruned_nor_purged,
 )

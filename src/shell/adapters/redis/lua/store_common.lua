@@ -153,6 +153,17 @@ local function record(r, ...)
   return seq
 end
 
+-- Whether a job still queued (waiting, ready, parked or in flight: its hash exists)
+-- depends on `id`: a prune and a purge then keep `id`'s record, which that job's
+-- release reads (a record gone reads as unfinished: it would wait for ever) and its
+-- handler's inputs too.
+local function needed_by_queued(id)
+  for _, dependent in ipairs(redis.call('SMEMBERS', key('dependents', id))) do
+    if redis.call('EXISTS', key('job', dependent)) == 1 then return true end
+  end
+  return false
+end
+
 -- What a deleted record (pruned, purged) leaves of workflows. A job in no workflow
 -- lets go of its edges and of the set of jobs that waited for it at once. A member
 -- counts down its workflow's {base}:workflow_left:<wid> (written with the workflow);

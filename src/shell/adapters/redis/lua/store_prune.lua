@@ -81,7 +81,7 @@ for i, id in ipairs(ids) do
     done = 1
     break
   end
-  local idle = redis.call('EXISTS', key('job', id)) == 0
+  local idle = redis.call('EXISTS', key('job', id)) == 0 and not needed_by_queued(id)
   if qualifies and idle and redis.call('HGET', key('store', id), 'status') == status then
     table.insert(picked, id)
   end
