@@ -270,7 +270,7 @@ class Executor:
         error is re-raised."""
 
         def told(exc: Exception, failures: int, _: float) -> None:
-            if outage.is_outage(exc):
+            if outage.is_trouble(exc):
                 log.debug("%s failed (attempt %d): %s; retrying", name, failures, exc)
             else:
                 log.warning("%s failed (attempt %d), retrying", name, failures, exc_info=exc)
@@ -283,8 +283,8 @@ class Executor:
         a line without a traceback (one per job would flood the log while every write
         fails alike; the worker's loop reports the outage itself, once, on its next
         call); anything else is logged with its traceback."""
-        if outage.is_outage(exc):
-            log.info("could not %s while the server is unreachable; leaving %s", what, whose)
+        if outage.is_trouble(exc):
+            log.info("could not %s while the server is away or full; leaving %s", what, whose)
             # Counted on the server's state, so that the worker's round around this
             # write is not taken for the server's return.
             outage.for_queue(self.queue).met(exc)

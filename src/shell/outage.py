@@ -14,9 +14,11 @@ worker backs off (`Backoff`, capped) instead of spinning.
 At start-up the same idea waits for the server (`until_reachable`) for a bounded
 time, then fails with one line that says what to fix (`ServerUnreachable`).
 
-Only errors that mean the server cannot be reached count (`is_outage`); a wrong
-password or a missing database is not an outage, and any other exception is a
-bug that keeps its traceback (`Throttle` limits how often one repeats).
+Only errors that mean the server cannot be reached count (`is_outage`), and a server
+that is up but refuses every write for want of memory (`refuses_writes`: Redis past
+`maxmemory`), which waiting also fixes; a wrong password or a missing database is not
+an outage, and any other exception is a bug that keeps its traceback (`Throttle`
+limits how often one repeats).
 """
 
 from __future__ import annotations
@@ -70,6 +72,21 @@ def is_outage(exc: BaseException) -> bool:
     return _driver_outage(exc) or isinstance(exc, (ConnectionError, TimeoutError, socket.gaierror))
 
 
+def refuses_writes(exc: BaseException) -> bool:
+    """True when the server is up but refuses writes for want of memory: Redis past
+    `maxmemory` under `noeviction` (docs/redis.md), which answers `OOM` to a command,
+    and to a script at its first write."""
+    redis = sys.modules.get("redis.exceptions")
+    if redis is None or not isinstance(exc, redis.ResponseError):
+        return False
+    return isinstance(exc, redis.OutOfMemoryError) or "OOM command not allowed" in str(exc)
+
+
+def is_trouble(exc: BaseException) -> bool:
+    """An outage, or a server refusing writes: what a worker waits out, quietly."""
+    return is_outage(exc) or refuses_writes(exc)
+
+
 def _driver_outage(exc: BaseException | None) -> bool:
     psycopg = sys.modules.get("psycopg")
     if psycopg is None or not isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
@@ -120,7 +137,7 @@ class ConnectionState:
         In the `SETTLE_S` after the server came back, a failure is a stale connection
         of the pool more often than a new outage: it is logged at DEBUG, and told as
         an outage only if the server is still away `SETTLE_S` later."""
-        if not is_outage(exc):
+        if not is_trouble(exc):
             return False
         now = time.monotonic()
         with self._lock:
@@ -136,10 +153,12 @@ class ConnectionState:
                 tell = False
         text = detail or describe(exc)
         if tell:
+            what = "refuses writes" if refuses_writes(exc) else "is unreachable"
             log.warning(
-                "%s at %s is unreachable (%s); retrying quietly until it is back",
+                "%s at %s %s (%s); retrying quietly until it is back",
                 self.backend,
                 self.where,
+                what,
                 text,
             )
         else:
@@ -150,22 +169,23 @@ class ConnectionState:
         """Count a failure that its caller has handled and told itself (a write left to
         its lease): a round around it proves nothing back. The outage, if it lasts, is
         told by the next `failed`."""
-        if is_outage(exc):
+        if is_trouble(exc):
             with self._lock:
                 self.failures += 1
 
-    def ok(self, failures: int | None = None) -> None:
+    def ok(self, failures: int | None = None) -> bool:
         """Note a success: logs once (INFO) that the server is back after an outage.
         `failures` (the count read before a round of several calls): a round during
         which an outage failure was noted, though it ended without raising (a write
-        left to its lease), is no success."""
+        left to its lease), is no success (False)."""
+        clean = failures is None or failures == self.failures
         if self._down_since is None:
-            return
+            return clean
         with self._lock:
             if failures is not None and failures != self.failures:
-                return
+                return False
             if self._down_since is not None and time.monotonic() - self._down_since < IN_FLIGHT_S:
-                return
+                return True
             since, self._down_since = self._down_since, None
             quiet, self._quiet = self._quiet, False
             if since is not None:
@@ -173,6 +193,7 @@ class ConnectionState:
         if since is not None and not quiet:
             away = time.monotonic() - since
             log.info("%s at %s is back after %.1f s", self.backend, self.where, away)
+        return True
 
 
 _STATES: dict[tuple[str, str], ConnectionState] = {}

@@ -112,7 +112,7 @@ def test_an_outcome_write_cut_off_by_an_outage_is_one_warning_without_a_tracebac
     assert not [r for r in records if r.exc_info or r.exc_text], f"a traceback:\n{lines}"
     assert not [r for r in records if r.levelno >= logging.WARNING], lines
     left = [r.getMessage() for r in records if r.name == "conveyor.executor"]
-    assert len(left) == 2 and all("server is unreachable" in m for m in left), lines
+    assert len(left) == 2 and all("server is away or full" in m for m in left), lines
     assert str(job.id) in left[1]
     runtime.close()
 

@@ -557,3 +557,46 @@ def test_closing_a_runtime_closes_its_redis_connections() -> None:
     # At most as many as before: another test's connection may close meanwhile.
     assert open_connections() <= before
     probe.close()
+
+
+def test_a_server_out_of_memory_refuses_claims_and_the_worker_waits_it_out(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """Past `maxmemory` (noeviction) Redis refuses a script at its first write only:
+    a claim that popped first went through, its handler ran, its outcome could not be
+    written, and the worker claimed on, every job to run again once memory was back."""
+    server = RedisServer().start()
+    admin = redis.Redis.from_url(server.url)
+    ran = tmp_path / "ran.txt"
+
+    def note(args: Any) -> None:
+        with ran.open("a") as out:
+            out.write(f"{args['n']}\n")
+
+    rt = conveyor.build(
+        {"provider": "redis", "redis": {"url": server.url, "prefix": "full"}},
+        handlers={"note": note},
+        env={},
+    )
+    try:
+        jobs = [rt.enqueue("note", {"n": n}) for n in range(20)]
+        scheduled = rt.enqueue("note", {"n": 20}, delay=0.2)  # promoted while full
+        time.sleep(0.3)
+        admin.config_set("maxmemory", 1)  # every write refused from now on
+        with pytest.raises(redis.exceptions.OutOfMemoryError, match="out of memory"):
+            rt.enqueue("note", {"n": 99})
+        caplog.set_level(logging.WARNING)
+        rt.start()
+        time.sleep(1.5)
+        assert not ran.exists(), "a job ran whose outcome the server could not take"
+        refused = [r for r in caplog.records if "refuses writes" in r.getMessage()]
+        assert len(refused) == 1, [r.getMessage() for r in caplog.records]
+        admin.config_set("maxmemory", 0)
+        for job in [*jobs, scheduled]:
+            assert rt.result(job.id, timeout=30) is None
+        assert sorted(int(n) for n in ran.read_text().split()) == list(range(21))
+    finally:
+        rt.stop(grace_s=5)
+        rt.close()
+        admin.close()
+        server.kill()

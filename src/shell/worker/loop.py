@@ -125,8 +125,7 @@ class Worker:
             queue, self.executor, self.clock, lease, clock_check=clock_check, hooks=self.hooks
         )
         self._stop, self._warned_empty, self._clock_checked = threading.Event(), False, False
-        #: When this loop last progressed, for the watchdog (`conveyor.shell.worker.watch`).
-        self.watch = LoopWatch()
+        self.watch = LoopWatch()  # when this loop last progressed, for the watchdog
         self._heartbeat = Heartbeat(queue, self.clock, self.heartbeat_s, self.watch)
         #: Async handlers running on the event loop, their claims held until written.
         self._async = AsyncJobs(async_concurrency)
@@ -204,8 +203,7 @@ class Worker:
         """Process jobs until `stop()` is called."""
         self.warn_if_empty()
         self._idle.worked()
-        # While the server is away: one WARNING and one INFO for the process, and a
-        # capped backoff here instead of a traceback per poll.
+        # While the server is away or full: one WARNING, one INFO, a capped backoff.
         server, away, bugs = outage.for_queue(self.queue), outage.Backoff(), outage.Throttle()
         while not self._stop.is_set():
             try:
@@ -226,7 +224,9 @@ class Worker:
                     log.debug("worker %s: round failed again: %r", self.worker_id, exc)
                 worked = 0
             else:
-                server.ok(failures)
+                if not server.ok(failures):  # a write left to its lease: away or full
+                    self._stop.wait(away.next())
+                    continue
                 away.reset()
             if worked or self._stop.is_set():
                 self._idle.worked()

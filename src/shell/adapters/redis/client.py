@@ -20,6 +20,7 @@ from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.retry import Retry
 
 from ....core import Priority, WriteRetryPolicy
+from ...outage import refuses_writes
 from ...retrying import Retrier
 from .cluster import MAX_CONNECTIONS, Client, node_client
 
@@ -187,8 +188,18 @@ def retrier(budget_s: float) -> Retrier:
 
 
 def retrying(budget_s: float, call: Callable[[], _T]) -> _T:
-    """`call()` under the retry budget `budget_s` (see `retrier`)."""
-    return retrier(budget_s).call(call)
+    """`call()` under the retry budget `budget_s` (see `retrier`). A script refused for
+    want of memory raises `OutOfMemoryError`, as a plain command does, rather than the
+    script error naming its hash and line."""
+    try:
+        return retrier(budget_s).call(call)
+    except redis.exceptions.ResponseError as exc:
+        if isinstance(exc, redis.exceptions.OutOfMemoryError) or not refuses_writes(exc):
+            raise
+        raise redis.exceptions.OutOfMemoryError(
+            "the Redis server refused a write: it is out of memory (used memory > "
+            "'maxmemory', under noeviction); free memory or raise maxmemory"
+        ) from exc
 
 
 def check_server(client: Client, key: str = "") -> list[str]:

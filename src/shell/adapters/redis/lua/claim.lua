@@ -17,22 +17,27 @@ promote(key('scheduled', queue), ARGV[4], now, ARGV[6], CLAIM_PROMOTE_CAP)
 for _, priority in ipairs(PRIORITIES) do
   local list = key('queue', queue, priority)
   while true do
-    local id = redis.call('LPOP', list)
+    -- Read, then popped once its hash is written: a server out of memory checks a
+    -- script's first write only and never refuses a pop, so the claim is refused
+    -- rather than a job handed out whose outcome could not be written.
+    local id = redis.call('LINDEX', list, 0)
     if not id then break end
     local jk = key('job', id)
     local f = redis.call('HMGET', jk, 'status', 'body', 'part', 'queue', 'priority', 'jtype')
     local live = f[1] == 'ready' and f[2] and f[4] == queue and f[5] == priority
     -- Only a job of a limited queue (`part`) can have ghost copies (see index.lua).
     if live and not (f[3] and unghost(queue, priority, id)) then
+      redis.call('HSET', jk, 'status', 'processing', 'token', token, 'locked_at', locked)
+      redis.call('LPOP', list)
       redis.call('ZREM', key('ready_at', queue), id)
       -- Indexed (its queue is limited): a claim without limits still takes it out.
       if f[3] then redis.call('ZREM', key('pready', queue, f[3]), pready_member(f[6], id)) end
-      redis.call('HSET', jk, 'status', 'processing', 'token', token, 'locked_at', locked)
       redis.call('ZADD', key('inflight'), locked, id)
       redis.call('ZADD', key('inflight', queue), locked, id)
       write_receipt(token, {id}, ttl)
       return {id, f[2]}
     end
+    redis.call('LPOP', list)
     if not live and not unghost(queue, priority, id) and not f[2] then
       -- A body-less id is dropped, never run.
       drop_orphan(id)

@@ -23,9 +23,11 @@ for _, priority in ipairs(PRIORITIES) do
   local more = true
   while more and #taken < limit do
     local asked = limit - #taken
-    local ids = redis.call('LPOP', list, asked)
-    if not ids then break end
-    -- Fewer than asked: the list is empty now, and a second LPOP would only say so.
+    -- Read, then trimmed once their hashes are written (see claim.lua: a server out of
+    -- memory then refuses the claim at its first write).
+    local ids = redis.call('LRANGE', list, 0, asked - 1)
+    if #ids == 0 then break end
+    -- Fewer than asked: the list is empty now, and a second read would only say so.
     more = #ids == asked
     for _, id in ipairs(ids) do
       local jk = key('job', id)
@@ -50,6 +52,7 @@ for _, priority in ipairs(PRIORITIES) do
         drop_orphan(id)
       end
     end
+    redis.call('LTRIM', list, #ids, -1)
   end
   if #taken >= limit then break end
 end

@@ -119,8 +119,14 @@ local function promote(from, hi_ms, now_ms, now_us, limit)
   local due = redis.call('ZRANGEBYSCORE', from, '-inf', hi_ms, 'WITHSCORES', 'LIMIT', 0, limit)
   -- A promoted job queues behind the jobs already ready: a fresh seq says so, as the
   -- other backends number it, and keeps `seq` in list order for the partition index.
-  -- One INCRBY for the batch (numbers of jobs not moved are skipped, harmlessly).
+  -- One INCRBY for the batch (numbers of jobs not moved are skipped, harmlessly),
+  -- before any other write: a server out of memory checks a script's first write
+  -- only, and refuses an INCRBY (never a ZREM), so the promotion, and the claim it
+  -- opens, are refused whole.
   local moved, woken, seq = 0, {}, nil
+  if #due > 0 then
+    seq = redis.call('INCRBY', key('seq', 'queue'), #due / 2) - #due / 2
+  end
   for i = 1, #due, 2 do
     local member = due[i]
     if member_due(member, due[i + 1], now_ms, now_us)
@@ -136,9 +142,6 @@ local function promote(from, hi_ms, now_ms, now_us, limit)
         redis.call('ZREM', key('scheduled', f[2]), member)
         -- A hash that is not scheduled is placed elsewhere; the entry was stray.
         if f[1] == 'scheduled' then
-          if not seq then
-            seq = redis.call('INCRBY', key('seq', 'queue'), #due / 2) - #due / 2
-          end
           seq = seq + 1
           local digits = string.format('%d', seq)
           redis.call('HSET', jk, 'status', 'ready', 'seq', digits)
