@@ -537,13 +537,15 @@ def dead(job: Job) -> Job:
 
 
 def test_closing_a_runtime_closes_its_redis_connections() -> None:
-    url = redis_url()
+    server = RedisServer().start()  # its own: no other test's connections come and go
+    url = server.url
     probe = redis.Redis.from_url(url)
 
     def open_connections() -> int:
         return len(probe.client_list()) - 1  # not the probe's own
 
     before = open_connections()
+    kept = []  # as an app keeps its runtime after closing it: nothing is collected
     for _ in range(3):
         rt = conveyor.build(
             {"provider": "redis", "redis": {"url": url, "prefix": f"close-{uuid4().hex[:8]}"}},
@@ -554,9 +556,14 @@ def test_closing_a_runtime_closes_its_redis_connections() -> None:
         rt.drain()
         assert rt.result(job.id, timeout=5) == 1
         rt.close()
-    # At most as many as before: another test's connection may close meanwhile.
-    assert open_connections() <= before
+        kept.append(rt)
+    # The finish listener's thread ends within its look (a second).
+    deadline = time.monotonic() + 3
+    while open_connections() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert open_connections() == before == 0
     probe.close()
+    server.kill()
 
 
 def test_a_server_out_of_memory_refuses_claims_and_the_worker_waits_it_out(

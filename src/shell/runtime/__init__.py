@@ -157,7 +157,8 @@ class Runtime(
     def close(self) -> None:
         """Release the backend's connections, and the `Tasks` collections bound to this
         runtime (their tasks then raise `TaskNotBound`). Call `stop` first when pools
-        are running; `with runtime:` does both."""
+        are running; `with runtime:` does both. A closed runtime is not to be used
+        again: a call may open connections that only another `close` releases."""
         for collection in self.bound_collections:
             collection.release(self)
         # The presence last: on Redis it holds the client the queue and store share.
