@@ -561,9 +561,10 @@ def test_make_engine_gives_sqlite_wal_a_busy_timeout_and_normal_sync(tmp_path: P
     with engine.connect() as conn:
         settings = [
             conn.exec_driver_sql(f"PRAGMA {name}").scalar()
-            for name in ("journal_mode", "busy_timeout", "synchronous")
+            for name in ("journal_mode", "busy_timeout", "synchronous", "journal_size_limit")
         ]
-    assert settings == ["wal", 1234, 1]  # synchronous 1 is NORMAL
+    # synchronous 1 is NORMAL; a log a long reader let grow is cut back to 32 MiB.
+    assert settings == ["wal", 1234, 1, 32 * 1024 * 1024]
     engine.dispose()
 
 

@@ -141,7 +141,10 @@ def test_a_file_is_lost_only_when_its_path_no_longer_names_it(tmp_path: Path) ->
     assert not_yet.lost() is None
     (tmp_path / "other.db").write_bytes(b"")
     os.replace(tmp_path / "other.db", tmp_path / "later.db")
-    assert not_yet.lost() == f"the SQLite database {tmp_path / 'later.db'} was replaced"
+    assert not_yet.lost() == (
+        f"the SQLite database {tmp_path / 'later.db'} was replaced while in use (its -wal "
+        "and -shm files are the old one's: stop every process before replacing it)"
+    )
 
 
 def test_a_process_that_opened_its_database_never_creates_an_empty_one_in_its_place(

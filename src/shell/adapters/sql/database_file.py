@@ -56,7 +56,12 @@ class DatabaseFile:
         if self._seen is None:
             self._seen = now
         elif now != self._seen:
-            return f"the SQLite database {self.path} was replaced"
+            # SQLite finds a file's write-ahead log by its path: a file moved in while
+            # this one was open shares the old log (docs/sql.md says how to replace one).
+            return (
+                f"the SQLite database {self.path} was replaced while in use (its -wal "
+                "and -shm files are the old one's: stop every process before replacing it)"
+            )
         return None
 
     def refuse_if_lost(self) -> None:

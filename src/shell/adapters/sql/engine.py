@@ -54,6 +54,10 @@ def from_micros(value: int) -> datetime:
 _CONFIGURED: weakref.WeakSet[Engine] = weakref.WeakSet()
 _CONFIGURE_LOCK = threading.Lock()
 _SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+#: What a SQLite write-ahead log is cut back to once a checkpoint empties it: while a
+#: long read transaction pins a snapshot, no checkpoint can, and the log grows (about
+#: 50 KB a job); without a limit it kept that size for good.
+WAL_SIZE_LIMIT_BYTES = 32 * 1024 * 1024
 
 
 def configure_sqlite(
@@ -111,6 +115,7 @@ def configure_sqlite(
             if current not in ("wal", "memory"):
                 cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute(f"PRAGMA synchronous = {mode}")
+            cursor.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT_BYTES}")
         finally:
             cursor.close()
 
