@@ -237,7 +237,9 @@ def test_a_rate_limited_worker_sleeps_until_the_next_token_without_spinning() ->
     clock = ManualClock(T0)
     ran: list[int] = []
     runtime = build(
-        {"provider": "memory", "workers": {"queues": ["q"]}},
+        # No pruner: an idle worker also wakes for its next batch (at random in the
+        # first interval), which would end this wait before the token.
+        {"provider": "memory", "workers": {"queues": ["q"]}, "retention": {"prune_interval_ms": 0}},
         handlers={"t": lambda args: ran.append(1)},
         clock=clock,
         limits={"q": QueueLimits(rates=(Rate(1, 10.0),))},
