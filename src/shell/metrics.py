@@ -89,6 +89,8 @@ class _Depth(Collector):
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
+        #: The last scrape could not read the counts for an outage, and said so.
+        self._told = False
 
     def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
         return (
@@ -123,11 +125,19 @@ class _Depth(Collector):
             with answer_by(time.monotonic() + SCRAPE_READ_S):
                 counts = runtime.queue.counts(now)
         except Exception as exc:
-            # A scrape during an outage shows no depth rather than a wrong one; the
-            # outage is told once for the process, not with a traceback per scrape.
-            if not outage.for_queue(runtime.queue).failed(exc):
+            # A scrape during an outage shows no depth rather than a wrong one. The
+            # outage is told once (its workers tell it too), not a traceback a scrape;
+            # the process's view of the server is the worker loops' to keep.
+            if not outage.is_trouble(exc):
                 log.warning("could not read queue counts for metrics", exc_info=True)
+            elif not self._told:
+                log.warning(
+                    "could not read queue counts for metrics (%s); depth is left out "
+                    "until the server answers", outage.describe(exc)
+                )  # fmt: skip
+            self._told = True
             return
+        self._told = False
         depth, in_flight, oldest = self._families()
         # Configured queues show zeros when empty, so an alert on them has a series.
         for name in sorted(set(counts) | set(runtime.config.workers.queues)):

@@ -54,6 +54,8 @@ class Pruner:
         self.server = server
         self._bugs = outage.Throttle()
         self._next: datetime | None = None
+        #: The worker that pruned last: the one an idle wait ends for (`next_at`).
+        self._by: str | None = None
         # Workers of one process share a pruner: one of them prunes, the others go on.
         self._busy = threading.Lock()
 
@@ -62,17 +64,22 @@ class Pruner:
         """False when workers never prune (interval 0, or a policy that keeps all)."""
         return self.policy.interval_ms > 0 and not self.policy.keeps_everything
 
-    def next_at(self) -> datetime | None:
-        """When `maybe_prune` next prunes (an idle worker wakes for it, so a backlog
-        goes a batch every 50 ms); None when it never will, has not planned its first
-        prune yet, or is pruning now (in another worker: it plans the next)."""
+    def next_at(self, by: str | None = None) -> datetime | None:
+        """When `maybe_prune` next prunes, for the worker `by` to wake for it (so a
+        backlog goes a batch every 50 ms): the one that pruned last, or any before the
+        first prune, so that the others sharing this pruner sleep on. None when it never
+        prunes, has not planned its first prune yet, or is pruning now (it plans the
+        next), and for every other worker."""
         if not self.enabled or self._busy.locked():
+            return None
+        if self._by is not None and by != self._by:
             return None
         return self._next
 
-    def maybe_prune(self, now: datetime) -> int:
+    def maybe_prune(self, now: datetime, by: str | None = None) -> int:
         """Prune one batch if this pruner's interval has come round; never raises (a
-        failure is logged and tried again next interval). Returns how many went."""
+        failure is logged and tried again next interval). Returns how many went. `by`
+        names the worker calling: the one that prunes is woken for the next batch."""
         if not self.enabled or not self._busy.acquire(blocking=False):
             return 0
         try:
@@ -80,6 +87,7 @@ class Pruner:
                 self._next = first_prune_at(now, self.policy.interval_ms, self.jitter())
             if now < self._next:
                 return 0
+            self._by = by
             try:
                 gone = self.prune_once(now)
             except Exception as exc:

@@ -242,6 +242,21 @@ def test_an_idle_worker_wakes_for_the_next_batch_of_a_backlog(backend: Backend) 
     assert worker._idle_timeout_s() == pytest.approx(1.0), "the poll interval"
 
 
+def test_only_the_worker_that_pruned_last_wakes_for_the_next_batch() -> None:
+    """Workers of a process share one pruner: were every idle one woken for its next
+    batch, all would run a round every 50 ms of a backlog, and one would prune."""
+    b = make_backend("memory")
+    for _ in range(5):
+        _record(b, JobStatus.COMPLETED, NOW - 8 * DAY)
+    pruner = Pruner(b.store, RetentionPolicy(batch=2), jitter=lambda: 0.5)
+    assert pruner.maybe_prune(NOW, by="a") == 0  # plans the first, half an interval on
+    first = NOW + timedelta(seconds=30)
+    assert pruner.next_at("a") == pruner.next_at("b") == first, "before any prune: anyone"
+    assert pruner.maybe_prune(first, by="b") == 2
+    assert pruner.next_at("b") == first + timedelta(milliseconds=50), "the backlog's next"
+    assert pruner.next_at("a") is None, "another worker sleeps on"
+
+
 def test_the_runtime_prunes_and_purges_through_its_executor() -> None:
     from conveyor.shell.runtime import build
 

@@ -92,7 +92,7 @@ def run_dead(args: argparse.Namespace, make_runtime: Callable[[], Runtime]) -> i
             return 0
         if job_id is not None:
             if runtime.purge_dead(job_id) == 0:
-                return _no_dead_letter(runtime, job_id)
+                return _no_dead_letter(runtime, job_id, purging=True)
             print("purged 1")
             return 0
         return _purge_all(runtime, where, args.yes)
@@ -191,10 +191,11 @@ def _show(runtime: Runtime, job_id: UUID, show_args: bool) -> int:
     return 0
 
 
-def _no_dead_letter(runtime: Runtime, job_id: UUID) -> int:
-    """Say what a job given as a dead letter is instead, if it is anything; exit 1."""
+def _no_dead_letter(runtime: Runtime, job_id: UUID, *, purging: bool = False) -> int:
+    """Say what a job given as a dead letter is instead, if it is anything, or why a
+    purge kept it; exit 1."""
     view = runtime.get(job_id)
-    if view is not None and view.state is JobStatus.FAILED:
+    if purging and view is not None and view.state is JobStatus.FAILED:
         notice(
             f"conveyor: dead letter {job_id} is kept: a job still queued depends on it "
             "(its release and its inputs read it); purge it once that job has ended",
@@ -231,7 +232,7 @@ def _purge_all(runtime: Runtime, where: HistoryFilter, yes: bool) -> int:
             print("nothing purged")
             return 1
     purged = purge_matching(runtime, where)
-    kept = count_dead(runtime.store, where) if purged < count else 0
+    kept = max(0, count - purged)
     # A dead letter a job still queued depends on stays (docs/workflows.md).
     note = f"; {kept:,} kept: jobs still queued depend on them" if kept else ""
     print(f"purged {purged}{note}")

@@ -261,13 +261,6 @@ class ResultMethods:
         (docs/results.md)."""
         job_id = as_job_id(job_id)
         limit = _seconds(timeout)
-        if HANDLER_LOOP.is_current():
-            # The job waited for may be async and so need this very loop, which the
-            # wait would block: such a wait could only run out.
-            raise RuntimeError(
-                "an async handler cannot wait for a job with the blocking runtime.result; "
-                "use await runtime.aresult"
-            )
         deadline = None if limit is None else time.monotonic() + limit
         away = _Away(self.queue, job_id, limit)
         # A job already finished is answered at once: only a wait that waits watches
@@ -275,6 +268,13 @@ class ResultMethods:
         done, value, state, seen = away.read(self._read_outcome, _UNREAD)
         if done:
             return value
+        if HANDLER_LOOP.is_current():
+            # The job waited for may be async and so need this very loop, which the
+            # wait would block: such a wait could only run out.
+            raise RuntimeError(
+                "an async handler cannot wait for a job with the blocking runtime.result; "
+                "use await runtime.aresult"
+            )
         if deadline is not None and deadline <= time.monotonic():
             raise away.timed_out(state)
         with self._watch(job_id) as watch:

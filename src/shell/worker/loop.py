@@ -135,9 +135,9 @@ class Worker:
         self._writes = HolderWrites(
             queue, self.executor, self._heartbeat, self._reporter, self.clock, policies.result
         )
+        chore_at = (lambda: pruner.next_at(self.worker_id)) if pruner else None
         # A limited queue's claims (and a budget's) all go through the claimer.
-        wake_claims = limits is None and job_budget is None
-        idle_options = (self._stop, wake_claims, self.watch, pruner.next_at if pruner else None)
+        idle_options = (self._stop, limits is None and job_budget is None, self.watch, chore_at)
         self._idle = Idle(queue, queue_name, self.clock, poll_interval_ms, *idle_options)
         claim_options = (self.prefetch_policy, limits, self._idle, job_budget)
         self._claimer = Claimer(queue, queue_name, *claim_options)
@@ -300,7 +300,7 @@ class Worker:
         if self.lease_keeper.due(now, self.reclaim_interval):
             self.reclaim_abandoned(now)
         if self.pruner is not None:
-            self.pruner.maybe_prune(now)
+            self.pruner.maybe_prune(now, by=self.worker_id)
 
     def reclaim_abandoned(self, now: datetime) -> int:
         """Return claims whose lease expired to ready; dead-letter poison pills."""

@@ -197,15 +197,15 @@ class RedisJobStore:
             if before is not None or keep is not None
         ]
 
-    def _prune_step(self, *args: object) -> tuple[int, int]:
-        """One `store_prune.lua` call: (how many, done). A record written before records
-        kept their finish time has it worked out here from its body and handed to the
-        script, which keeps it and walks again."""
+    def _prune_step(self, *args: object) -> tuple[int, int, int]:
+        """One `store_prune.lua` call: (how many, done, how many entries it examined). A
+        record written before records kept their finish time has it worked out here from
+        its body and handed to the script, which keeps it and walks again."""
         facts: list[object] = []
         while True:
             reply = self._run(self._prune, *args, *facts)
             if int(reply[0]) >= 0:
-                return int(reply[0]), int(reply[1])
+                return int(reply[0]), int(reply[1]), int(reply[2])
             asked = reply[2:]
             facts = []
             for at in range(0, len(asked), 3):
@@ -220,10 +220,15 @@ class RedisJobStore:
         at = "" if order.pruned_at is None else str(us(order.pruned_at))
         tombstones = (str(remember) if remember else "", at)
         for status, cutoff, keep in self._prune_rules(order):
-            if left <= 0:
-                break
-            gone, _ = self._prune_step(status.value, cutoff, keep, left, "", 0, *tombstones)
-            left -= gone
+            # Past the records a window kept (a queued job's inputs at the front of the
+            # index), until `limit` went or the walk stopped.
+            skipped = 0
+            while left > 0:
+                args = (status.value, cutoff, keep, left, "", skipped, *tombstones)
+                gone, done, examined = self._prune_step(*args)
+                left, skipped = left - gone, skipped + examined - gone
+                if done or examined == 0:
+                    break
         return order.limit - max(left, 0)
 
     def count_prunable(self, order: PruneOrder) -> int:
@@ -232,7 +237,7 @@ class RedisJobStore:
         for status, cutoff, keep in self._prune_rules(order):
             offset, done = 0, 0
             while not done:
-                found, done = self._prune_step(
+                found, done, _ = self._prune_step(
                     status.value, cutoff, keep, _PURGE_BATCH, "1", offset, "", ""
                 )
                 total += found

@@ -346,6 +346,33 @@ def a_record_a_queued_job_depends_on_is_neither_pruned_nor_purged(s: Subject) ->
     assert s.store.get(dead.id) is None
 
 
+@case(WORKFLOWS)
+def records_kept_for_a_waiting_job_do_not_stall_a_prune(s: Subject) -> None:
+    """Kept inputs at the front of the index (oldest recorded) are passed over: the
+    records behind them still go, a batch at a time."""
+    inputs, last = [make_job("part") for _ in range(4)], make_job("last", run_at=LATER)
+    fan_in = make_job("merge")
+    edges = [(j, OnFailure.FAIL) for j in (*inputs, last)]
+    s.queue.enqueue_graph(_graph(*((j, []) for j in (*inputs, last)), (fan_in, edges)))
+    for _ in inputs:
+        held = claim(s)
+        assert s.queue.finish(held, _done(held.job))
+    for _ in range(3):  # recorded after the inputs, nothing depends on them
+        s.queue.enqueue(make_job("other"))
+        held = claim(s)
+        assert s.queue.finish(held, _done(held.job))
+    every_finished = PruneOrder(
+        completed_before=LATER + timedelta(days=1),
+        dead_before=None,
+        keep_completed=None,
+        keep_dead=None,
+        limit=2,
+    )
+    assert s.store.count_prunable(every_finished) == 3
+    assert [s.store.prune(every_finished) for _ in range(3)] == [2, 1, 0]
+    assert all(s.store.get(j.id) is not None for j in inputs), "a kept input went"
+
+
 def _keyed_graph(key: str) -> Graph:
     """A root holding `key` (its id the workflow's, as `Workflow` gives it) and a leaf."""
     workflow_id = uuid4()
@@ -382,4 +409,5 @@ WORKFLOW_CASES = (
     a_root_s_unique_key_held_by_another_workflow_writes_nothing_until_it_is_free,
     deleted_records_take_what_they_leave_of_workflows_with_them,
     a_record_a_queued_job_depends_on_is_neither_pruned_nor_purged,
+    records_kept_for_a_waiting_job_do_not_stall_a_prune,
 )

@@ -1,5 +1,5 @@
 -- prune (retention). ARGV: base, status ('completed' | 'failed'), cutoff_us ('' = no age
--- rule), keep ('' = no count rule), limit, dry ('1' = only count), offset (dry only),
+-- rule), keep ('' = no count rule), limit, dry ('1' = only count), offset,
 -- remember_ms ('' = leave no tombstone), pruned_us, then any number of (id, seq,
 -- finished_us) facts for records written before records kept their finish time (see
 -- below).
@@ -10,11 +10,13 @@
 -- the newest `keep` of its status, or finished before `cutoff_us`; the walk stops at
 -- the first record that does neither (the index is in recording order, which is
 -- finishing order up to the skew between workers' clocks). A record whose job is
--- still queued or in flight is skipped, never deleted.
--- Deleting: up to `limit` records go (the window read is twice that, so a few skipped
--- records at the front cannot stall pruning); returns {deleted, 1}.
--- Dry: examines `limit` entries from `offset`; returns {qualifying, done} where done
--- is 1 once the walk stopped or reached the end (the caller pages on otherwise).
+-- still queued or in flight, or one a queued job depends on, is skipped, never deleted.
+-- Deleting: up to `limit` records go, from a window of twice that from `offset`;
+-- returns {deleted, done, examined}: when the window held more skipped records than
+-- it let go, the caller calls again past those skipped (so records a waiting fan-in
+-- keeps at the front of the index cannot stall pruning).
+-- Dry: examines `limit` entries from `offset`; returns {qualifying, done, examined}
+-- where done is 1 once the walk stopped or reached the end (the caller pages on).
 -- A record's finish time is its `finished_us` ('' when it has none: never deleted by
 -- age, but not a stop either). A record written before records kept it has no such
 -- field: when the age rule needs one, the script changes nothing and returns
@@ -41,7 +43,7 @@ if keep then
 end
 local first, window = offset, limit
 if not dry then
-  first, window = 0, limit * 2
+  window = limit * 2
 end
 local ids = redis.call('ZRANGE', index, first, first + window - 1)
 
@@ -64,9 +66,10 @@ end
 
 -- Decide first, write after: a walk that meets a record without its finish time
 -- writes nothing and asks for it.
-local picked, done = {}, (#ids < window) and 1 or 0
+local picked, done, examined = {}, (#ids < window) and 1 or 0, 0
 for i, id in ipairs(ids) do
   if not dry and #picked >= limit then break end
+  examined = i
   local qualifies = (first + i - 1) < excess
   local unknown = false
   if not qualifies and cutoff then
@@ -99,4 +102,4 @@ if not dry then
     end
   end
 end
-return {#picked, done}
+return {#picked, done, examined}
