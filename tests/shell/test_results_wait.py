@@ -269,7 +269,8 @@ class CountingStore:
     def __init__(self, inner: Any) -> None:
         self._inner = inner
         self.finished_reads: Counter[UUID] = Counter()
-        #: Reads that found a job unfinished: its waiter watches it from then on.
+        #: Reads that found a job unfinished. A waiter reads once, puts its watch on,
+        #: and reads again: from its second read on, it watches the job.
         self.unfinished_reads: Counter[UUID] = Counter()
 
     def get(self, job_id: UUID) -> Any:
@@ -282,12 +283,12 @@ class CountingStore:
 
     def drain_once_watched(self, runtime: Runtime, *job_ids: UUID) -> threading.Thread:
         """`runtime.drain` in another thread once a waiter has read each of `job_ids`
-        unfinished (and so watches it): a finish before that, on a busy machine, is read
-        from the store, not handed over."""
+        unfinished twice (and so watches it): a finish before that, on a busy machine,
+        is read from the store, not handed over."""
 
         def run() -> None:
             deadline = time.monotonic() + 30
-            while not all(self.unfinished_reads[i] for i in job_ids):
+            while not all(self.unfinished_reads[i] >= 2 for i in job_ids):
                 if time.monotonic() > deadline:
                     break
                 time.sleep(0.01)
