@@ -539,6 +539,19 @@ def catalogue() -> list[System]:
                 THROUGHPUT_ONLY,
             )
         )
+    # The default before PostgreSQL's became two worker threads, for comparison.
+    out.append(
+        System(
+            "conveyor-postgresql-1thread",
+            "Conveyor",
+            "postgresql",
+            "1 thread",
+            "conveyor-postgresql",
+            conveyor("postgresql"),
+            {"count": 1},
+            THROUGHPUT_ONLY,
+        )
+    )
     out += [
         System(
             "huey-redis", "Huey", "redis", "1 thread", "huey-redis", huey("redis"), {"threads": 1}

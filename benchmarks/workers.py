@@ -61,6 +61,8 @@ def _conveyor(spec: dict[str, Any]) -> Callable[[], None]:
     config = {**spec["config"], "workers": dict(spec["config"].get("workers", {}))}
     if "prefetch" in spec:
         config["workers"]["prefetch"] = spec["prefetch"]
+    if "count" in spec:
+        config["workers"]["count"] = spec["count"]
     rt = conveyor_runtime(config)
     prefill = spec.get("prefill", 0)
     for k in range(0, prefill, 1000):

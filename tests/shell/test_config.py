@@ -266,3 +266,24 @@ def test_every_retention_duration_is_a_whole_number_of_ms_named_when_not(
     with pytest.raises(ValidationError) as info:
         parse_config({"retention": {field: value}})
     assert str(info.value) == f"retention.{field}: must be an integer, got {shown}"
+
+
+@pytest.mark.parametrize(
+    ("config", "env", "count"),
+    [
+        ({"provider": "db", "url": "postgresql+psycopg://app@db/jobs"}, {}, 2),
+        ({"url": "postgresql://app@db/jobs"}, {}, 2),  # provider db is the default
+        ({}, {"CONVEYOR_URL": "postgresql://app@db/jobs"}, 2),
+        ({"url": "postgresql://app@db/jobs", "workers": {"count": 1}}, {}, 1),
+        ({"url": "postgresql://app@db/jobs"}, {"CONVEYOR_WORKERS": "3"}, 3),
+        ({"provider": "db", "url": "sqlite:///jobs.db"}, {}, 1),
+        ({"provider": "redis"}, {}, 1),
+        ({"provider": "memory"}, {}, 1),
+    ],
+)
+def test_workers_count_defaults_to_two_threads_on_postgresql_and_one_elsewhere(
+    config: dict, env: dict, count: int
+) -> None:
+    # On PostgreSQL one thread waits on the server a third of a short job; a second
+    # overlaps the waits (docs/workers.md). What a config or variable says wins.
+    assert load_config(config, env=env).workers.count == count

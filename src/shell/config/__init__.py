@@ -170,6 +170,27 @@ def read_file(path: Path) -> dict[str, Any]:
     return data
 
 
+#: Worker threads per pool where `workers.count` is not set: two on PostgreSQL, where
+#: one thread waits on the server for about a third of a short job (its claim and its
+#: outcome write) and a second overlaps those waits; one elsewhere, where a second
+#: only contends for the one process (docs/workers.md).
+POSTGRESQL_WORKER_COUNT = 2
+
+
+def _with_backend_defaults(merged: dict[str, Any]) -> dict[str, Any]:
+    """`merged` with the defaults that depend on its backend filled in."""
+    workers = merged.get("workers", {})
+    if not isinstance(workers, Mapping) or "count" in workers:
+        return merged
+    url = merged.get("url")
+    on_postgresql = merged.get("provider", DEFAULT_PROVIDER) == "db" and (
+        isinstance(url, str) and url.lower().startswith("postgres")
+    )
+    if not on_postgresql:
+        return merged
+    return {**merged, "workers": {**workers, "count": POSTGRESQL_WORKER_COUNT}}
+
+
 def load_config(
     source: Mapping[str, Any] | str | Path | Config | None = None,
     *,
@@ -207,7 +228,7 @@ def load_config(
         merged, env_errors = _overridden(anchored(raw, path.parent), env)
         merged = with_default_database(merged, path.parent, DEFAULT_URL, DEFAULT_PROVIDER)
     try:
-        return _parse(merged, env_errors)
+        return _parse(_with_backend_defaults(merged), env_errors)
     except ValidationError as exc:
         raise ValidationError([_by_variable(e, env) for e in exc.errors]) from None
 
