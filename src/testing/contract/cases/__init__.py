@@ -23,6 +23,7 @@ from .revive import REVIVE_CASES
 from .timeouts import TIMEOUT_CASES
 from .unique import UNIQUE_CASES
 from .wire import WIRE_CASES
+from .workflow_records import WORKFLOW_RECORD_CASES
 from .workflows import WORKFLOW_CASES
 from .write_before_ack import WRITE_BEFORE_ACK_CASES
 
@@ -47,6 +48,7 @@ AREAS: Mapping[str, tuple[Case, ...]] = {
     "facts": FACT_CASES,
     "wire": WIRE_CASES,
     "workflows": WORKFLOW_CASES,
+    "workflow_records": WORKFLOW_RECORD_CASES,
 }
 
 

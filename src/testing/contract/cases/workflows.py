@@ -5,50 +5,23 @@ whole. A backend without workflows is reported as not applicable (`WORKFLOWS`)."
 
 from __future__ import annotations
 
-from datetime import timedelta
 from uuid import uuid4
 
-import attrs
-
 from ....core import (
-    ErrorInfo,
     Job,
     JobStatus,
-    Policies,
-    PruneOrder,
-    Succeeded,
     ValidationError,
-    dead_letter,
-    decide,
     reclaim_cutoff,
     revive,
-    start,
 )
-from ....core.dependencies import DEPENDENCY_FAILED, SKIPPED, Edge, OnFailure
+from ....core.dependencies import DEPENDENCY_FAILED, SKIPPED, OnFailure
 from ....shell.cancellation import cancel_job
-from ....shell.ports.workflows import Graph, Member, supports_workflows
+from ....shell.ports.workflows import Graph, supports_workflows
 from ....shell.runtime.workflow_writes import workflow_queue
 from ..case import case
 from ..subject import BATCHING, WORKFLOWS, Subject
-from ..support import LATER, T0, claim, make_job
-
-
-def _graph(*members: tuple[Job, list[tuple[Job, OnFailure]]], workflow: bool = True) -> Graph:
-    built = tuple(
-        Member(job, tuple(Edge(job.id, d.id, p, f"n{d.id.hex[:6]}") for d, p in deps))
-        for job, deps in members
-    )
-    return Graph(built, uuid4() if workflow else None)
-
-
-def _done(held: Job) -> Job:
-    started = start(held, T0).unwrap()
-    return decide(started, Succeeded("ok"), T0, Policies(), 0.5).job
-
-
-def _dead(held: Job) -> Job:
-    started = start(held, T0).unwrap()
-    return dead_letter(started, ErrorInfo("Boom", "no", False), T0).job
+from ..support import LATER, claim, make_job
+from .graphs import completed, dead_lettered, graph_of
 
 
 def _state(s: Subject, job: Job) -> JobStatus | None:
@@ -62,13 +35,13 @@ def _state(s: Subject, job: Job) -> JobStatus | None:
 @case(WORKFLOWS)
 def a_waiting_job_is_claimed_only_once_its_dependency_completed(s: Subject) -> None:
     root, leaf = make_job("root"), make_job("leaf")
-    written = s.queue.enqueue_graph(_graph((root, []), (leaf, [(root, OnFailure.FAIL)])))
+    written = s.queue.enqueue_graph(graph_of((root, []), (leaf, [(root, OnFailure.FAIL)])))
     assert [j.status for j in written] == [JobStatus.PENDING, JobStatus.WAITING]
     held = claim(s)
     assert held.job.id == root.id
     assert s.queue.dequeue("default", LATER) is None, "a waiting job was claimed"
     assert _state(s, leaf) is JobStatus.WAITING
-    assert s.queue.finish(held, _done(held.job))
+    assert s.queue.finish(held, completed(held.job))
     assert claim(s, LATER).job.id == leaf.id
     assert [e.dependency for e in s.queue.dependencies_of(leaf.id)] == [root.id]
 
@@ -78,11 +51,11 @@ def a_fan_in_is_released_by_the_last_finish_only(s: Subject) -> None:
     parts = [make_job("part") for _ in range(3)]
     fan_in = make_job("merge")
     edges = [(p, OnFailure.FAIL) for p in parts]
-    s.queue.enqueue_graph(_graph(*((p, []) for p in parts), (fan_in, edges)))
+    s.queue.enqueue_graph(graph_of(*((p, []) for p in parts), (fan_in, edges)))
     held = [claim(s) for _ in parts]
     for claimed in held:
         assert _state(s, fan_in) is JobStatus.WAITING, "released before its last input"
-        assert s.queue.finish(claimed, _done(claimed.job))
+        assert s.queue.finish(claimed, completed(claimed.job))
     assert claim(s, LATER).job.id == fan_in.id
     assert s.queue.dequeue("default", LATER) is None, "released twice"
 
@@ -90,16 +63,16 @@ def a_fan_in_is_released_by_the_last_finish_only(s: Subject) -> None:
 @case(WORKFLOWS)
 def a_stale_or_repeated_finish_releases_nothing(s: Subject) -> None:
     root, leaf = make_job("root"), make_job("leaf")
-    s.queue.enqueue_graph(_graph((root, []), (leaf, [(root, OnFailure.FAIL)])))
+    s.queue.enqueue_graph(graph_of((root, []), (leaf, [(root, OnFailure.FAIL)])))
     stale = claim(s)
     cutoff = reclaim_cutoff(LATER, 1000)
     [abandoned] = s.queue.abandoned(cutoff)
     assert s.queue.reclaim(abandoned, stale.job, cutoff)
     fresh = claim(s, LATER)
-    assert s.queue.finish(stale, _done(stale.job)) is False, "a stale finish was written"
+    assert s.queue.finish(stale, completed(stale.job)) is False, "a stale finish was written"
     assert _state(s, leaf) is JobStatus.WAITING, "a refused finish released its dependent"
-    assert s.queue.finish(fresh, _done(fresh.job))
-    assert s.queue.finish(fresh, _done(fresh.job)) is False
+    assert s.queue.finish(fresh, completed(fresh.job))
+    assert s.queue.finish(fresh, completed(fresh.job)) is False
     assert claim(s, LATER).job.id == leaf.id
     assert s.queue.dequeue("default", LATER) is None
 
@@ -111,7 +84,7 @@ def a_failed_dependency_ends_its_dependents_by_their_policies_in_the_same_write(
     root = make_job("root")
     failing, skipping, ignoring = make_job("f"), make_job("s"), make_job("i")
     after_failing = make_job("after-f")  # under `fail`: cancelled as its input was
-    graph = _graph(
+    graph = graph_of(
         (root, []),
         (failing, [(root, OnFailure.FAIL)]),
         (skipping, [(root, OnFailure.SKIP)]),
@@ -120,7 +93,7 @@ def a_failed_dependency_ends_its_dependents_by_their_policies_in_the_same_write(
     )
     s.queue.enqueue_graph(graph)
     held = claim(s)
-    assert s.queue.finish(held, _dead(held.job))
+    assert s.queue.finish(held, dead_lettered(held.job))
     cancelled, skipped = s.store.get(failing.id), s.store.get(skipping.id)
     assert cancelled.status is JobStatus.CANCELLED
     assert cancelled.last_error.type == DEPENDENCY_FAILED
@@ -134,20 +107,20 @@ def a_failed_dependency_ends_its_dependents_by_their_policies_in_the_same_write(
 def a_batch_finish_settles_the_jobs_waiting_for_its_jobs(s: Subject) -> None:
     plain, awaited, leaf = make_job("plain"), make_job("awaited"), make_job("leaf")
     s.queue.enqueue(plain)
-    s.queue.enqueue_graph(_graph((awaited, []), (leaf, [(awaited, OnFailure.FAIL)])))
+    s.queue.enqueue_graph(graph_of((awaited, []), (leaf, [(awaited, OnFailure.FAIL)])))
     held = [claim(s), claim(s)]
-    done = s.queue.finish_many([(c, _done(c.job)) for c in held])
+    done = s.queue.finish_many([(c, completed(c.job)) for c in held])
     assert list(done) == [True, True], "a batch finish refused a job jobs wait for"
     assert s.store.get(awaited.id).status is JobStatus.COMPLETED
     assert claim(s, LATER).job.id == leaf.id, "the batch finish did not release"
-    assert list(s.queue.finish_many([(c, _done(c.job)) for c in held])) == [False, False]
+    assert list(s.queue.finish_many([(c, completed(c.job)) for c in held])) == [False, False]
 
 
 @case(WORKFLOWS)
 def a_graph_with_a_bad_edge_is_refused_whole(s: Subject) -> None:
     root, leaf = make_job("root"), make_job("leaf")
     ghost = make_job("never-written")
-    graph = _graph((root, []), (leaf, [(root, OnFailure.FAIL), (ghost, OnFailure.FAIL)]))
+    graph = graph_of((root, []), (leaf, [(root, OnFailure.FAIL), (ghost, OnFailure.FAIL)]))
     try:
         s.queue.enqueue_graph(graph)
     except ValidationError as error:
@@ -161,7 +134,7 @@ def a_graph_with_a_bad_edge_is_refused_whole(s: Subject) -> None:
 @case(WORKFLOWS)
 def cancelling_a_waiting_job_records_it_and_ends_what_waits_for_it(s: Subject) -> None:
     root, mid, tail = make_job("root"), make_job("mid"), make_job("tail")
-    graph = _graph((root, []), (mid, [(root, OnFailure.FAIL)]), (tail, [(mid, OnFailure.FAIL)]))
+    graph = graph_of((root, []), (mid, [(root, OnFailure.FAIL)]), (tail, [(mid, OnFailure.FAIL)]))
     s.queue.enqueue_graph(graph)
     found = cancel_job(s.queue, s.store, s.executor(s.queue, s.store), mid.id, LATER)
     assert found.value == "cancelled"
@@ -175,7 +148,7 @@ def cancelling_a_waiting_job_records_it_and_ends_what_waits_for_it(s: Subject) -
 def a_revived_dependency_reopens_nothing_already_ended(s: Subject) -> None:
     root, failed_leaf = make_job("root"), make_job("leaf")
     other, skip_leaf = make_job("other"), make_job("skip-leaf")
-    graph = _graph(
+    graph = graph_of(
         (root, []),
         (other, []),
         (failed_leaf, [(root, OnFailure.FAIL)]),
@@ -184,7 +157,7 @@ def a_revived_dependency_reopens_nothing_already_ended(s: Subject) -> None:
     s.queue.enqueue_graph(graph)
     held = claim(s)
     assert held.job.id == root.id
-    dead = _dead(held.job)
+    dead = dead_lettered(held.job)
     assert s.queue.finish(held, dead)
     assert s.store.get(failed_leaf.id).status is JobStatus.CANCELLED
     assert _state(s, skip_leaf) is JobStatus.WAITING, "skip waits for every input"
@@ -194,9 +167,9 @@ def a_revived_dependency_reopens_nothing_already_ended(s: Subject) -> None:
     first_other = again if again.job.id == other.id else claim(s, LATER)
     revived = again if again.job.id == root.id else claim(s, LATER)
     # The revived job finishes last: its own finish must settle what still waits.
-    assert s.queue.finish(first_other, _done(first_other.job))
+    assert s.queue.finish(first_other, completed(first_other.job))
     assert _state(s, skip_leaf) is JobStatus.WAITING, "the revived input is unfinished"
-    assert s.queue.finish(revived, _done(revived.job))
+    assert s.queue.finish(revived, completed(revived.job))
     assert s.store.get(failed_leaf.id).status is JobStatus.CANCELLED, "a revive reopened it"
     assert claim(s, LATER).job.id == skip_leaf.id, "the revived outcome counts"
 
@@ -204,7 +177,7 @@ def a_revived_dependency_reopens_nothing_already_ended(s: Subject) -> None:
 @case(WORKFLOWS)
 def a_workflow_reads_back_its_members_and_edges(s: Subject) -> None:
     root, leaf = make_job("root"), make_job("leaf")
-    graph = _graph((root, []), (leaf, [(root, OnFailure.SKIP)]))
+    graph = graph_of((root, []), (leaf, [(root, OnFailure.SKIP)]))
     s.queue.enqueue_graph(graph)
     found = s.queue.workflow(graph.workflow_id)
     assert found is not None and list(found.names.values()) == [root.id, leaf.id]
@@ -217,9 +190,9 @@ def a_workflow_reads_back_its_members_and_edges(s: Subject) -> None:
 @case(WORKFLOWS)
 def a_job_names_the_workflow_it_was_written_in(s: Subject) -> None:
     root, leaf, alone = make_job("root"), make_job("leaf"), make_job("alone")
-    graph = _graph((root, []), (leaf, [(root, OnFailure.FAIL)]))
+    graph = graph_of((root, []), (leaf, [(root, OnFailure.FAIL)]))
     s.queue.enqueue_graph(graph)
-    s.queue.enqueue_graph(_graph((alone, [(root, OnFailure.FAIL)]), workflow=False))
+    s.queue.enqueue_graph(graph_of((alone, [(root, OnFailure.FAIL)]), workflow=False))
     assert s.queue.workflow_of(root.id) == graph.workflow_id
     assert s.queue.workflow_of(leaf.id) == graph.workflow_id
     assert s.queue.workflow_of(alone.id) is None, "a job `after` others is in no workflow"
@@ -229,13 +202,13 @@ def a_job_names_the_workflow_it_was_written_in(s: Subject) -> None:
 @case(WORKFLOWS)
 def a_workflow_whose_id_is_stored_is_not_written_again(s: Subject) -> None:
     root, leaf = make_job("root"), make_job("leaf")
-    first = _graph((root, []), (leaf, [(root, OnFailure.FAIL)]))
+    first = graph_of((root, []), (leaf, [(root, OnFailure.FAIL)]))
     s.queue.enqueue_graph(first)
     # The same workflow id built again (a second node's cron slot, a retried call):
     # other job ids, the same workflow.
     again_root, again_leaf = make_job("root"), make_job("leaf")
     again = Graph(
-        _graph((again_root, []), (again_leaf, [(again_root, OnFailure.FAIL)])).members,
+        graph_of((again_root, []), (again_leaf, [(again_root, OnFailure.FAIL)])).members,
         first.workflow_id,
     )
     back = s.queue.enqueue_graph(again)
@@ -261,123 +234,18 @@ def a_root_s_unique_key_held_by_another_workflow_writes_nothing_until_it_is_free
     assert all(s.queue.find(m.job.id) is None for m in again.members), "a copy was written"
     assert again.workflow_id is not None and s.queue.workflow(again.workflow_id) is None
     held = claim(s)
-    assert held.job.id == root.id and s.queue.finish(held, _done(held.job))
+    assert held.job.id == root.id and s.queue.finish(held, completed(held.job))
     # The root completed: by default its key is free, and the next workflow takes it.
     later = _keyed_graph(key)
     written = s.queue.enqueue_graph(later)
     assert [j.id for j in written] == [m.job.id for m in later.members]
 
 
-@case(WORKFLOWS)
-def deleted_records_take_what_they_leave_of_workflows_with_them(s: Subject) -> None:
-    """A job in no workflow lets go of its edges with its record; a workflow stays
-    whole (names, edges, each member's workflow) while any of its jobs is queued or
-    recorded, and goes with its last record."""
-    root, leaf, alone = make_job("root"), make_job("leaf"), make_job("alone")
-    graph = _graph((root, []), (leaf, [(root, OnFailure.FAIL)]))
-    workflow_id = graph.workflow_id
-    s.queue.enqueue_graph(graph)
-    s.queue.enqueue_graph(_graph((alone, [(root, OnFailure.FAIL)]), workflow=False))
-    held = claim(s)
-    assert s.queue.finish(held, _done(held.job))
-    for _ in range(2):
-        held = claim(s, LATER)
-        if held.job.id == alone.id:
-            assert s.queue.finish(held, _dead(held.job))
-        else:
-            ran = start(held.job, LATER).unwrap()
-            assert s.queue.finish(held, decide(ran, Succeeded(1), LATER, Policies(), 0.5).job)
-
-    def whole() -> bool:
-        found = s.queue.workflow(workflow_id)
-        return (
-            found is not None
-            and list(found.names.values()) == [root.id, leaf.id]
-            and [e.dependency for e in s.queue.dependencies_of(leaf.id)] == [root.id]
-            and s.queue.workflow_of(root.id) == workflow_id
-        )
-
-    assert s.store.purge_dead(alone.id) == 1
-    assert list(s.queue.dependencies_of(alone.id)) == [], "a purged job kept its edges"
-    assert whole(), "a record of no workflow took the workflow's rows"
-    order = PruneOrder(
-        completed_before=T0 + timedelta(seconds=1),
-        dead_before=None,
-        keep_completed=None,
-        keep_dead=None,
-        limit=10,
-    )
-    assert s.store.prune(order) == 1  # the root's record, finished at T0
-    assert whole(), "the workflow went while its leaf was still recorded"
-    assert s.store.prune(attrs.evolve(order, completed_before=LATER + timedelta(days=1))) == 1
-    assert s.queue.workflow(workflow_id) is None, "the workflow outlived its last record"
-    assert s.queue.workflow_of(root.id) is None and s.queue.workflow_of(leaf.id) is None
-    assert list(s.queue.dependencies_of(leaf.id)) == [], "a member's edges outlived it"
-
-
-@case(WORKFLOWS)
-def a_record_a_queued_job_depends_on_is_neither_pruned_nor_purged(s: Subject) -> None:
-    """A dependency's record stays while a job that depends on it is queued: that
-    job's release reads its status (a record gone reads as unfinished, and the job
-    would wait for ever) and its handler reads its result (`ctx.inputs()`)."""
-    dead, slow, fan_in = make_job("dead"), make_job("slow"), make_job("fan-in")
-    edges = [(dead, OnFailure.IGNORE), (slow, OnFailure.IGNORE)]
-    s.queue.enqueue_graph(_graph((dead, []), (slow, []), (fan_in, edges)))
-    held = claim(s)
-    assert held.job.id == dead.id
-    assert s.queue.finish(held, _dead(held.job))
-    every_dead_letter = PruneOrder(
-        completed_before=None,
-        dead_before=LATER + timedelta(days=1),
-        keep_completed=None,
-        keep_dead=None,
-        limit=10,
-    )
-    assert s.store.count_prunable(every_dead_letter) == 0
-    assert s.store.prune(every_dead_letter) == 0, "pruned what a waiting job depends on"
-    assert s.store.purge_dead(dead.id) == 0 and s.store.purge_dead() == 0, "purged it"
-    held = claim(s, LATER)
-    assert held.job.id == slow.id and s.queue.finish(held, _done(held.job))
-    held = claim(s, LATER)
-    assert held.job.id == fan_in.id, "released: its dead input is ignored"
-    assert s.store.prune(every_dead_letter) == 0, "pruned an input of a running job"
-    assert s.queue.finish(held, _done(held.job))
-    assert s.store.prune(every_dead_letter) == 1, "kept once nothing queued needs it"
-    assert s.store.get(dead.id) is None
-
-
-@case(WORKFLOWS)
-def records_kept_for_a_waiting_job_do_not_stall_a_prune(s: Subject) -> None:
-    """Kept inputs at the front of the index (oldest recorded) are passed over: the
-    records behind them still go, a batch at a time."""
-    inputs, last = [make_job("part") for _ in range(4)], make_job("last", run_at=LATER)
-    fan_in = make_job("merge")
-    edges = [(j, OnFailure.FAIL) for j in (*inputs, last)]
-    s.queue.enqueue_graph(_graph(*((j, []) for j in (*inputs, last)), (fan_in, edges)))
-    for _ in inputs:
-        held = claim(s)
-        assert s.queue.finish(held, _done(held.job))
-    for _ in range(3):  # recorded after the inputs, nothing depends on them
-        s.queue.enqueue(make_job("other"))
-        held = claim(s)
-        assert s.queue.finish(held, _done(held.job))
-    every_finished = PruneOrder(
-        completed_before=LATER + timedelta(days=1),
-        dead_before=None,
-        keep_completed=None,
-        keep_dead=None,
-        limit=2,
-    )
-    assert s.store.count_prunable(every_finished) == 3
-    assert [s.store.prune(every_finished) for _ in range(3)] == [2, 1, 0]
-    assert all(s.store.get(j.id) is not None for j in inputs), "a kept input went"
-
-
 def _keyed_graph(key: str) -> Graph:
     """A root holding `key` (its id the workflow's, as `Workflow` gives it) and a leaf."""
     workflow_id = uuid4()
     root, leaf = make_job("root", id=workflow_id, unique_key=key), make_job("leaf")
-    members = _graph((root, []), (leaf, [(root, OnFailure.FAIL)])).members
+    members = graph_of((root, []), (leaf, [(root, OnFailure.FAIL)])).members
     return Graph(members, workflow_id)
 
 
@@ -407,7 +275,4 @@ WORKFLOW_CASES = (
     a_job_names_the_workflow_it_was_written_in,
     a_workflow_whose_id_is_stored_is_not_written_again,
     a_root_s_unique_key_held_by_another_workflow_writes_nothing_until_it_is_free,
-    deleted_records_take_what_they_leave_of_workflows_with_them,
-    a_record_a_queued_job_depends_on_is_neither_pruned_nor_purged,
-    records_kept_for_a_waiting_job_do_not_stall_a_prune,
 )
