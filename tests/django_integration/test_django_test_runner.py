@@ -12,17 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-SETTINGS = """
+from probe_apps import APPS
+
+SETTINGS = (
+    """
 import os
 import django
-
-SECRET_KEY = "test-only"
-USE_TZ = True
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-INSTALLED_APPS = ["conveyor.django", "probe"]
-if django.VERSION < (6, 0):
-    INSTALLED_APPS.append("django_tasks")
-if os.environ.get("PROBE_PG_NAME"):
+"""
+    + APPS
+    + """if os.environ.get("PROBE_PG_NAME"):
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.postgresql",
@@ -43,6 +41,7 @@ else:
 TASKS = {"default": {"BACKEND": "conveyor.django.ConveyorBackend", "QUEUES": ["default"]}}
 TEST_RUNNER = "conveyor.django.testing.ConveyorTestRunner"
 """
+)
 
 TASKS = """
 try:

@@ -19,21 +19,18 @@ import pytest
 from conveyor.core import Attempt, AttemptOutcome, Job, JobStatus, Priority, freeze
 from conveyor.django.backend import ConveyorBackend
 from conveyor.django.results import pack_call, worker_ids_of
+from probe_apps import APPS
 from test_django6 import _venv_python
 
 DJANGO = [sys.executable, "-m", "django"]
 
-SETTINGS = """
+SETTINGS = (
+    """
 import json, os
 import django
-
-SECRET_KEY = "test-only"
-USE_TZ = True
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-INSTALLED_APPS = ["conveyor.django", "probe"]
-if django.VERSION < (6, 0):
-    INSTALLED_APPS.append("django_tasks")
-DATABASES = {
+"""
+    + APPS
+    + """DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.path.join(os.environ["PROBE_DIR"], "probe.db"),
@@ -55,6 +52,7 @@ TASKS = {
     }
 }
 """
+)
 
 TASKS = """
 import json, os, time
