@@ -17,19 +17,21 @@ from .logs import JsonFormatter
 #: The logger name a notice carries in JSON.
 NOTICE_LOGGER = "conveyor.cli"
 
-_format = {"json": False}
+_format: dict[str, str | bool | None] = {"json": False, "process": None}
 
 
-def use_json(on: bool) -> None:
-    """Write the notices that follow as JSON objects (True) or bare lines (False)."""
-    _format["json"] = on
+def use_json(on: bool, process_index: str | None = None) -> None:
+    """Write the notices that follow as JSON objects (True) or bare lines (False); in
+    JSON, a copy under `worker --processes` names itself as its log lines do."""
+    _format["json"], _format["process"] = on, process_index
 
 
 def notice(message: str, *, level: int = logging.INFO) -> None:
     """One line for the operator on stderr, in the CLI's log format."""
     if _format["json"]:
         record = logging.LogRecord(NOTICE_LOGGER, level, __file__, 0, message, None, None)
-        line = JsonFormatter().format(record)
+        process = _format["process"]
+        line = JsonFormatter(process if isinstance(process, str) else None).format(record)
     else:
         line = message
     try:

@@ -113,3 +113,23 @@ def test_a_command_line_the_parser_refuses_is_told_in_json_too(
     assert entry["level"] == "ERROR" and entry["logger"] == "conveyor.cli"
     assert entry["message"].startswith("conveyor: invalid input: argument ")
 
+
+
+def test_a_copy_under_processes_names_itself_in_its_notices_too(tmp_path: Path) -> None:
+    # The copies' banner and exit lines lacked the `process` their log lines carry.
+    from conveyor.shell.cli.supervisor import PROCESS_INDEX_ENV
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    env[PROCESS_INDEX_ENV] = "3"
+    (tmp_path / "conveyor.toml").write_text('provider = "memory"\n')
+    result = subprocess.run(
+        [*CONVEYOR, "--log-format", "json", "job", "show", "not-a-uuid"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    [entry] = parsed(result.stderr)
+    assert entry["process"] == "3" and entry["message"].startswith("conveyor: invalid input: ")

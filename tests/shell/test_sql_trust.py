@@ -362,6 +362,24 @@ def test_the_listener_stops_when_its_queues_are_closed(db: Db) -> None:
     assert not wakeups.listening
 
 
+@pytest.mark.parametrize("db", ["postgresql"], indirect=True)
+def test_closing_the_last_queue_ends_the_listener_session_before_close_returns(
+    db: Db,
+) -> None:
+    # A DROP DATABASE (or a server that stops) right after close must find no session
+    # of ours left: the listener used to notice it was unused only a second later.
+    queue = SqlJobQueue(db.engine)
+    queue.wait_for_work("default", 0.01)
+    deadline = time.monotonic() + 5
+    while listen_connections(db.engine) != 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert listen_connections(db.engine) == 1
+    queue.close()
+    db.queue.close()
+    assert not wakeups_for(db.engine).listening
+    assert listen_connections(db.engine) == 0
+
+
 def test_a_postgresql_listener_that_fails_before_it_connects_is_started_again() -> None:
     # A failure outside the listener's connection (here: making its pool) must not
     # leave a dead thread that the next wait takes for a live one.

@@ -135,14 +135,14 @@ def _asks_for_json(argv: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    use_json(_asks_for_json(list(sys.argv[1:] if argv is None else argv)))
+    # A copy under `worker --processes` says which it is, as the supervisor names it.
+    copy = os.environ.get(PROCESS_INDEX_ENV, "")
+    use_json(_asks_for_json(list(sys.argv[1:] if argv is None else argv)), copy or None)
     args = parser().parse_args(argv)
     args.raw_argv = list(sys.argv[1:] if argv is None else argv)
     # Like `python -m`, let handler modules next to the config import without PYTHONPATH.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    # A copy under `worker --processes` says which it is, as the supervisor names it.
-    copy = os.environ.get(PROCESS_INDEX_ENV, "")
     logging.basicConfig(
         level=args.log_level,
         format=f"%(asctime)s %(levelname)s %(name)s{f' [process {copy}]' if copy else ''}: "
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             from ..logs import JsonFormatter
 
             handler.setFormatter(JsonFormatter(process_index=copy or None))
-    use_json(args.log_format == "json")
+    use_json(args.log_format == "json", copy or None)
     # Python's warnings (a library's deprecation) go through the log, in its format.
     logging.captureWarnings(args.log_format == "json")
     try:

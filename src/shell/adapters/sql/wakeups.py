@@ -1,12 +1,10 @@
 """Wake-ups for idle SQL workers: one listener per process and database.
 
 An idle worker asks `wait_for_work(queue, timeout_s)` and sleeps until a job may be
-ready. Giving each waiting thread a connection of its own would take one pooled
-connection per idle worker: with more workers than the pool holds, enqueues and
-claims would then time out waiting for a connection. So each process keeps one
-listener per database URL, on a connection opened beside the engine's pool (never
-taken from it), and fans what it hears out to every waiting thread through a
-`threading.Condition`.
+ready. A connection per waiting thread would starve the pool (enqueues and claims
+would time out waiting for one), so each process keeps one listener per database
+URL, on a connection beside the engine's pool, and fans what it hears out to every
+waiting thread through a `threading.Condition`.
 
 * PostgreSQL: the listener `LISTEN`s on `NOTIFY_CHANNEL`, where a trigger announces
   every row that becomes ready with its queue name; a waiter wakes only for its own
@@ -25,15 +23,12 @@ commit, the listener reads the finished records of every watched job in one quer
 waking every watcher to read its own.
 
 Each waiting thread remembers the last announcement it saw, so one that came while
-the thread was busy (between its empty claim and its wait) wakes it at once, as a
-per-thread LISTEN would have. The listener thread ends, closing its connection, once
-no queue that waited through it is alive (or all were closed); the next wait starts
-another.
+it was busy (between its empty claim and its wait) wakes it at once. The listener
+ends, closing its connection, once no queue that waited through it is alive or open;
+the next wait starts another.
 
 The listener's failures are told through the process's view of the server when one is
-given (`report_outages_to`: the worker hands over its own, so an outage is told once
-for the process with the workers' own failures); this module imports nothing of the
-layers above the adapters.
+given (`report_outages_to`); this module imports nothing of the layers above.
 
 `WaitingForWork` is the role of `SqlJobQueue` that waits here.
 """
@@ -80,8 +75,10 @@ SQLITE_LOOKS_AFTER_WRITE = 4
 #: second, the looks (and the read of watched results each commit brings) stay at
 #: 2,000 a second at most.
 SQLITE_LOOK_GAP_S = 0.0005
-#: How long the listener blocks before it looks whether anyone still uses it.
-_CHECK_S = 1.0
+#: How long the listener blocks before it looks whether anyone still uses it; shorter
+#: on PostgreSQL, where it blocks on the server's socket and a closing user cannot wake
+#: it: the close of its last user waits for it to end (its session gone on return).
+_CHECK_S, _LISTEN_CHECK_S = 1.0, 0.05
 #: How long the first wait or watch of a process waits for the listener it starts
 #: to hear (LISTEN sent, SQLite's first look taken): a commit before that is missed.
 READY_WAIT_S = 2.0
@@ -178,10 +175,14 @@ class Wakeups:
         self._announce(None)
 
     def leave(self, user: object) -> None:
-        """`user` waits no more (its queue is closing)."""
+        """`user` waits no more (its queue is closing). When it was the last, the
+        listener ends before this returns, closing its connection."""
         with self._cond:
             self._users.discard(user)
             self._cond.notify_all()
+            thread = None if self._users or self._anyone_waits() else self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(_LISTEN_CHECK_S + _CHECK_S)
 
     @property
     def listening(self) -> bool:
@@ -329,7 +330,7 @@ class Wakeups:
                     with self._cond:
                         if not self._in_use():
                             return
-                    for note in listener.notifies(timeout=_CHECK_S):
+                    for note in listener.notifies(timeout=_LISTEN_CHECK_S):
                         if note.channel == FINISHED_CHANNEL:
                             self.finishes.announce_message(str(note.payload))
                         else:
