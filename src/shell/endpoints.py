@@ -108,3 +108,33 @@ def endpoint(settings: BackendSettings) -> Endpoint:
     """The backend's server as messages name it (see `outage.Endpoint`)."""
     backend, where = backend_label(settings)
     return Endpoint(backend, where, backend_url(settings)[0], config_secrets(settings))
+
+
+def sqlite_refusal(settings: BackendSettings, exc: BaseException) -> str | None:
+    """What an operator reads when a SQLite file refused a write past its retries
+    (read-only to this process, or locked by another writer too long), naming the file
+    rather than the statement; None for any other error."""
+    import sqlite3
+
+    orig = getattr(exc, "orig", exc)
+    _, url = backend_url(settings)
+    if not isinstance(orig, sqlite3.OperationalError) or not (url or "").startswith("sqlite"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    path = make_url(url or "").database or ":memory:"
+    message = str(orig).lower()
+    if "readonly" in message:
+        return (
+            f"the SQLite database {path} is read-only to this process ({orig}): the user "
+            "running conveyor must be able to write the file and its folder, where SQLite "
+            "keeps its -wal and -shm files"
+        )
+    if "locked" in message or "busy" in message:
+        return (
+            f"the SQLite database {path} stayed locked by another writer for "
+            f"{retry_budget_s(settings):g} s, the longest a write waits (a quarter of "
+            "lease_ms): a long transaction in another process holds it, or the file is on "
+            "a file system without working locks (a network share)"
+        )
+    return None

@@ -294,3 +294,60 @@ def test_dead_list_says_when_it_shows_only_part(site: Path, run: Callable[..., R
     )
     full = ok(run(site, "dead", "list"))
     assert "showing" not in full
+
+
+# ---- a SQLite file the command cannot write names itself ---------------------------
+
+
+def _sqlite_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    db = tmp_path / "jobs.db"
+    (tmp_path / "conveyor.toml").write_text(
+        f'provider = "db"\nurl = "sqlite:///{db}"\nentry_points = false\nlease_ms = 2000\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    for name in os.environ:
+        if name.startswith("CONVEYOR_"):
+            monkeypatch.delenv(name)
+    conveyor.build({"provider": "db", "url": f"sqlite:///{db}"}, env={}).close()
+    return db
+
+
+def test_an_enqueue_into_a_read_only_sqlite_file_names_the_file_not_a_statement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlalchemy
+
+    db = _sqlite_project(tmp_path, monkeypatch)
+
+    # What SQLite answers for a file this process may not write (query_only gives the
+    # same SQLITE_READONLY that file permissions do, also to root).
+    def read_only(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.execute("PRAGMA query_only = ON")
+
+    sqlalchemy.event.listen(sqlalchemy.Engine, "connect", read_only)
+    try:
+        result = call_main(capsys, "enqueue", "hello", "{}")
+    finally:
+        sqlalchemy.event.remove(sqlalchemy.Engine, "connect", read_only)
+    assert result.returncode == 1
+    assert str(db) in result.stderr and "read-only" in result.stderr, result.stderr
+    assert "INSERT" not in result.stderr and "sqlalche.me" not in result.stderr
+
+
+def test_an_enqueue_into_a_sqlite_file_locked_too_long_names_the_file_and_the_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    db = _sqlite_project(tmp_path, monkeypatch)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process's long write transaction
+    try:
+        result = call_main(capsys, "enqueue", "hello", "{}")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result.returncode == 1
+    assert str(db) in result.stderr and "locked" in result.stderr, result.stderr
+    assert "0.5 s" in result.stderr and "lease_ms" in result.stderr, result.stderr
+    assert "INSERT" not in result.stderr and "sqlalche.me" not in result.stderr

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from ...core import ValidationError
 from ...version import __version__
-from ..endpoints import endpoint
+from ..endpoints import endpoint, sqlite_refusal
 from ..notices import notice, use_json
 from ..outage import ServerUnreachable, is_outage
 from ..redact import BackendError
@@ -181,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         # A traceback would print driver messages unredacted; --log-level DEBUG has it, masked.
         log.debug("command failed", exc_info=True)
+        refusal = sqlite_refusal(LOADED[0], exc) if LOADED else None
+        if refusal is not None:
+            notice(f"conveyor: {printable(refusal)}", level=logging.ERROR)
+            return 1
         if LOADED and is_outage(exc):
             error = ServerUnreachable.of(endpoint(LOADED[0]), exc)
             notice(f"conveyor: {printable(str(error))}", level=logging.ERROR)
