@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core import NO_HANDLER, Attempt, AttemptOutcome, ErrorInfo, Job, JobStatus, Priority, thaw
-from .compat import TaskError, TaskResult, TaskResultStatus
+from .compat import InvalidTask, TaskError, TaskResult, TaskResultStatus
 
 #: The lowest Django priority of each Conveyor order, most urgent first.
 PRIORITY_BANDS: tuple[tuple[int, Priority], ...] = (
@@ -206,4 +206,14 @@ def task_for(job: Job, resolve: Callable[[str], Any]) -> Any:
         changes["backend"] = django["backend"]
     if isinstance(django.get("run_after"), str):
         changes["run_after"] = datetime.fromisoformat(django["run_after"])
-    return task.using(**changes)
+    try:
+        return task.using(**changes)
+    except InvalidTask:
+        if job.queue == task.queue_name:
+            raise
+    # The job's queue is no longer in the backend's QUEUES (the settings changed since
+    # it was enqueued): the task is still shown as it was enqueued, past the check
+    # that only a new enqueue needs.
+    rebuilt = task.using(**{k: v for k, v in changes.items() if k != "queue_name"})
+    object.__setattr__(rebuilt, "queue_name", job.queue)
+    return rebuilt

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -116,3 +117,26 @@ class JsonFormatter(logging.Formatter):
         if record.stack_info:
             entry["stack_info"] = self.formatStack(record.stack_info)
         return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+class WrittenOnTheWay(logging.Filter):
+    """For the CLI's own (root) handlers: drops a record that a handler of a logger on
+    its way up already wrote to this process's stderr or stdout. A project that
+    configures its own logging (Django's console handler on `django`, a handler
+    module's) would otherwise see those lines twice."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        terminals = {sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__}
+        logger: logging.Logger | None = logging.getLogger(record.name)
+        while logger is not None and logger is not logging.root:
+            for handler in logger.handlers:
+                if (
+                    isinstance(handler, logging.StreamHandler)
+                    and handler.stream in terminals
+                    and record.levelno >= handler.level
+                    and handler.filter(record)
+                ):
+                    return False
+            logger = logger.parent if logger.propagate else None
+        return True
+

@@ -85,6 +85,18 @@ for label, arg in (("set", {1, 2}), ("bytes", b"hi"), ("int_keys", {1: "a"})):
         out[label] = listed.get_backend().get_result(listed.enqueue(arg).id).args
     except Exception as exc:
         out[label] = type(exc).__name__
+# A job whose queue the project no longer lists (QUEUES changed since) is still read.
+import attrs
+
+made = listed.enqueue()
+backend = listed.get_backend()
+backend.runtime.queue.enqueue(attrs.evolve(backend.runtime.get(made.id).job, queue="retired"))
+try:
+    read = backend.get_result(made.id)
+    read.refresh()
+    out["retired"] = [str(read.status), read.task.queue_name]
+except Exception as exc:
+    out["retired"] = f"{type(exc).__name__}: {exc}"
 out["retries"] = [listed.using(retries=2).retries, listed.using(retries=2).using(retries=None).retries]
 print(json.dumps(out))
 """
@@ -129,6 +141,14 @@ def test_a_task_outside_the_modules_workers_load_is_refused_as_it_is_enqueued(
     assert out["hidden"].startswith("InvalidTask")
     assert ": 'probe.jobs.hidden' is defined where no worker looks for tasks" in out["hidden"]
     assert "add 'probe.jobs' to MODULES" in out["hidden"]
+
+
+def test_the_result_of_a_job_on_a_queue_the_project_no_longer_lists_is_read(
+    tmp_path: Path,
+) -> None:
+    # get_result and refresh raised InvalidTask: the task was rebuilt on the job's
+    # queue, which Django validates against the backend's QUEUES.
+    assert _run(tmp_path, use_tz=True, modules=[])["retired"] == ["READY", "retired"]
 
 
 def test_a_task_in_a_module_named_in_modules_is_taken(tmp_path: Path) -> None:

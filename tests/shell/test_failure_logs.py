@@ -395,3 +395,45 @@ def test_a_huge_error_message_is_recorded_cut_behind_a_marker_with_its_frames_ke
     assert trace is not None and len(trace) <= 4000
     assert "in reply_too_long" in trace, "the raising frame is kept"
     assert "more characters of this message cut ...]" in trace
+
+
+def test_a_record_a_loggers_own_terminal_handler_wrote_is_not_written_again(
+    tmp_path: Path,
+) -> None:
+    # Under `manage.py conveyor worker` with DEBUG = True, Django's console handler on
+    # the `django` logger wrote each task's line, and the CLI's root handler again.
+    (tmp_path / "own_logging.py").write_text(
+        "import logging, sys\n"
+        "mine = logging.StreamHandler(sys.stderr)\n"
+        "mine.setFormatter(logging.Formatter('MINE %(name)s %(message)s'))\n"
+        "logging.getLogger('app').addHandler(mine)\n"
+        "logging.getLogger('app.jobs').warning('loaded once')\n"
+        "logging.getLogger('other').warning('only the root handler writes this')\n"
+        "HANDLERS = {'noop': lambda args: None}\n"
+    )
+    (tmp_path / "conveyor.toml").write_text(
+        f'provider = "db"\nurl = "sqlite:///{tmp_path / "jobs.db"}"\n'
+        'handlers = ["own_logging:HANDLERS"]\nentry_points = false\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+    env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    err = tmp_path / "stderr.txt"
+    with err.open("w") as sink:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "conveyor.shell.cli", "worker"],
+            cwd=tmp_path,
+            env=env,
+            stderr=sink,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while "only the root handler" not in err.read_text():
+                assert time.monotonic() < deadline and worker.poll() is None, err.read_text()
+                time.sleep(0.05)
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=30)
+    written = err.read_text()
+    assert written.count("loaded once") == 1, written
+    assert "MINE app.jobs loaded once" in written
+    assert written.count("only the root handler writes this") == 1, written

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 from ...core import ValidationError
 from ...version import __version__
 from ..endpoints import endpoint, sqlite_refusal
+from ..logs import WrittenOnTheWay
 from ..notices import notice, use_json
 from ..outage import ServerUnreachable, is_outage
 from ..redact import BackendError
@@ -149,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         "%(message)s",
     )
     for handler in logging.getLogger().handlers:
+        handler.addFilter(WrittenOnTheWay())
         handler.addFilter(REDACTING)
         if args.log_format == "text":
             handler.addFilter(ESCAPING)  # after the redaction, which rewrites the message
