@@ -200,6 +200,36 @@ def test_async_concurrency_bounds_how_many_run_at_once(make: Any) -> None:
     assert most == 3
 
 
+def test_an_async_job_that_finishes_while_a_sync_job_runs_is_written_meanwhile(
+    make: Any,
+) -> None:
+    # The worker's thread wrote async outcomes between jobs, so an async job that
+    # finished while the same worker ran a long sync one waited for its end.
+    seen: list[JobStatus] = []
+    quick_id: list[Any] = []
+
+    async def quick(args: Any) -> str:
+        await asyncio.sleep(0.05)
+        return "quick"
+
+    def long(args: Any) -> str:
+        deadline = time.monotonic() + 10
+        state = None
+        while time.monotonic() < deadline:
+            state = rt.get(quick_id[0]).state
+            if state is JobStatus.COMPLETED:
+                break
+            time.sleep(0.02)
+        seen.append(state)
+        return "long"
+
+    rt = make({"quick": quick, "long": long})
+    quick_id.append(rt.enqueue("quick", {}).id)
+    rt.enqueue("long", {})
+    assert rt.drain().completed == 2
+    assert seen == [JobStatus.COMPLETED]
+
+
 def test_a_running_async_job_keeps_its_claim_past_the_lease(make: Any) -> None:
     runs: list[str] = []
 

@@ -22,7 +22,7 @@ import concurrent.futures
 import inspect
 import os
 import threading
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 from uuid import UUID
 
@@ -220,6 +220,17 @@ class AsyncJobs:
             if not self._done and self._running:
                 self._changed.wait(timeout_s)
             return self._take()
+
+    def wait_until(self, done: Callable[[], bool], timeout_s: float) -> list[Attempted]:
+        """Like `wait`, but also ends when `done()` says so (after a `nudge`)."""
+        with self._changed:
+            self._changed.wait_for(lambda: bool(self._done) or done(), timeout_s)
+            return self._take()
+
+    def nudge(self) -> None:
+        """Wake a `wait_until` to look at its `done` again."""
+        with self._changed:
+            self._changed.notify_all()
 
     def _take(self) -> list[Attempted]:
         done, self._done = self._done, []

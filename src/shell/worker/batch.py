@@ -22,6 +22,8 @@ the finished outcomes are written: an exception cannot drop them.
 
 from __future__ import annotations
 
+import contextvars
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +31,7 @@ from datetime import datetime
 
 from returns.pipeline import is_successful
 
-from ...core import Decision, Policies, decide, start
+from ...core import Decision, Job, Policies, decide, start
 from ...core.prefetch import PrefetchPolicy, decide_start, should_hand_back
 from ..ports import BadClaim, Claim, Clock
 from .async_jobs import AsyncJobs
@@ -38,6 +40,9 @@ from .attempts import Attempted, Awaiting
 from .heartbeat import Heartbeat
 from .holder_writes import Finishing, HolderWrites
 from .reporting import Reporter
+from .second_thread import SecondThread
+
+log = logging.getLogger("conveyor.worker")
 
 
 class BatchRunner:
@@ -68,6 +73,8 @@ class BatchRunner:
         self._async, self._async_wait_s = async_jobs, async_wait_s
         #: A claim renewed longer ago than this is renewed before its job starts.
         self._stale_s = policies.lease.stale_after_ms / 1000
+        #: Runs sync attempts while async jobs are out (`_run_beside_async`).
+        self._beside = SecondThread(f"conveyor-{worker_id}-sync")
 
     def run_batch(self, claims: Sequence[Claim | BadClaim]) -> list[Decision | None]:
         """Run claimed jobs in order and carry out each decision; the decisions, None
@@ -131,9 +138,11 @@ class BatchRunner:
         self.conclude(self._async.wait(timeout_s))
 
     def finish_async(self) -> None:
-        """Wait for every async job still running, writing each as it finishes."""
+        """Wait for every async job still running, writing each as it finishes; then
+        let the second thread go (a later attempt beside async jobs starts another)."""
         while self._async.running:
             self.wait_for_async(self._async_wait_s)
+        self._beside.close()
 
     def _ends_before(self, i: int, claims: Sequence[Claim | BadClaim], began: float) -> bool:
         """True when the batch stops before its `i`th claim: the worker is stopping, or
@@ -183,11 +192,39 @@ class BatchRunner:
         job = started.unwrap()
         self._heartbeat.begin(claim, job)
         self._reporter.started(job)
-        attempt = self._runner.run_attempt(claim, job, now)
+        if self._async.running:
+            attempt = self._run_beside_async(claim, job, now)
+        else:
+            attempt = self._runner.run_attempt(claim, job, now)
         if isinstance(attempt, Awaiting):
             self._launch(attempt)
             return None
         self._reporter.ran(attempt)
+        return attempt
+
+    def _run_beside_async(self, claim: Claim, job: Job, now: datetime) -> Attempted | Awaiting:
+        """Run an attempt while this worker's async jobs are out: on the worker's second
+        thread, while this one writes each async job that finishes meanwhile, so that a
+        long sync job does not hold their outcomes back. The writes stay this thread's."""
+        context = contextvars.copy_context()
+        running = self._beside.submit(context.run, self._runner.run_attempt, claim, job, now)
+        running.add_done_callback(lambda _: self._async.nudge())
+        told = False
+        while not running.done():
+            try:
+                self.conclude(self._async.wait_until(running.done, self._async_wait_s))
+            except Exception:
+                # Those outcomes are left to their leases, as after any failed write
+                # (an outage: they run again); the sync attempt goes on, and its own
+                # outcome is written as usual once it ends.
+                log.log(
+                    logging.DEBUG if told else logging.WARNING,
+                    "worker %s: writing async outcomes failed; left to their leases",
+                    self._worker_id,
+                    exc_info=not told,
+                )
+                told = True
+        attempt: Attempted | Awaiting = running.result()
         return attempt
 
     def _launch(self, attempt: Awaiting) -> None:
