@@ -117,7 +117,7 @@ def test_a_command_line_the_parser_refuses_is_told_in_json_too(
 
 def test_a_copy_under_processes_names_itself_in_its_notices_too(tmp_path: Path) -> None:
     # The copies' banner and exit lines lacked the `process` their log lines carry.
-    from conveyor.shell.cli.supervisor import PROCESS_INDEX_ENV
+    from conveyor.shell.cli.supervisor import COPY_REFUSED_EXIT, PROCESS_INDEX_ENV
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
     env[PROCESS_INDEX_ENV] = "3"
@@ -130,6 +130,6 @@ def test_a_copy_under_processes_names_itself_in_its_notices_too(tmp_path: Path) 
         text=True,
         timeout=60,
     )
-    assert result.returncode == 2
+    assert result.returncode == COPY_REFUSED_EXIT
     [entry] = parsed(result.stderr)
     assert entry["process"] == "3" and entry["message"].startswith("conveyor: invalid input: ")

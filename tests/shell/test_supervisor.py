@@ -238,7 +238,7 @@ def test_a_copy_refusing_its_input_stops_the_supervisor_with_exit_2(project: Pat
     assert done.returncode == 2, done.stderr
     assert time.monotonic() - began < 30
     assert "broken at import" in done.stderr
-    assert "exited with code 2 (invalid input: see above); stopping" in done.stderr, done.stderr
+    assert "refused its input or config (see above); stopping" in done.stderr, done.stderr
     assert "starting another" not in done.stderr, done.stderr
 
 
@@ -372,3 +372,44 @@ def test_each_copys_log_lines_say_which_copy_wrote_them(project: Path) -> None:
         "conveyor worker process 0",
         "conveyor worker process 1",
     ], stderr
+
+
+def test_a_job_that_ends_its_copy_with_exit_code_2_is_a_crash_not_a_refusal(
+    project: Path,
+) -> None:
+    # Exit code 2 was read as "the copy refused its input": one job calling
+    # os._exit(2) (or a C library's exit(2)) stopped every copy, and the supervisor.
+    (project / "supervised_handlers.py").write_text(
+        HANDLERS.replace(
+            'HANDLERS = {"work": work}',
+            "def quit(args):\n    os._exit(2)\n"
+            'HANDLERS = {"work": work, "quit": quit}',
+        )
+    )
+    runtime = _site(project)
+    try:
+        runtime.enqueue("quit", {}, max_retries=0)
+    finally:
+        runtime.close()
+    with _running(project, "--processes", "2") as supervisor:
+        _started(supervisor, 2)
+        _enqueue(project, range(5))
+        done = _wait_for(project, 5)
+        alive = supervisor.poll() is None
+        code, stderr = _stop(supervisor)
+    assert alive, stderr
+    assert sorted(job["n"] for job in done) == list(range(5))
+    assert "exited with code 2 after" in stderr and "starting another" in stderr, stderr
+    assert "invalid input" not in stderr, stderr
+    assert code == 0, stderr
+
+
+def test_ctrl_c_while_the_copies_start_stops_them_cleanly(project: Path) -> None:
+    # A copy that had not set up its handlers died of KeyboardInterrupt (a traceback,
+    # and its exit code, 1 or 254 or 130, became the supervisor's).
+    with _running(project, "--processes", "2") as supervisor:
+        _started(supervisor, 2)  # started, not yet ready: a Python still importing
+        code, stderr = _stop(supervisor, signal.SIGINT)
+    assert "Traceback" not in stderr, stderr
+    assert "KeyboardInterrupt" not in stderr, stderr
+    assert code == 0, stderr

@@ -32,7 +32,7 @@ from .jobs import add_job_commands
 from .maintenance import add_maintenance_commands
 from .runtime import ESCAPING, LOADED, REDACTING, command_runtime, printable
 from .status import add_status_command
-from .supervisor import PROCESS_INDEX_ENV
+from .supervisor import COPY_REFUSED_EXIT, INVALID_INPUT_EXIT, PROCESS_INDEX_ENV
 from .worker import add_worker_command
 from .workflow import add_workflow_commands
 
@@ -136,6 +136,20 @@ def _asks_for_json(argv: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one `conveyor` command; its exit code."""
+    copy = bool(os.environ.get(PROCESS_INDEX_ENV))
+    try:
+        code = _main(argv)
+    except SystemExit as exit:
+        if not copy or exit.code != INVALID_INPUT_EXIT:
+            raise
+        code = INVALID_INPUT_EXIT
+    # A copy under `worker --processes` tells its supervisor a refusal apart from a
+    # job's exit(2), which is a crash to restart.
+    return COPY_REFUSED_EXIT if copy and code == INVALID_INPUT_EXIT else code
+
+
+def _main(argv: list[str] | None) -> int:
     # A copy under `worker --processes` says which it is, as the supervisor names it.
     copy = os.environ.get(PROCESS_INDEX_ENV, "")
     use_json(_asks_for_json(list(sys.argv[1:] if argv is None else argv)), copy or None)

@@ -50,8 +50,12 @@ log = logging.getLogger("conveyor.supervisor")
 #: The environment variable that tells each copy its number (0 to N-1).
 PROCESS_INDEX_ENV = "CONVEYOR_PROCESS_INDEX"
 
-#: A copy's exit when its input or config was refused (the CLI's invalid input).
+#: The CLI's exit when its input or config was refused; the supervisor's too.
 INVALID_INPUT_EXIT = 2
+#: A copy's exit when its input or config was refused (sysexits' EX_CONFIG): a code
+#: of its own, since 2 may come from a job (a handler's or a C library's `exit(2)`),
+#: which is a crash like any other, not a reason to stop every copy.
+COPY_REFUSED_EXIT = 78
 
 #: The first wait before a copy that died is started again; it doubles up to the cap
 #: while copies keep dying soon after their start, so a crash loop does not spin.
@@ -215,11 +219,11 @@ class Supervisor:
                     self.replaced += 1
                     self._start(index)
                     continue
-                if code == INVALID_INPUT_EXIT:
+                if code == COPY_REFUSED_EXIT:
                     # Its input or config was refused (the copy said why): a restart
                     # would be refused alike, for ever. Stop the rest and say so.
                     log.error(
-                        "worker process %d (pid %d) exited with code 2 (invalid input: see "
+                        "worker process %d (pid %d) refused its input or config (see "
                         "above); stopping",
                         index,
                         child.pid,
@@ -358,9 +362,12 @@ def supervise(
             else "stopping them gracefully (once more to stop at once)"
         )
         notice(f"conveyor worker: {name}, {count} processes: {how}")
-        # The copies are told SIGTERM for a hangup: one that has not set up its
-        # handlers yet then counts as stopped cleanly (`_as_stopped`).
-        supervisor.stop(signal.SIGTERM if signum == signal.SIGHUP else signum)
+        # The first stop (a Ctrl-C, a hangup) reaches the copies as SIGTERM: one that
+        # has not set up its handlers yet then ends by it, having claimed nothing, and
+        # counts as stopped cleanly (`_as_stopped`); a SIGINT would end it with a
+        # KeyboardInterrupt traceback and an exit code of its own.
+        first = not supervisor.stopping.is_set()
+        supervisor.stop(signal.SIGTERM if first or signum == signal.SIGHUP else signum)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
