@@ -46,6 +46,9 @@ DEFAULT_GRACE = timedelta(seconds=60)
 #: The most on-time slots one check enqueues for one entry (a backstop for a
 #: schedule far denser than the grace, e.g. every second with a grace of hours).
 MAX_SLOTS_PER_CHECK = 100
+#: How many slots after a catch-up are looked up to tell whether it is still owed:
+#: a process that ran through them wrote the newest ones.
+LOOK_AFTER_CATCH_UP = 10
 
 
 class Missed(enum.Enum):
@@ -200,6 +203,27 @@ def plan_slots(
     if latest_missed is None or missed is Missed.SKIP or too_old:
         return CronPlan(tuple(on_time), latest_missed)
     return CronPlan((latest_missed, *on_time), latest_missed)
+
+
+def slots_after_catch_up(
+    plan: CronPlan, schedule: Schedule, now: datetime, limit: int = LOOK_AFTER_CATCH_UP
+) -> tuple[datetime, ...]:
+    """The slots whose jobs tell whether `plan`'s catch-up is still owed: those after
+    it up to `now` (the newest `limit`), none when the plan catches nothing up.
+
+    A catch-up is the latest slot this process came too late for, as seen from its
+    own last check (or its start). When a slot after it was written (another process
+    ran through them), the deployment was not down then: that process let the slot
+    go, or caught up its own, and a second process starting later would otherwise
+    catch up one more stale slot each. `without_catch_up` drops it then."""
+    if plan.missed is None or plan.missed not in plan.slots:
+        return ()
+    return tuple(slot for slot in recent_slots(schedule, now, limit) if slot > plan.missed)
+
+
+def without_catch_up(plan: CronPlan) -> CronPlan:
+    """`plan` without its catch-up (see `slots_after_catch_up`)."""
+    return CronPlan(tuple(s for s in plan.slots if s != plan.missed), plan.missed)
 
 
 def slots_to_write(plan: CronPlan, pruned: Collection[datetime]) -> tuple[datetime, ...]:

@@ -33,7 +33,9 @@ from ..core.cron import (
     plan_slots,
     recent_slots,
     slot_id,
+    slots_after_catch_up,
     slots_to_write,
+    without_catch_up,
 )
 from . import outage
 from .cron_schedule import (
@@ -255,6 +257,9 @@ class Cron:
             )
         jobs: list[Job] = []
         try:
+            later = slots_after_catch_up(plan, schedule, now)
+            if any(self._written(entry.name, slot_id(entry.name, slot)) for slot in later):
+                plan = without_catch_up(plan)
             pruned = {slot for slot in plan.slots if self._pruned(slot_id(entry.name, slot))}
             for slot in slots_to_write(plan, pruned):
                 jobs.extend(self._start(entry, slot_id(entry.name, slot), slot))
@@ -267,6 +272,18 @@ class Cron:
             self._server().ok()
         self._since[entry.name] = now
         return jobs
+
+    def _written(self, name: str, job_id: uuid.UUID) -> bool:
+        """Whether a slot's job (or workflow) was written: it is there, or its record
+        was pruned."""
+        return self._state_reader(name)(job_id) is not None or self._pruned(job_id)
+
+    def _state_reader(self, name: str) -> Callable[[uuid.UUID], JobStatus | None]:
+        """How the state of entry `name`'s slot is read: a workflow entry's slot id
+        is its workflow's, and its state the workflow's."""
+        if name in self._builders and self._workflow_state_of is not None:
+            return self._workflow_state_of
+        return self._state_of
 
     def _server(self) -> outage.ConnectionState:
         return self._server_state
@@ -330,10 +347,7 @@ class Cron:
                 queue=entry.queue,
                 next_run=schedule.next_after(now),
             )
-            # A workflow entry's slot id is its workflow's; its state is the workflow's.
-            state_of = self._state_of
-            if entry.name in self._builders and self._workflow_state_of is not None:
-                state_of = self._workflow_state_of
+            state_of = self._state_reader(entry.name)
             for slot in recent_slots(schedule, now, LAST_RUN_LOOKBACK):
                 job_id = slot_id(entry.name, slot)
                 state = state_of(job_id)

@@ -16,7 +16,9 @@ from conveyor.core.cron import (
     plan_slots,
     recent_slots,
     slot_id,
+    slots_after_catch_up,
     slots_to_write,
+    without_catch_up,
 )
 from conveyor.core.errors import FieldError
 from hypothesis import given
@@ -92,6 +94,24 @@ def test_a_first_check_under_catch_up_one_enqueues_only_the_latest_missed_slot()
     assert plan == CronPlan(slots=(at(300),), missed=at(300))
     both = plan_slots(MINUTELY, since=None, now=at(150), missed=Missed.CATCH_UP_ONE)
     assert both == CronPlan(slots=(at(60), at(120)), missed=at(60))
+
+
+def test_a_catch_up_is_owed_only_while_no_slot_after_it_was_written() -> None:
+    # Every 10 s, a start at 115 s: 50 s is the catch-up, 110 s on time. Whether a
+    # process ran through the slots between them is told by their jobs.
+    plan = plan_slots(Every(10), since=None, now=at(115), missed=Missed.CATCH_UP_ONE)
+    assert plan == CronPlan(slots=(at(50), at(110)), missed=at(50))
+    later = slots_after_catch_up(plan, Every(10), at(115))
+    assert later == (at(110), at(100), at(90), at(80), at(70), at(60))
+    assert without_catch_up(plan) == CronPlan(slots=(at(110),), missed=at(50))
+    assert slots_after_catch_up(plan, Every(10), at(115), limit=2) == (at(110), at(100))
+
+
+def test_a_plan_that_catches_nothing_up_looks_nothing_up() -> None:
+    skip = plan_slots(Every(10), since=None, now=at(115), missed=Missed.SKIP)
+    assert skip.missed == at(50) and slots_after_catch_up(skip, Every(10), at(115)) == ()
+    quiet = plan_slots(Every(10), since=at(105), now=at(115), missed=Missed.CATCH_UP_ONE)
+    assert quiet.missed is None and slots_after_catch_up(quiet, Every(10), at(115)) == ()
 
 
 def test_a_first_check_exactly_at_a_slot_takes_that_slot_as_on_time() -> None:

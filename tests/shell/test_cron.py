@@ -171,6 +171,27 @@ def test_an_enqueue_that_fails_is_retried_at_the_next_tick(
 # ---- many nodes ----------------------------------------------------------------------
 
 
+def test_a_node_starting_while_another_runs_catches_up_no_slot_the_other_let_go(
+    two_nodes: tuple[Runtime, Runtime], clock: ManualClock
+) -> None:
+    # Every node was down for an hour; A started at 10:00:00.5 and B 15 s later. B's
+    # first check took the slot a grace before its own start (09:59:10), which A had
+    # let go as missed, for its own catch-up: one stale run more per node started.
+    every_ten = minutely(schedule="*/10 * * * * *", missed="catch_up_one")
+    a, b = two_nodes
+    start = T0.replace(second=0) + timedelta(milliseconds=500)
+    clock.set(start)
+    a.cron.add(every_ten)
+    b.cron.add(every_ten)
+    for second in range(31):
+        clock.set(start + timedelta(seconds=second))
+        a.cron.tick()
+        if second >= 15:
+            b.cron.tick()
+    slots = [start.replace(microsecond=0) + timedelta(seconds=n) for n in (-60, 0, 10, 20, 30)]
+    assert queued_ids(a) == sorted(str(slot_id("report", s)) for s in slots)
+
+
 def test_two_nodes_ticking_through_the_same_slots_store_one_job_per_slot(
     two_nodes: tuple[Runtime, Runtime], clock: ManualClock
 ) -> None:
