@@ -301,6 +301,17 @@ def test_a_poison_pill_is_dead_lettered_as_lease_expired_with_the_guard() -> Non
     assert decision.abandoned_before == CUTOFF
 
 
+def test_a_poison_pills_error_counts_the_expired_leases_in_words() -> None:
+    def said(reclaims: int, budget: int) -> str:
+        job = attrs.evolve(running_job(), metadata=Metadata(reclaim_count=reclaims))
+        decision = decide_reclaim(job, LATER, LeasePolicy(max_reclaims=budget), CUTOFF)
+        assert isinstance(decision, DeadLetter)
+        return decision.error.message
+
+    assert said(0, 0).startswith("lease expired once while running (budget 0)")
+    assert said(3, 3).startswith("lease expired 4 times while running (budget 3)")
+
+
 def test_a_handlers_dead_letter_has_no_abandoned_guard() -> None:
     decision = decide(running_job(), Failed(FATAL), LATER, POLICIES, 0.5)
     assert isinstance(decision, DeadLetter)
