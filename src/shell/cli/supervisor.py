@@ -249,11 +249,11 @@ class Supervisor:
                 self._delay[index] = delay
                 due[index] = now + delay
                 log.warning(
-                    "worker process %d (pid %d) exited with code %d after %.0f s; "
+                    "worker process %d (pid %d) %s after %.0f s; "
                     "starting another in %.0f s (its claims return with their leases)",
                     index,
                     child.pid,
-                    code,
+                    _ended(code),
                     lived,
                     delay,
                 )
@@ -336,6 +336,16 @@ class Supervisor:
         # Its own group: a process pool of its handlers goes with it.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGKILL)
+
+
+def _ended(code: int) -> str:
+    """How a copy ended, as a log line says it: by a signal, named, or its exit code."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
 
 
 def _as_stopped(code: int) -> int:
