@@ -81,3 +81,30 @@ def test_a_starting_process_forgets_the_workers_gone_long_ago(tmp_path: Path) ->
     finally:
         runtime.close()
     assert "crashed-long-ago" not in seen
+
+
+def test_a_heartbeat_failing_the_same_way_is_told_once_a_minute_not_every_beat(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A database file read-only to the worker logged a WARNING and a traceback every
+    # 5 s for as long as the worker ran.
+    from conveyor.shell import outage
+    from conveyor.shell.runtime.presence_beat import PresenceBeat
+
+    class ReadOnly:
+        def beat(self, info: WorkerInfo) -> None:
+            raise PermissionError("attempt to write a readonly database")
+
+    beat = PresenceBeat(
+        ReadOnly(),  # type: ignore[arg-type]
+        "me",
+        lambda: _info("me", datetime.now(UTC)),
+        outage.for_server("SQLite", "test"),
+    )
+    with caplog.at_level("DEBUG", logger="conveyor.runtime"):
+        for _ in range(5):
+            beat.beat()
+    warned = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and warned[0].exc_info is not None
+    assert "attempt to write a readonly database" in warned[0].getMessage()
+    assert sum(r.levelname == "DEBUG" for r in caplog.records) == 4

@@ -54,6 +54,7 @@ class PresenceBeat:
     ) -> None:
         self.presence, self.worker_id = presence, worker_id
         self._info, self._server = info, server
+        self._bugs = outage.Throttle()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -63,8 +64,14 @@ class PresenceBeat:
             self.presence.beat(self._info())
         except Exception as exc:
             # An outage is told once for the process, by whichever thread meets it first.
-            if not self._server.failed(exc):
-                log.warning("could not record worker heartbeat", exc_info=True)
+            # Anything else once a minute with its traceback (a database file the
+            # worker may not write fails every beat), in between at DEBUG.
+            if self._server.failed(exc):
+                return
+            if self._bugs.first(exc):
+                log.warning("could not record worker heartbeat: %s", exc, exc_info=True)
+            else:
+                log.debug("could not record worker heartbeat again: %s", exc)
 
     def forget_gone(self) -> None:
         """Drop the entries of processes gone without leaving; a failure is left to the
