@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -203,7 +203,7 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         self._check_loaded_by_workers(task)
         # As Django's own backends do: bytes read as text, anything else JSON cannot
         # hold a TypeError; then as stored (keys as text), as a database backend's.
-        args, kwargs = json.loads(json.dumps([normalize_json(args), normalize_json(kwargs)]))
+        args, kwargs = json.loads(json.dumps([_as_json(args, "args"), _as_json(kwargs, "kwargs")]))
         options = task_options(task)
         retries = self.settings.retries if options["retries"] is None else options["retries"]
         timeout = self.settings.timeout if options["timeout"] is None else options["timeout"]
@@ -320,3 +320,28 @@ class SharedRuntimes:
 
 
 RUNTIMES = SharedRuntimes()
+
+
+def _as_json(value: Any, where: str) -> Any:
+    """`normalize_json(value)`; its `TypeError` names where in the call the value
+    JSON cannot hold is (`args[1]['tags'][0]`), which Django's own message does not."""
+    try:
+        return normalize_json(value)
+    except TypeError as exc:
+        raise TypeError(f"{_unsupported_at(value, where)}: {exc}") from None
+
+
+def _unsupported_at(value: Any, path: str) -> str:
+    if isinstance(value, Mapping):
+        items: Iterable[tuple[str, Any]] = ((f"[{k!r}]", v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((f"[{n}]", v) for n, v in enumerate(value))
+    else:
+        return path
+    for step, item in items:
+        try:
+            normalize_json(item)
+        except TypeError:
+            return _unsupported_at(item, path + step)
+    return path
+

@@ -97,6 +97,10 @@ try:
     out["retired"] = [str(read.status), read.task.queue_name]
 except Exception as exc:
     out["retired"] = f"{type(exc).__name__}: {exc}"
+try:
+    listed.enqueue(1, {"when": "now", "tags": [1, {"seen": {2, 3}}]})
+except TypeError as exc:
+    out["deep_set"] = str(exc)
 out["retries"] = [listed.using(retries=2).retries, listed.using(retries=2).using(retries=None).retries]
 print(json.dumps(out))
 """
@@ -179,3 +183,12 @@ def test_a_call_is_made_json_as_djangos_own_backends_make_it(tmp_path: Path) -> 
     # keys, which they take, were refused.
     out = _run(tmp_path, use_tz=True, modules=[])
     assert (out["set"], out["bytes"], out["int_keys"]) == ("TypeError", ["hi"], [{"1": "a"}])
+
+
+def test_a_value_json_cannot_hold_is_named_by_where_it_is_in_the_call(
+    tmp_path: Path,
+) -> None:
+    # Django's own message named the type only: "Unsupported type: <class 'set'>".
+    said = _run(tmp_path, use_tz=True, modules=[])["deep_set"]
+    assert said.startswith("args[1]['tags'][1]['seen']: "), said
+    assert "set" in said
