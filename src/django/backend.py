@@ -269,8 +269,11 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         try:
             task = task_for(view.job, self._known_task)
         except LookupError as exc:
+            # Still a job (renamed or removed since it was enqueued): say where it is, so
+            # that "does not exist" is not read as "never was" (`conveyor job show`).
             raise TaskResultDoesNotExist(
-                f"{result_id}: its task {view.job.job_type!r} is not a task here ({exc})"
+                f"{result_id}: its task {view.job.job_type!r} is not a task here ({exc}); "
+                f"the job is {'' if view.state.is_terminal else 'still '}{view.state.value}"
             ) from None
         if task.backend != self.alias:
             raise TaskResultDoesNotExist(f"{result_id}: a result of backend {task.backend!r}")

@@ -97,6 +97,14 @@ try:
     out["retired"] = [str(read.status), read.task.queue_name]
 except Exception as exc:
     out["retired"] = f"{type(exc).__name__}: {exc}"
+# A job whose task was renamed since: not a result here, but still a job.
+made = listed.enqueue()
+job = backend.runtime.get(made.id).job
+backend.runtime.queue.enqueue(attrs.evolve(job, job_type="probe.tasks.renamed"))
+try:
+    backend.get_result(made.id)
+except Exception as exc:
+    out["renamed"] = f"{type(exc).__name__}: {exc}"
 try:
     listed.enqueue(1, {"when": "now", "tags": [1, {"seen": {2, 3}}]})
 except TypeError as exc:
@@ -192,3 +200,11 @@ def test_a_value_json_cannot_hold_is_named_by_where_it_is_in_the_call(
     said = _run(tmp_path, use_tz=True, modules=[])["deep_set"]
     assert said.startswith("args[1]['tags'][1]['seen']: "), said
     assert "set" in said
+
+
+def test_a_job_whose_task_is_gone_is_no_result_but_says_it_is_still_queued(
+    tmp_path: Path,
+) -> None:
+    said = _run(tmp_path, use_tz=True, modules=[])["renamed"]
+    assert said.startswith("TaskResultDoesNotExist: "), said
+    assert "'probe.tasks.renamed'" in said and "the job is still pending" in said, said
