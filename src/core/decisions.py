@@ -348,10 +348,10 @@ def decide_reclaim(
     meta = attrs.evolve(job.metadata, reclaim_count=job.metadata.reclaim_count + 1)
     if is_poison_pill(policy, job):
         budget = job.max_retries if policy.max_reclaims is None else policy.max_reclaims
-        expired = job.metadata.reclaim_count + 1
+        times = "once" if meta.reclaim_count == 1 else f"{meta.reclaim_count} times"
         error = ErrorInfo(
             LEASE_EXPIRED,
-            f"lease expired {'once' if expired == 1 else f'{expired} times'} while running "
+            f"lease expired {times} while running "
             f"(budget {budget}); the job may be killing its worker",
             False,
         )
