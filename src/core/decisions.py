@@ -351,8 +351,7 @@ def decide_reclaim(
         times = "once" if meta.reclaim_count == 1 else f"{meta.reclaim_count} times"
         error = ErrorInfo(
             LEASE_EXPIRED,
-            f"lease expired {times} while running "
-            f"(budget {budget}); the job may be killing its worker",
+            f"lease expired {times} while running (budget {budget}); it may kill its worker",
             False,
         )
         return dead_letter(job, error, now, abandoned_before=abandoned_before, metadata=meta)
