@@ -75,17 +75,23 @@ def test_every_stderr_line_of_a_json_worker_is_json(tmp_path: Path) -> None:
     assert any(m.startswith("redis server ") and "AOF" in m for m in messages), messages
 
 
-def test_a_json_command_that_fails_says_so_in_json(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
+def _refused_show(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`conveyor --log-format json job show not-a-uuid`: a command that fails on its
+    input, with `env` over an environment free of CONVEYOR_ variables."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
     (tmp_path / "conveyor.toml").write_text('provider = "memory"\n')
-    result = subprocess.run(
+    return subprocess.run(
         [*CONVEYOR, "--log-format", "json", "job", "show", "not-a-uuid"],
         cwd=tmp_path,
-        env=env,
+        env={**clean, **env},
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_a_json_command_that_fails_says_so_in_json(tmp_path: Path) -> None:
+    result = _refused_show(tmp_path)
     assert result.returncode == 2
     [entry] = parsed(result.stderr)
     assert entry["level"] == "ERROR" and entry["message"].startswith("conveyor: invalid input: ")
@@ -119,17 +125,7 @@ def test_a_copy_under_processes_names_itself_in_its_notices_too(tmp_path: Path) 
     # The copies' banner and exit lines lacked the `process` their log lines carry.
     from conveyor.shell.cli.supervisor import COPY_REFUSED_EXIT, PROCESS_INDEX_ENV
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
-    env[PROCESS_INDEX_ENV] = "3"
-    (tmp_path / "conveyor.toml").write_text('provider = "memory"\n')
-    result = subprocess.run(
-        [*CONVEYOR, "--log-format", "json", "job", "show", "not-a-uuid"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = _refused_show(tmp_path, **{PROCESS_INDEX_ENV: "3"})
     assert result.returncode == COPY_REFUSED_EXIT
     [entry] = parsed(result.stderr)
     assert entry["process"] == "3" and entry["message"].startswith("conveyor: invalid input: ")
