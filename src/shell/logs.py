@@ -18,7 +18,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from ..core import DeadLetter, Decision, ErrorInfo, Job, Retry
+from ..core import DeadLetter, Decision, ErrorInfo, Job, Retry, cap_traceback
 from .terminal import escape
 
 #: Record attributes a conveyor log line may carry (`extra=`); the JSON format
@@ -138,5 +138,23 @@ class WrittenOnTheWay(logging.Filter):
                 ):
                     return False
             logger = logger.parent if logger.propagate else None
+        return True
+
+
+#: The most characters of a traceback one line of the CLI's log carries: every frame
+#: stays, and the exception messages are cut to fit (a handler's error may hold a
+#: megabyte of text).
+LOG_TRACEBACK_CHARS = 16_000
+
+
+class CappedTraceback(logging.Filter):
+    """For the CLI's handlers: renders a record's traceback and cuts its exception
+    messages to `LOG_TRACEBACK_CHARS` (`cap_traceback`), keeping every frame."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = cap_traceback(record.exc_text, LOG_TRACEBACK_CHARS)
         return True
 

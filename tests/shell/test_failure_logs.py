@@ -18,7 +18,7 @@ import pytest
 from conveyor.core import Policies, RequeuePolicy, RetryPolicy
 from conveyor.core.policies import LeasePolicy
 from conveyor.shell.adapters.memory import MemoryJobQueue, MemoryJobStore
-from conveyor.shell.logs import JsonFormatter
+from conveyor.shell.logs import LOG_TRACEBACK_CHARS, CappedTraceback, JsonFormatter
 from conveyor.shell.redact import RedactingFilter
 from conveyor.shell.registry import Permanent, Registry
 from conveyor.shell.worker.loop import Worker
@@ -408,6 +408,8 @@ def test_a_record_a_loggers_own_terminal_handler_wrote_is_not_written_again(
         "mine.setFormatter(logging.Formatter('MINE %(name)s %(message)s'))\n"
         "logging.getLogger('app').addHandler(mine)\n"
         "logging.getLogger('app.jobs').warning('loaded once')\n"
+        "try:\n    raise ValueError('x' * 1_000_000)\n"
+        "except ValueError:\n    logging.getLogger('other').exception('a huge one')\n"
         "logging.getLogger('other').warning('only the root handler writes this')\n"
         "HANDLERS = {'noop': lambda args: None}\n"
     )
@@ -437,3 +439,22 @@ def test_a_record_a_loggers_own_terminal_handler_wrote_is_not_written_again(
     assert written.count("loaded once") == 1, written
     assert "MINE app.jobs loaded once" in written
     assert written.count("only the root handler writes this") == 1, written
+    # A handler's exception message of a megabyte is cut in the log's traceback.
+    assert "ValueError: xxx" in written and "characters of this message cut" in written
+    assert len(written) < LOG_TRACEBACK_CHARS + 10_000
+
+
+def test_a_traceback_in_the_cli_log_keeps_its_frames_and_cuts_a_huge_message() -> None:
+    def fail() -> None:
+        raise ValueError("x" * 1_000_000)
+
+    try:
+        fail()
+    except ValueError as exc:
+        record = logging.LogRecord("app", logging.ERROR, __file__, 1, "failed", None, None)
+        record.exc_info = (type(exc), exc, exc.__traceback__)
+    assert CappedTraceback().filter(record)
+    for formatter in (logging.Formatter(), JsonFormatter()):
+        line = formatter.format(record)
+        assert len(line) <= LOG_TRACEBACK_CHARS + 200
+        assert "in fail" in line and "characters of this message cut" in line

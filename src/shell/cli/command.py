@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from ...core import ValidationError
 from ...version import __version__
 from ..endpoints import endpoint, sqlite_refusal
-from ..logs import WrittenOnTheWay
+from ..logs import CappedTraceback, WrittenOnTheWay
 from ..notices import notice, use_json
 from ..outage import ServerUnreachable, is_outage
 from ..redact import BackendError
@@ -166,6 +166,7 @@ def _main(argv: list[str] | None) -> int:
     for handler in logging.getLogger().handlers:
         handler.addFilter(WrittenOnTheWay())
         handler.addFilter(REDACTING)
+        handler.addFilter(CappedTraceback())  # after the redaction, which renders it
         if args.log_format == "text":
             handler.addFilter(ESCAPING)  # after the redaction, which rewrites the message
         if args.log_format == "json":
