@@ -226,8 +226,37 @@ def test_an_async_job_that_finishes_while_a_sync_job_runs_is_written_meanwhile(
     rt = make({"quick": quick, "long": long})
     quick_id.append(rt.enqueue("quick", {}).id)
     rt.enqueue("long", {})
-    assert rt.drain().completed == 2
+    # On a thread of its own, as a worker's (a drain on the main thread keeps its sync
+    # handlers there: see the next test).
+    drained: list[Any] = []
+    drainer = threading.Thread(target=lambda: drained.append(rt.drain()))
+    drainer.start()
+    drainer.join(30)
+    assert [stats.completed for stats in drained] == [2]
     assert seen == [JobStatus.COMPLETED]
+
+
+def test_a_drain_on_the_main_thread_runs_a_sync_handler_there_beside_async_jobs(
+    make: Any,
+) -> None:
+    # It ran on the worker's second thread: a Ctrl-C then landed in the drain's wait,
+    # not in the handler, which ran on while its claim was let go (a second run of the
+    # job overlapped it), and its SystemExit became a retried failure.
+    ran_on: list[threading.Thread] = []
+
+    async def slow(args: Any) -> None:
+        await asyncio.sleep(0.3)
+
+    def leave(args: Any) -> None:
+        ran_on.append(threading.current_thread())
+        raise SystemExit(3)
+
+    rt = make({"slow": slow, "leave": leave})
+    rt.enqueue("slow", {})
+    rt.enqueue("leave", {})
+    with pytest.raises(SystemExit):
+        rt.drain()
+    assert ran_on == [threading.main_thread()]
 
 
 def test_a_running_async_job_keeps_its_claim_past_the_lease(make: Any) -> None:

@@ -363,8 +363,10 @@ def supervise(
     once). Returns the exit code: the first non-zero one of a copy (130 when a copy
     was stopped by force), else 0. A copy that stalls (`stall`) is replaced."""
     supervisor = Supervisor(argv, count, stall, startup_s)
+    received: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
         name = signal.Signals(signum).name
         how = (
             "again, stopping them at once"
@@ -376,7 +378,9 @@ def supervise(
         # has not set up its handlers yet then ends by it, having claimed nothing, and
         # counts as stopped cleanly (`_as_stopped`); a SIGINT would end it with a
         # KeyboardInterrupt traceback and an exit code of its own.
-        first = not supervisor.stopping.is_set()
+        # (The first the operator sent: a stop of the supervisor's own, after a copy
+        # refused its input, does not count.)
+        first = len(received) == 1
         supervisor.stop(signal.SIGTERM if first or signum == signal.SIGHUP else signum)
 
     signal.signal(signal.SIGTERM, on_signal)

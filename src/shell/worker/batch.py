@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent import futures
 from datetime import datetime
 
 from returns.pipeline import is_successful
@@ -192,7 +193,9 @@ class BatchRunner:
         job = started.unwrap()
         self._heartbeat.begin(claim, job)
         self._reporter.started(job)
-        if self._async.running:
+        # Not in a drain on the main thread: a Ctrl-C (and a handler's SystemExit) must
+        # land in the handler there, as without async jobs.
+        if self._async.running and threading.current_thread() is not threading.main_thread():
             attempt = self._run_beside_async(claim, job, now)
         else:
             attempt = self._runner.run_attempt(claim, job, now)
@@ -210,20 +213,25 @@ class BatchRunner:
         running = self._beside.submit(context.run, self._runner.run_attempt, claim, job, now)
         running.add_done_callback(lambda _: self._async.nudge())
         told = False
-        while not running.done():
-            try:
-                self.conclude(self._async.wait_until(running.done, self._async_wait_s))
-            except Exception:
-                # Those outcomes are left to their leases, as after any failed write
-                # (an outage: they run again); the sync attempt goes on, and its own
-                # outcome is written as usual once it ends.
-                log.log(
-                    logging.DEBUG if told else logging.WARNING,
-                    "worker %s: writing async outcomes failed; left to their leases",
-                    self._worker_id,
-                    exc_info=not told,
-                )
-                told = True
+        try:
+            while not running.done():
+                try:
+                    self.conclude(self._async.wait_until(running.done, self._async_wait_s))
+                except Exception:
+                    # Those outcomes are left to their leases, as after any failed write
+                    # (an outage: they run again); the sync attempt goes on, and its own
+                    # outcome is written as usual once it ends.
+                    log.log(
+                        logging.DEBUG if told else logging.WARNING,
+                        "worker %s: writing async outcomes failed; left to their leases",
+                        self._worker_id,
+                        exc_info=not told,
+                    )
+                    told = True
+        except BaseException:
+            # The batch lets its claims go on the way out: not while this handler runs.
+            futures.wait([running])
+            raise
         attempt: Attempted | Awaiting = running.result()
         return attempt
 
