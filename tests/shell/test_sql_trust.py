@@ -412,3 +412,46 @@ def test_a_postgresql_listener_that_fails_before_it_connects_is_started_again() 
         queue.close()
         engine.dispose()
         drop_database(url)
+
+
+@pytest.mark.parametrize("db", ["postgresql"], indirect=True)
+def test_a_listener_session_ended_while_the_server_is_up_is_no_outage(db: Db) -> None:
+    # Its session terminated (pg_terminate_backend, a pooler's recycling), the listener
+    # told the process's server watch, which logged the server unreachable, then back.
+    told: list[BaseException] = []
+
+    class Watch:
+        def failed(self, exc: BaseException) -> bool:
+            told.append(exc)
+            return True
+
+    queue = SqlJobQueue(db.engine)
+    queue.report_outages_to(Watch())
+    stop = threading.Event()
+    waiter = threading.Thread(
+        target=lambda: [queue.wait_for_work("default", 0.2) for _ in iter(stop.is_set, True)]
+    )
+    waiter.start()
+    try:
+        deadline = time.monotonic() + 10
+        while listen_connections(db.engine) != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        with db.engine.begin() as conn:
+            ended = conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+                )
+            ).scalar_one()
+        assert ended is True
+        deadline = time.monotonic() + 10
+        time.sleep(0.2)
+        while listen_connections(db.engine) != 1:
+            assert time.monotonic() < deadline, "the listener came back"
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        waiter.join(10)
+        queue.close()
+    assert told == []

@@ -24,7 +24,8 @@ from .holder import HolderWrites
 from .limits import LimitedClaiming
 from .progress import ProgressNotes
 from .reads import Reading
-from .wakeups import WaitingForWork, wakeups_for
+from .waiting import WaitingForWork
+from .wakeups import wakeups_for
 from .workflows import Workflows
 
 __all__ = ["SqlJobQueue"]

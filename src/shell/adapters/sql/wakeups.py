@@ -30,7 +30,7 @@ the next wait starts another.
 The listener's failures are told through the process's view of the server when one is
 given (`report_outages_to`); this module imports nothing of the layers above.
 
-`WaitingForWork` is the role of `SqlJobQueue` that waits here.
+`sql.waiting.WaitingForWork` is the role of `SqlJobQueue` that waits here.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from ....core import JobStatus
 from ..finish_signals import FinishSignals, FinishWatch
-from .base import SqlQueueBase
 from .file_changes import FileChanges
 from .postgres_ddl import FINISHED_CHANNEL, NOTIFY_CHANNEL
 
@@ -56,7 +55,6 @@ __all__ = [
     "SQLITE_FINISHED_CHUNK",
     "SQLITE_WATCH_S",
     "ServerWatch",
-    "WaitingForWork",
     "Wakeups",
     "wakeups_for",
 ]
@@ -315,6 +313,9 @@ class Wakeups:
         while True:
             pool = engine.pool.recreate()
             raw: PoolProxiedConnection | None = None
+            # A listening session that ended (terminated, a pooler's recycling) is told
+            # only if listening again fails too: the server may well be up.
+            listening = False
             try:
                 raw = pool.connect()
                 listener: Any = raw.driver_connection
@@ -325,7 +326,7 @@ class Wakeups:
                 # Whatever was announced while nobody listened is lost: wake everyone.
                 self._announce(None)
                 self.finishes.announce_all()
-                pause, failing = _RECONNECT_S[0], False
+                pause, failing, listening = _RECONNECT_S[0], False, True
                 while True:
                     with self._cond:
                         if not self._in_use():
@@ -342,7 +343,9 @@ class Wakeups:
                 with self._cond:
                     watch = self._watch
                 self._heard_from()  # not ready, but a start waits no longer
-                if watch is None or not watch.failed(exc):
+                if listening:
+                    _log.debug("the PostgreSQL wake-up listener's session ended", exc_info=True)
+                elif watch is None or not watch.failed(exc):
                     _log.log(
                         logging.DEBUG if failing else logging.WARNING,
                         "the PostgreSQL wake-up listener failed; reconnecting",
@@ -356,8 +359,9 @@ class Wakeups:
             with self._cond:
                 if not self._in_use():
                     return
-            time.sleep(pause)
-            pause = min(pause * 2, _RECONNECT_S[1])
+            time.sleep(_RECONNECT_S[0] if listening else pause)
+            if not listening:
+                pause = min(pause * 2, _RECONNECT_S[1])
 
 
 def _marks(values: Sequence[str]) -> str:
@@ -376,25 +380,3 @@ def wakeups_for(engine: Engine) -> Wakeups:
         if found is None:
             found = _REGISTRY[url] = Wakeups(engine.dialect.name == "sqlite")
         return found
-
-
-class WaitingForWork(SqlQueueBase):
-    """The role of `SqlJobQueue` that lets idle workers sleep until work may be there."""
-
-    def wait_for_work(self, queue: str, timeout_s: float) -> bool:
-        """Block until a job may be ready on `queue` or `timeout_s` passes; True means
-        "try a claim". All idle workers of a process share one listener per database,
-        outside the pool (see `wakeups`). A parked job is announced when it is
-        placed, not when it comes due: ask `next_due` how long to sleep."""
-        return wakeups_for(self._db.engine).wait(self, self._db.engine, queue, timeout_s)
-
-    def end_waits(self) -> None:
-        """End every `wait_for_work` on this database now waiting in this process (a
-        worker told to stop leaves its wait at once)."""
-        wakeups_for(self._db.engine).end_waits()
-
-    def report_outages_to(self, watch: ServerWatch) -> None:
-        """Tell the failures of this database's wake-up listener through `watch`, the
-        process's view of the server (`outage.for_queue` hands it over), so that an
-        outage is told once for the process, with the workers' own failures."""
-        wakeups_for(self._db.engine).report_to(watch)
