@@ -47,11 +47,28 @@ def expression_problem(expression: object) -> str | None:
         CronSim(_expanded(expression), datetime(2000, 1, 1, tzinfo=UTC))
     except CronSimError as exc:
         reason = str(exc)
+        if "day-of-month" in reason.lower():
+            reason = _never_comes(_expanded(expression)) or reason
         return (
             f"{expression!r} is not a cron expression: {reason[:1].lower()}{reason[1:]} "
             "(five fields, or six with seconds first, or @hourly/@daily/@weekly/...)"
         )
     return None
+
+
+def _never_comes(expression: str) -> str | None:
+    """"Day D of the month never comes in month M" for an expression that is valid but
+    for that (30 February), which the parser calls a bad day-of-month, as it does 32."""
+    fields = expression.split()
+    if len(fields) not in (5, 6):
+        return None
+    day, month = fields[-3], fields[-2]
+    anywhere = " ".join([*fields[:-2], "*", fields[-1]])
+    try:
+        CronSim(anywhere, datetime(2000, 1, 1, tzinfo=UTC))
+    except CronSimError:
+        return None
+    return f"day {day} of the month never comes in month {month}"
 
 
 def timezone_problem(name: object) -> str | None:

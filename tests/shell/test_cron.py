@@ -389,6 +389,25 @@ def test_a_bad_cron_table_is_named_by_its_index_and_field() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("expression", "said"),
+    [
+        ("0 0 30 2 *", "day 30 of the month never comes in month 2"),
+        ("0 0 0 31 4,6 *", "day 31 of the month never comes in month 4,6"),
+    ],
+)
+def test_a_day_that_never_comes_in_its_months_is_named_as_such(
+    expression: str, said: str
+) -> None:
+    # It was "bad day-of-month", as for day 32.
+    from conveyor.shell.cron import expression_problem
+
+    problem = expression_problem(expression)
+    assert problem is not None and said in problem, problem
+    assert "bad day-of-month" in str(expression_problem("0 0 32 * *"))
+    assert "bad month" in str(expression_problem("0 0 1 13 *"))
+
+
 @pytest.mark.parametrize("shorthand", ["@reboot", "@Every_minute"])
 def test_a_shorthand_not_read_here_is_named_with_those_that_are(shorthand: str) -> None:
     # It said "wrong number of fields", as if the shorthand were a misspelt expression.
