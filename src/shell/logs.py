@@ -120,13 +120,13 @@ class JsonFormatter(logging.Formatter):
 
 
 class WrittenOnTheWay(logging.Filter):
-    """For the CLI's own (root) handlers: drops a record that a handler of a logger on
-    its way up already wrote to this process's stderr or stdout. A project that
-    configures its own logging (Django's console handler on `django`, a handler
-    module's) would otherwise see those lines twice."""
+    """For the CLI's own (root) handler of a text log: drops a record that a handler
+    of a logger on its way up already wrote to this process's stderr, where the CLI
+    writes too. A project that configures its own logging (Django's console handler
+    on `django`, a handler module's) would otherwise see those lines twice."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        terminals = {sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__}
+        terminals = {sys.stderr, sys.__stderr__}
         logger: logging.Logger | None = logging.getLogger(record.name)
         while logger is not None and logger is not logging.root:
             for handler in logger.handlers:

@@ -397,8 +397,9 @@ def test_a_huge_error_message_is_recorded_cut_behind_a_marker_with_its_frames_ke
     assert "more characters of this message cut ...]" in trace
 
 
+@pytest.mark.parametrize("log_format", ["text", "json"])
 def test_a_record_a_loggers_own_terminal_handler_wrote_is_not_written_again(
-    tmp_path: Path,
+    tmp_path: Path, log_format: str
 ) -> None:
     # Under `manage.py conveyor worker` with DEBUG = True, Django's console handler on
     # the `django` logger wrote each task's line, and the CLI's root handler again.
@@ -422,7 +423,7 @@ def test_a_record_a_loggers_own_terminal_handler_wrote_is_not_written_again(
     err = tmp_path / "stderr.txt"
     with err.open("w") as sink:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "conveyor.shell.cli", "worker"],
+            [sys.executable, "-m", "conveyor.shell.cli", "--log-format", log_format, "worker"],
             cwd=tmp_path,
             env=env,
             stderr=sink,
@@ -436,8 +437,9 @@ def test_a_record_a_loggers_own_terminal_handler_wrote_is_not_written_again(
             worker.send_signal(signal.SIGTERM)
             worker.wait(timeout=30)
     written = err.read_text()
-    assert written.count("loaded once") == 1, written
     assert "MINE app.jobs loaded once" in written
+    # A JSON log keeps every record, as JSON, whoever else wrote it.
+    assert written.count("loaded once") == (1 if log_format == "text" else 2), written
     assert written.count("only the root handler writes this") == 1, written
     # A handler's exception message of a megabyte is cut in the log's traceback.
     assert "ValueError: xxx" in written and "characters of this message cut" in written

@@ -455,3 +455,57 @@ def test_a_listener_session_ended_while_the_server_is_up_is_no_outage(db: Db) ->
         waiter.join(10)
         queue.close()
     assert told == []
+
+
+@pytest.mark.parametrize("db", ["postgresql"], indirect=True)
+def test_a_listener_that_cannot_listen_again_after_its_session_ended_says_so(
+    db: Db, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After a session ended, every later failure counted as "failing again" and was
+    # logged at DEBUG: a listener that could never listen again was never told.
+    class NoOutage:
+        def failed(self, exc: BaseException) -> bool:
+            return False  # the server is up: the listener logs the failure itself
+
+    queue = SqlJobQueue(db.engine)
+    queue.report_outages_to(NoOutage())
+    stop = threading.Event()
+    waiter = threading.Thread(
+        target=lambda: [queue.wait_for_work("default", 0.2) for _ in iter(stop.is_set, True)]
+    )
+    waiter.start()
+
+    class Refusing:
+        """A pool whose connections are refused for good (a revoked login, say)."""
+
+        def connect(self) -> None:
+            raise PermissionError("permission denied for database")
+
+        def dispose(self) -> None:
+            pass
+
+    try:
+        deadline = time.monotonic() + 10
+        while listen_connections(db.engine) != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        with caplog.at_level("DEBUG", logger="conveyor.shell.adapters.sql.wakeups"):
+            monkeypatch.setattr(db.engine.pool, "recreate", Refusing)
+            with db.engine.begin() as conn:
+                conn.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+                    )
+                )
+            deadline = time.monotonic() + 10
+            while not any(r.levelname == "WARNING" for r in caplog.records):
+                assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records]
+                time.sleep(0.05)
+    finally:
+        stop.set()
+        waiter.join(10)
+        monkeypatch.undo()
+        queue.close()
+    warned = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert "the PostgreSQL wake-up listener failed" in warned[0].getMessage()

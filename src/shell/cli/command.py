@@ -137,16 +137,16 @@ def _asks_for_json(argv: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one `conveyor` command; its exit code."""
-    copy = bool(os.environ.get(PROCESS_INDEX_ENV))
+    is_copy = bool(os.environ.get(PROCESS_INDEX_ENV))
     try:
         code = _main(argv)
-    except SystemExit as exit:
-        if not copy or exit.code != INVALID_INPUT_EXIT:
+    except SystemExit as refused:
+        if not is_copy or refused.code != INVALID_INPUT_EXIT:
             raise
         code = INVALID_INPUT_EXIT
     # A copy under `worker --processes` tells its supervisor a refusal apart from a
     # job's exit(2), which is a crash to restart.
-    return COPY_REFUSED_EXIT if copy and code == INVALID_INPUT_EXIT else code
+    return COPY_REFUSED_EXIT if is_copy and code == INVALID_INPUT_EXIT else code
 
 
 def _main(argv: list[str] | None) -> int:
@@ -164,7 +164,8 @@ def _main(argv: list[str] | None) -> int:
         "%(message)s",
     )
     for handler in logging.getLogger().handlers:
-        handler.addFilter(WrittenOnTheWay())
+        if args.log_format == "text":  # a JSON log keeps every record, as JSON
+            handler.addFilter(WrittenOnTheWay())
         handler.addFilter(REDACTING)
         handler.addFilter(CappedTraceback())  # after the redaction, which renders it
         if args.log_format == "text":

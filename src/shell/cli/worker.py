@@ -222,7 +222,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise
     from ..worker.signals import StopSignals, run_until_stopped
 
-    copy = os.environ.get(PROCESS_INDEX_ENV)
+    # Read, then taken out: a `conveyor` command a job runs is not a copy.
+    copy = os.environ.pop(PROCESS_INDEX_ENV, None)
     name = f"conveyor worker process {copy}" if copy else "conveyor worker"
     stops = StopSignals(name).install()
     w = runtime.config.workers

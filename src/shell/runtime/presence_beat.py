@@ -63,15 +63,11 @@ class PresenceBeat:
         try:
             self.presence.beat(self._info())
         except Exception as exc:
-            # An outage is told once for the process, by whichever thread meets it first.
-            # Anything else once a minute with its traceback (a database file the
-            # worker may not write fails every beat), in between at DEBUG.
-            if self._server.failed(exc):
-                return
-            if self._bugs.first(exc):
-                log.warning("could not record worker heartbeat: %s", exc, exc_info=True)
-            else:
-                log.debug("could not record worker heartbeat again: %s", exc)
+            # An outage is told once for the process, by whichever thread meets it first;
+            # anything else once a minute (a database file the worker may not write
+            # fails every beat).
+            message = "could not record worker heartbeat: %s"
+            outage.report(self._server, self._bugs, exc, log, message, exc)
 
     def forget_gone(self) -> None:
         """Drop the entries of processes gone without leaving; a failure is left to the

@@ -76,7 +76,7 @@ SQLITE_LOOK_GAP_S = 0.0005
 #: How long the listener blocks before it looks whether anyone still uses it; shorter
 #: on PostgreSQL, where it blocks on the server's socket and a closing user cannot wake
 #: it: the close of its last user waits for it to end (its session gone on return).
-_CHECK_S, _LISTEN_CHECK_S = 1.0, 0.05
+_CHECK_S, _LISTEN_CHECK_S = 1.0, 0.1
 #: How long the first wait or watch of a process waits for the listener it starts
 #: to hear (LISTEN sent, SQLite's first look taken): a commit before that is missed.
 READY_WAIT_S = 2.0
@@ -178,9 +178,9 @@ class Wakeups:
         with self._cond:
             self._users.discard(user)
             self._cond.notify_all()
-            thread = None if self._users or self._anyone_waits() else self._thread
+            thread = self._thread if self._unused() else None
         if thread is not None and thread is not threading.current_thread():
-            thread.join(_LISTEN_CHECK_S + _CHECK_S)
+            thread.join(_LISTEN_CHECK_S * 5)
 
     @property
     def listening(self) -> bool:
@@ -206,9 +206,13 @@ class Wakeups:
             self._ready.set()
             self._cond.notify_all()
 
+    def _unused(self) -> bool:
+        """Under the lock: no queue or store uses the listener, and nobody waits."""
+        return not (self._users or self._anyone_waits())
+
     def _in_use(self) -> bool:
         """Under the lock: whether to keep going; if not, the thread is about to end."""
-        if self._users or self._anyone_waits():
+        if not self._unused():
             return True
         self._thread = None
         return False
@@ -345,21 +349,23 @@ class Wakeups:
                 self._heard_from()  # not ready, but a start waits no longer
                 if listening:
                     _log.debug("the PostgreSQL wake-up listener's session ended", exc_info=True)
-                elif watch is None or not watch.failed(exc):
-                    _log.log(
-                        logging.DEBUG if failing else logging.WARNING,
-                        "the PostgreSQL wake-up listener failed; reconnecting",
-                        exc_info=not failing,
-                    )
-                failing = True
+                else:
+                    if watch is None or not watch.failed(exc):
+                        _log.log(
+                            logging.DEBUG if failing else logging.WARNING,
+                            "the PostgreSQL wake-up listener failed; reconnecting",
+                            exc_info=not failing,
+                        )
+                    failing = True
             finally:
                 if raw is not None:
                     raw.invalidate()
                 pool.dispose()
             with self._cond:
+                # Until the reconnect, or until its last user leaves (whose close waits).
+                self._cond.wait_for(self._unused, _RECONNECT_S[0] if listening else pause)
                 if not self._in_use():
                     return
-            time.sleep(_RECONNECT_S[0] if listening else pause)
             if not listening:
                 pause = min(pause * 2, _RECONNECT_S[1])
 
