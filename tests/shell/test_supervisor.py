@@ -30,7 +30,8 @@ OUT = pathlib.Path(os.environ["JOBS_OUT"])
 def work(args):
     time.sleep(0.05)
     with OUT.open("a") as f:
-        f.write(json.dumps({"n": args["n"], "pid": os.getpid()}) + "\\n")
+        marker = os.environ.get("CONVEYOR_PROCESS_INDEX")
+        f.write(json.dumps({"n": args["n"], "pid": os.getpid(), "marker": marker}) + "\\n")
 HANDLERS = {"work": work}
 """
 
@@ -163,6 +164,8 @@ def test_two_processes_share_the_jobs_and_stop_together_on_sigterm(project: Path
     assert len(children) == 2
     assert {job["pid"] for job in done} == children, "both processes ran jobs"
     assert not any(_alive(pid) for pid in children), "the copies stopped with it"
+    # A `conveyor` command a job runs is not a copy (it exited 78 on bad input).
+    assert {job["marker"] for job in done} == {None}
 
 
 def test_a_copy_that_dies_is_replaced_and_the_work_goes_on(project: Path) -> None:
