@@ -215,22 +215,22 @@ def slots_after_catch_up(
     own last check (or its start). When a slot after it was written (another process
     ran through them), the deployment was not down then: that process let the slot
     go, or caught up its own, and a second process starting later would otherwise
-    catch up one more stale slot each. `without_catch_up` drops it then."""
+    catch up one more stale slot each. `slots_to_write` drops it then."""
     if plan.missed is None or plan.missed not in plan.slots:
         return ()
     return tuple(slot for slot in recent_slots(schedule, now, limit) if slot > plan.missed)
 
 
-def without_catch_up(plan: CronPlan) -> CronPlan:
-    """`plan` without its catch-up (see `slots_after_catch_up`)."""
-    return CronPlan(tuple(s for s in plan.slots if s != plan.missed), plan.missed)
-
-
-def slots_to_write(plan: CronPlan, pruned: Collection[datetime]) -> tuple[datetime, ...]:
+def slots_to_write(
+    plan: CronPlan, pruned: Collection[datetime], written_after: bool = False
+) -> tuple[datetime, ...]:
     """The slots of `plan` to enqueue, given those of them whose record retention has
     pruned (its tombstone says so): such a slot ran, and enqueueing it again would
-    repeat it, since its job id is free once its record is gone."""
-    return tuple(slot for slot in plan.slots if slot not in pruned)
+    repeat it, since its job id is free once its record is gone. `written_after`
+    says that a slot after the plan's catch-up was written (of those
+    `slots_after_catch_up` names): the catch-up is then not owed."""
+    owed = [s for s in plan.slots if not (written_after and s == plan.missed)]
+    return tuple(slot for slot in owed if slot not in pruned)
 
 
 def recent_slots(schedule: Schedule, now: datetime, count: int) -> tuple[datetime, ...]:

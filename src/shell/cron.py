@@ -35,7 +35,6 @@ from ..core.cron import (
     slot_id,
     slots_after_catch_up,
     slots_to_write,
-    without_catch_up,
 )
 from . import outage
 from .cron_schedule import (
@@ -258,10 +257,9 @@ class Cron:
         jobs: list[Job] = []
         try:
             later = slots_after_catch_up(plan, schedule, now)
-            if any(self._written(entry.name, slot_id(entry.name, slot)) for slot in later):
-                plan = without_catch_up(plan)
+            written_after = any(self._written(entry.name, slot_id(entry.name, s)) for s in later)
             pruned = {slot for slot in plan.slots if self._pruned(slot_id(entry.name, slot))}
-            for slot in slots_to_write(plan, pruned):
+            for slot in slots_to_write(plan, pruned, written_after):
                 jobs.extend(self._start(entry, slot_id(entry.name, slot), slot))
         except Exception as exc:
             # A server outage is told once for the process, not once per tick.

@@ -18,7 +18,6 @@ from conveyor.core.cron import (
     slot_id,
     slots_after_catch_up,
     slots_to_write,
-    without_catch_up,
 )
 from conveyor.core.errors import FieldError
 from hypothesis import given
@@ -103,7 +102,8 @@ def test_a_catch_up_is_owed_only_while_no_slot_after_it_was_written() -> None:
     assert plan == CronPlan(slots=(at(50), at(110)), missed=at(50))
     later = slots_after_catch_up(plan, Every(10), at(115))
     assert later == (at(110), at(100), at(90), at(80), at(70), at(60))
-    assert without_catch_up(plan) == CronPlan(slots=(at(110),), missed=at(50))
+    assert slots_to_write(plan, (), written_after=True) == (at(110),)
+    assert slots_to_write(plan, ()) == (at(50), at(110))
     assert slots_after_catch_up(plan, Every(10), at(115), limit=2) == (at(110), at(100))
 
 
