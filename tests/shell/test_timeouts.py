@@ -179,6 +179,57 @@ def test_a_timeout_failure_reaches_the_failed_hook_without_an_exception() -> Non
         release.set()
 
 
+# ---- the attempt's thread ----------------------------------------------------
+
+
+def test_attempts_that_finish_in_time_share_one_thread(backend: Backend) -> None:
+    # Each attempt with a timeout had a thread of its own: what a handler keeps per
+    # thread (Django's database connection under CONN_MAX_AGE) was never reused, and
+    # each job opened a new session, closed only when collected.
+    threads: list[threading.Thread] = []
+
+    def note(args: Any) -> None:
+        threads.append(threading.current_thread())
+
+    worker = _worker(backend, Registry({"note": note}))
+    for _ in range(3):
+        backend.queue.enqueue(make_job("note", now=_now(), timeout=5))
+    assert worker.drain() == 3
+    assert len(threads) == 3 and len(set(threads)) == 1
+    assert threads[0] is not threading.current_thread(), "not on the worker's own thread"
+
+
+def test_an_abandoned_attempts_thread_is_not_given_the_next_attempt(backend: Backend) -> None:
+    release = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def slow_then_quick(args: Any) -> None:
+        threads.append(threading.current_thread())
+        if args.get("slow"):
+            release.wait(FOREVER_S)
+
+    worker = _worker(backend, Registry({"work": slow_then_quick}))
+    backend.queue.enqueue(make_job("work", now=_now(), args={"slow": True}, timeout=0.1, max_retries=0))
+    assert worker.drain() == 1
+    backend.queue.enqueue(make_job("work", now=_now(), timeout=5))
+    assert worker.drain() == 1, "the next attempt ran while the abandoned one still runs"
+    assert len(threads) == 2 and threads[0] is not threads[1]
+    release.set()
+    _wait_until(lambda: worker.overruns.still_running == 0)
+
+
+def test_an_attempt_started_from_the_kept_thread_does_not_wait_on_itself() -> None:
+    from conveyor.shell.worker.timeouts import AttemptGate, DeadlineRunner
+
+    runner = DeadlineRunner()
+
+    def outer() -> int | None:
+        return runner.run(lambda: 5, FOREVER_S, AttemptGate(), name="inner")
+
+    assert runner.run(outer, FOREVER_S, AttemptGate(), name="outer") == 5
+    runner.close()
+
+
 # ---- the abandoned attempt -------------------------------------------------
 
 

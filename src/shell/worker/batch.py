@@ -140,10 +140,11 @@ class BatchRunner:
 
     def finish_async(self) -> None:
         """Wait for every async job still running, writing each as it finishes; then
-        let the second thread go (a later attempt beside async jobs starts another)."""
+        let the worker's kept threads go (a later attempt starts another)."""
         while self._async.running:
             self.wait_for_async(self._async_wait_s)
         self._beside.close()
+        self._runner.overruns.close()
 
     def _ends_before(self, i: int, claims: Sequence[Claim | BadClaim], began: float) -> bool:
         """True when the batch stops before its `i`th claim: the worker is stopping, or

@@ -1,12 +1,13 @@
-"""A worker's second thread: where its sync attempts run while async jobs are out.
+"""A thread a worker keeps for running handlers off its own thread, one at a time.
 
-A worker writes every outcome from its own thread. While async jobs of its run on
-the event loop, a sync attempt running on that thread would hold back the writing
-of every async job that finishes meanwhile, for as long as the sync handler takes.
-So such an attempt runs here instead, and the worker's thread keeps writing
-(`BatchRunner._run_beside_async`). One thread, kept between attempts, so that
-what a handler keeps per thread (a Django database connection) is reused. A daemon
-thread: like the worker's own, it never holds the process open at exit.
+Two runners use one: while a worker's async jobs are out, its sync attempts run on
+one (`BatchRunner._run_beside_async`), so that the worker's thread goes on writing
+the async jobs that finish meanwhile; and an attempt with a timeout runs on one
+(`DeadlineRunner`), waited on until its deadline. Kept between calls, so that what
+a handler keeps per thread (a Django database connection under `CONN_MAX_AGE`) is
+reused rather than opened for every job; an attempt abandoned at its deadline keeps
+its thread, which then ends once the handler returns, and the next call gets a new
+one. A daemon thread: like the worker's own, it never holds the process open.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-_Task = tuple["Future[Any]", Callable[..., Any], tuple[Any, ...]]
+_Task = tuple["Future[Any]", Callable[..., Any], tuple[Any, ...], str]
 
 
 class SecondThread:
@@ -29,17 +30,20 @@ class SecondThread:
         self._name = name
         self._lock = threading.Lock()
         self._tasks: queue.SimpleQueue[_Task | None] | None = None
+        self._thread: threading.Thread | None = None
 
-    def submit(self, call: Callable[..., T], *args: Any) -> Future[T]:
-        """Run `call(*args)` there; its future says how it went."""
+    def submit(self, call: Callable[..., T], *args: Any, name: str | None = None) -> Future[T]:
+        """Run `call(*args)` there, the thread named `name` meanwhile (for a stack dump
+        or a profiler); its future says how it went."""
         future: Future[T] = Future()
         with self._lock:
             if self._tasks is None:
                 self._tasks = queue.SimpleQueue()
-                threading.Thread(
-                    target=_serve, args=(self._tasks,), name=self._name, daemon=True
-                ).start()
-            self._tasks.put((future, call, args))
+                self._thread = threading.Thread(
+                    target=_serve, args=(self._tasks, self._name), name=self._name, daemon=True
+                )
+                self._thread.start()
+            self._tasks.put((future, call, args, name or self._name))
         return future
 
     def close(self) -> None:
@@ -50,13 +54,27 @@ class SecondThread:
                 self._tasks.put(None)
                 self._tasks = None
 
+    def is_current(self) -> bool:
+        """True on its thread (in a call it runs)."""
+        with self._lock:
+            return self._thread is threading.current_thread()
 
-def _serve(tasks: queue.SimpleQueue[_Task | None]) -> None:
+    @property
+    def alive(self) -> bool:
+        """Whether its thread still runs (a closed one: until its last call returns)."""
+        with self._lock:
+            return self._thread is not None and self._thread.is_alive()
+
+
+def _serve(tasks: queue.SimpleQueue[_Task | None], idle_name: str) -> None:
     while (task := tasks.get()) is not None:
-        future, call, args = task
+        future, call, args, name = task
         if not future.set_running_or_notify_cancel():
             continue
+        threading.current_thread().name = name
         try:
             future.set_result(call(*args))
-        except BaseException as exc:  # handed to the worker's thread, which raises it
+        except BaseException as exc:  # handed to the waiting thread, which raises it
             future.set_exception(exc)
+        finally:
+            threading.current_thread().name = idle_name

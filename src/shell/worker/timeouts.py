@@ -1,8 +1,8 @@
 """Running an attempt against its deadline.
 
 A Python thread cannot be killed, so an attempt with a timeout runs its handler
-in a thread of its own while the worker waits for it, at most until the
-deadline. Then exactly one of two things happens, decided under one lock by an
+on a thread the worker keeps for that (`SecondThread`, reused from attempt to
+attempt) while the worker waits for it, at most until the deadline. Then exactly one of two things happens, decided under one lock by an
 `AttemptGate`:
 
 * the handler finished first: its outcome is used as usual;
@@ -27,9 +27,11 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections.abc import Callable
+from concurrent import futures
 from typing import TypeVar
 
 from ..attempt_gate import AttemptGate
+from .second_thread import SecondThread
 
 T = TypeVar("T")
 
@@ -37,54 +39,60 @@ __all__ = ["AttemptGate", "DeadlineRunner"]
 
 
 class DeadlineRunner:
-    """Runs attempts in threads of their own, each waited on until its deadline, and
+    """Runs attempts on a thread it keeps (`SecondThread`), each waited on until its
+    deadline; an abandoned attempt keeps that thread and the next gets a new one. It
     keeps count of the abandoned ones still running."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._abandoned: list[threading.Thread] = []
+        self._thread = SecondThread("conveyor-attempts")
+        self._abandoned: list[SecondThread] = []
 
     def run(
         self, fn: Callable[[], T], timeout_s: float, gate: AttemptGate, *, name: str
     ) -> T | None:
         """`fn()`'s value, or None when `timeout_s` passed first and the attempt was
         abandoned. An exception `fn` raises (in time) is raised here."""
-        done = threading.Event()
-        box: list[T] = []
-        raised: list[BaseException] = []
         # The caller's context variables (the trace span, the failure being caught)
         # follow the handler into its thread.
         context = contextvars.copy_context()
 
-        def attempt() -> None:
+        def attempt() -> T:
             try:
-                value = context.run(fn)
-            except BaseException as exc:
-                raised.append(exc)
-            else:
-                box.append(value)
+                return context.run(fn)
             finally:
                 # A late finish loses to the abandonment: its value is never read.
                 gate.finish()
-                done.set()
 
-        thread = threading.Thread(target=attempt, name=name, daemon=True)
-        thread.start()
-        if not done.wait(timeout_s) and gate.abandon():
+        with self._lock:
+            thread = self._thread
+        # An attempt started by one the kept thread runs must not wait on that thread.
+        temporary = thread.is_current()
+        if temporary:
+            thread = SecondThread("conveyor-attempts")
+        running = thread.submit(attempt, name=name)
+        if temporary:
+            thread.close()  # it ends after this one call
+        futures.wait([running], timeout_s)
+        if not running.done() and gate.abandon():
             with self._lock:
-                self._abandoned = [t for t in self._abandoned if t.is_alive()]
-                self._abandoned.append(thread)
+                thread.close()  # it ends when the handler returns
+                self._abandoned = [t for t in self._abandoned if t.alive] + [thread]
+                if thread is self._thread:
+                    self._thread = SecondThread("conveyor-attempts")
             return None
         # Finished in time, or won the race at the deadline: the value is ready, or
         # about to be (a tenant transaction's commit may still be under way).
-        done.wait()
-        if raised:
-            raise raised[0]
-        return box[0]
+        return running.result()
+
+    def close(self) -> None:
+        """Let the kept thread go (a later attempt starts another)."""
+        with self._lock:
+            self._thread.close()
 
     @property
     def still_running(self) -> int:
         """How many abandoned attempts' threads have not returned yet."""
         with self._lock:
-            self._abandoned = [t for t in self._abandoned if t.is_alive()]
+            self._abandoned = [t for t in self._abandoned if t.alive]
             return len(self._abandoned)
