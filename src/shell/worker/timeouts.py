@@ -2,8 +2,8 @@
 
 A Python thread cannot be killed, so an attempt with a timeout runs its handler
 on a thread the worker keeps for that (`SecondThread`, reused from attempt to
-attempt) while the worker waits for it, at most until the deadline. Then exactly one of two things happens, decided under one lock by an
-`AttemptGate`:
+attempt) while the worker waits for it, at most until the deadline. Then exactly
+one of two things happens, decided under one lock by an `AttemptGate`:
 
 * the handler finished first: its outcome is used as usual;
 * the deadline passed first: the attempt is *abandoned*. The worker records a
