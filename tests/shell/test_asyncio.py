@@ -252,11 +252,16 @@ def test_a_drain_on_the_main_thread_runs_a_sync_handler_there_beside_async_jobs(
         raise SystemExit(3)
 
     rt = make({"slow": slow, "leave": leave})
-    rt.enqueue("slow", {})
+    slow_job = rt.enqueue("slow", {})
     rt.enqueue("leave", {})
+    worker = rt.worker("default")
     with pytest.raises(SystemExit):
-        rt.drain()
+        worker.drain()
     assert ran_on == [threading.main_thread()]
+    # The async job is still this worker's (its claim kept): it writes it once asked
+    # to carry on, and holds no claim after that.
+    worker.drain()
+    assert rt.get(slow_job.id).state is JobStatus.COMPLETED
 
 
 def test_a_running_async_job_keeps_its_claim_past_the_lease(make: Any) -> None:
