@@ -218,16 +218,67 @@ def test_an_abandoned_attempts_thread_is_not_given_the_next_attempt(backend: Bac
     _wait_until(lambda: worker.overruns.still_running == 0)
 
 
-def test_an_attempt_started_from_the_kept_thread_does_not_wait_on_itself() -> None:
+def test_attempts_started_from_a_running_one_at_any_depth_do_not_wait_on_it() -> None:
+    # The kept thread is busy with the outermost handler: an attempt it starts, and
+    # one that one starts, each queued behind it and timed out.
     from conveyor.shell.worker.timeouts import AttemptGate, DeadlineRunner
 
     runner = DeadlineRunner()
 
-    def outer() -> int | None:
-        return runner.run(lambda: 5, FOREVER_S, AttemptGate(), name="inner")
+    def level(depth: int) -> int | None:
+        if depth == 0:
+            return 5
+        return runner.run(lambda: level(depth - 1), 2.0, AttemptGate(), name=f"at {depth}")
 
-    assert runner.run(outer, FOREVER_S, AttemptGate(), name="outer") == 5
+    assert level(3) == 5
     runner.close()
+
+
+def test_an_attempt_interrupted_by_ctrl_c_leaves_the_next_one_a_free_thread() -> None:
+    # The interrupted wait left the handler running on the kept thread, and the next
+    # attempt queued behind it: a false Timeout, its handler run after all.
+    import signal
+
+    from conveyor.shell.worker.timeouts import AttemptGate, DeadlineRunner
+
+    runner = DeadlineRunner()
+    main = threading.main_thread().ident
+    assert main == threading.get_ident(), "a test of a Ctrl-C in the main thread"
+    release = threading.Event()
+
+    def interrupted() -> None:
+        signal.pthread_kill(main, signal.SIGINT)
+        release.wait(FOREVER_S)
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(interrupted, FOREVER_S, AttemptGate(), name="interrupted")
+        assert runner.run(lambda: "next", 5.0, AttemptGate(), name="next") == "next"
+        assert runner.still_running == 1, "the interrupted handler, left to finish"
+    finally:
+        release.set()
+        runner.close()
+
+
+def test_a_thread_that_failed_to_start_leaves_the_next_call_one_that_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from conveyor.shell.worker.second_thread import SecondThread
+
+    kept = SecondThread("test")
+    real = threading.Thread.start
+    failures = [RuntimeError("can't start new thread")]
+
+    def start_once_failing(self: threading.Thread) -> None:
+        if failures:
+            raise failures.pop()
+        real(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start_once_failing)
+    with pytest.raises(RuntimeError):
+        kept.submit(lambda: 1)
+    assert kept.submit(lambda: 2).result(5) == 2
+    kept.close()
 
 
 # ---- the abandoned attempt -------------------------------------------------

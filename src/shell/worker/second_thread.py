@@ -31,6 +31,8 @@ class SecondThread:
         self._lock = threading.Lock()
         self._tasks: queue.SimpleQueue[_Task | None] | None = None
         self._thread: threading.Thread | None = None
+        #: Calls submitted and not yet returned.
+        self._out = 0
 
     def submit(self, call: Callable[..., T], *args: Any, name: str | None = None) -> Future[T]:
         """Run `call(*args)` there, the thread named `name` meanwhile (for a stack dump
@@ -38,13 +40,26 @@ class SecondThread:
         future: Future[T] = Future()
         with self._lock:
             if self._tasks is None:
-                self._tasks = queue.SimpleQueue()
-                self._thread = threading.Thread(
-                    target=_serve, args=(self._tasks, self._name), name=self._name, daemon=True
+                tasks: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
+                thread = threading.Thread(
+                    target=_serve, args=(tasks, self._name), name=self._name, daemon=True
                 )
-                self._thread.start()
+                thread.start()  # before the queue is this one's: a failed start leaves none
+                self._tasks, self._thread = tasks, thread
+            self._out += 1
             self._tasks.put((future, call, args, name or self._name))
+        future.add_done_callback(self._returned)
         return future
+
+    def _returned(self, _: Future[Any]) -> None:
+        with self._lock:
+            self._out -= 1
+
+    @property
+    def busy(self) -> bool:
+        """Whether a call submitted here has not returned yet."""
+        with self._lock:
+            return self._out > 0
 
     def close(self) -> None:
         """Let the thread end once it has run what it was given; a later `submit`
@@ -53,11 +68,6 @@ class SecondThread:
             if self._tasks is not None:
                 self._tasks.put(None)
                 self._tasks = None
-
-    def is_current(self) -> bool:
-        """True on its thread (in a call it runs)."""
-        with self._lock:
-            return self._thread is threading.current_thread()
 
     @property
     def alive(self) -> bool:

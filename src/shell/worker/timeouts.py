@@ -66,24 +66,36 @@ class DeadlineRunner:
 
         with self._lock:
             thread = self._thread
-        # An attempt started by one the kept thread runs must not wait on that thread.
-        temporary = thread.is_current()
+        # An attempt started while the kept thread is busy (by the handler it runs,
+        # at any depth) must not queue behind it: it gets a thread of its own.
+        temporary = thread.busy
         if temporary:
             thread = SecondThread("conveyor-attempts")
         running = thread.submit(attempt, name=name)
         if temporary:
             thread.close()  # it ends after this one call
-        futures.wait([running], timeout_s)
+        try:
+            futures.wait([running], timeout_s)
+        except BaseException:
+            # Interrupted while the handler runs on (a Ctrl-C in a drain): it keeps the
+            # thread, as an abandoned attempt does, and the next attempt gets another.
+            if not running.done():
+                self._let_go(thread)
+            raise
         if not running.done() and gate.abandon():
-            with self._lock:
-                thread.close()  # it ends when the handler returns
-                self._abandoned = [t for t in self._abandoned if t.alive] + [thread]
-                if thread is self._thread:
-                    self._thread = SecondThread("conveyor-attempts")
+            self._let_go(thread)
             return None
         # Finished in time, or won the race at the deadline: the value is ready, or
         # about to be (a tenant transaction's commit may still be under way).
         return running.result()
+
+    def _let_go(self, thread: SecondThread) -> None:
+        """`thread` is left to a handler still running: it ends when that returns."""
+        with self._lock:
+            thread.close()
+            self._abandoned = [t for t in self._abandoned if t.alive] + [thread]
+            if thread is self._thread:
+                self._thread = SecondThread("conveyor-attempts")
 
     def close(self) -> None:
         """Let the kept thread go (a later attempt starts another)."""
