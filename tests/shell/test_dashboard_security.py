@@ -73,7 +73,17 @@ def test_a_dashboard_held_to_the_loopback_names_answers_them(rt: Runtime, host: 
     assert client.get("/", headers={"host": host}).status_code == 200
 
 
-@pytest.mark.parametrize("host", ["rebind.attacker.example:8000", "127.0.0.1.nip.io", "", "[::1"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "rebind.attacker.example:8000",
+        "127.0.0.1.nip.io",
+        "",
+        "[::1",
+        # urlsplit read the part after "@" as the name.
+        "evil.example@127.0.0.1:8000",
+    ],
+)
 def test_a_page_under_another_name_can_neither_read_nor_act(rt: Runtime, host: str) -> None:
     # A name re-pointed at 127.0.0.1 makes the attacker's page the dashboard's own
     # origin: its reads and its posts would pass the origin and token checks.
@@ -87,6 +97,35 @@ def test_a_page_under_another_name_can_neither_read_nor_act(rt: Runtime, host: s
     posted = client.post("/dead/purge", data=form, headers={"host": host})
     assert posted.status_code == 400
     assert is_dead(rt, job)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.2", "127.1.2.3", "[::1]", "::ffff:127.0.0.1"])
+def test_every_loopback_address_is_held_to_the_loopback_names(address: str) -> None:
+    # Only 127.0.0.1, localhost and ::1 were: `--host 127.0.0.2` answered to any name.
+    from conveyor.shell.dashboard.hosts import is_loopback, names_of_loopback
+
+    assert is_loopback(address)
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")
+    # The names it answers to by default: the loopback ones and its own address.
+    names = names_of_loopback(address)
+    assert {"127.0.0.1", "localhost", "::1", address.strip("[]")} == set(names)
+    assert names_of_loopback("0.0.0.0") == ()
+
+
+def test_the_health_check_answers_a_probe_by_address_whatever_the_names(rt: Runtime) -> None:
+    # A load balancer's or Kubernetes' probe sends the pod's address as its Host: with
+    # --allowed-host set, /healthz answered 400 and the probe failed.
+    client = TestClient(HostCheck(create_app(rt), ["jobs.example.com"]))
+    assert client.get("/healthz", headers={"host": "10.1.2.3:8000"}).status_code == 200
+    assert client.get("/", headers={"host": "10.1.2.3:8000"}).status_code == 400
+    # Mounted under a prefix in an application of one's own, too.
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    held = HostCheck(create_app(rt), ["jobs.example.com"])
+    mounted = TestClient(Starlette(routes=[Mount("/ops/jobs", app=held)]))
+    assert mounted.get("/ops/jobs/healthz", headers={"host": "10.1.2.3"}).status_code == 200
+    assert mounted.get("/ops/jobs/", headers={"host": "10.1.2.3"}).status_code == 400
 
 
 def test_a_star_lets_every_name_through(rt: Runtime) -> None:

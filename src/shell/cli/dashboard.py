@@ -25,7 +25,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     import_extra("jinja2", "jinja2", "dashboard")
     dashboard = import_extra("..dashboard", "starlette", "dashboard")
     uvicorn = import_extra("uvicorn", "uvicorn", "dashboard")
-    from ..dashboard.hosts import LOOPBACK, HostCheck, is_loopback
+    from ..dashboard.hosts import HostCheck, names_of_loopback
     # The flags win over the environment, which wins over the config file's [dashboard].
     defaults = load_config(args.config).dashboard
     host = defaults.host if args.host is None else args.host
@@ -59,8 +59,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             problem = host_name_problem(given)
             if problem is not None:
                 raise ValidationError.of("--allowed-host", problem)
-        if not allowed and is_loopback(host):
-            allowed = LOOPBACK  # this machine only: no other name (DNS rebinding)
+        if not allowed:
+            allowed = names_of_loopback(host)
         if allowed:
             app = HostCheck(app, allowed)
         shown = f"[{host}]" if ":" in host else host

@@ -11,6 +11,7 @@ answers to the loopback names only (`LOOPBACK`).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
@@ -21,9 +22,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
+#: Answered whatever the `Host`: a load balancer's or Kubernetes' probe names the
+#: address it reaches, not the dashboard's name, and the page tells nothing.
+UNCHECKED_PATHS = frozenset({"/healthz"})
+
+
 def host_name(header: str) -> str | None:
     """The name in a `Host` header, lower case, without its port or brackets; None
-    when it is not one."""
+    when it is not one (a user part, `evil@127.0.0.1`, is not: a browser never sends
+    one, and the name after it is not the one the request was meant for)."""
+    if "@" in header:
+        return None
     try:
         name = urlsplit(f"//{header.strip()}").hostname
     except ValueError:
@@ -32,8 +41,26 @@ def host_name(header: str) -> str | None:
 
 
 def is_loopback(host: str) -> bool:
-    """Whether listening on `host` serves this machine only."""
-    return host.strip("[]").lower() in LOOPBACK
+    """Whether listening on `host` serves this machine only (any loopback address:
+    127.0.0.0/8, ::1, an IPv4-mapped one)."""
+    name = host.strip("[]").lower()
+    if name in LOOPBACK:
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def names_of_loopback(host: str) -> tuple[str, ...]:
+    """The names a dashboard listening on `host` answers to unless told: on a loopback
+    address, this machine's loopback names and that address (127.0.0.2, say, as a
+    browser sends it), and no other (DNS rebinding); elsewhere, none to check."""
+    if not is_loopback(host):
+        return ()
+    return tuple(dict.fromkeys((*LOOPBACK, host.strip("[]").lower())))
 
 
 class HostCheck:
@@ -45,7 +72,11 @@ class HostCheck:
         self.allowed = frozenset(name.strip("[]").lower() for name in allowed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or "*" in self.allowed:
+        if (
+            scope["type"] not in ("http", "websocket")
+            or "*" in self.allowed
+            or _own_path(scope) in UNCHECKED_PATHS
+        ):
             await self.app(scope, receive, send)
             return
         header = dict(scope.get("headers") or ()).get(b"host", b"").decode("latin-1")
@@ -59,3 +90,10 @@ class HostCheck:
             status_code=400,
         )
         await refused(scope, receive, send)
+
+
+def _own_path(scope: Scope) -> str:
+    """The request's path within the dashboard (mounted under a prefix, the path
+    still starts with it: Starlette's `root_path`)."""
+    path, root = str(scope.get("path", "")), str(scope.get("root_path", ""))
+    return path[len(root) :] if root and path.startswith(root) else path
