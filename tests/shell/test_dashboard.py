@@ -297,6 +297,18 @@ def test_the_jobs_listing_filters_by_queue_state_type_and_tenant(
     assert set(shown) == wanted
 
 
+def test_the_last_page_a_listing_reaches_links_to_no_page_it_refuses(
+    rt: Runtime, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At page 200 of a longer listing the "older" link led to page 201, refused (400).
+    monkeypatch.setattr(views, "MAX_PAGE", 2)
+    rt.enqueue_many("ok", [{"n": n} for n in range(views.PAGE_SIZE * 2 + 5)], queue="mail")
+    last = client.get("/jobs?queue=mail&page=2").text
+    assert 'rel="next"' not in last
+    assert "narrow the filters to see older ones" in last
+    assert client.get("/jobs?queue=mail&page=3").status_code == 400
+
+
 def test_the_jobs_listing_is_paged_and_the_next_link_keeps_the_filters(
     rt: Runtime, client: TestClient
 ) -> None:

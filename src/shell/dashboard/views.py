@@ -284,6 +284,12 @@ class Page:
     rows: tuple[Any, ...]
     has_next: bool
 
+    @property
+    def past_reach(self) -> bool:
+        """More rows than the last page a listing shows (`MAX_PAGE`) reaches: the way
+        to them is a narrower filter, not a next page."""
+        return self.has_next and self.number >= MAX_PAGE
+
 
 def _paged(items: Iterable[Any], number: int) -> Page:
     skip = (number - 1) * PAGE_SIZE
