@@ -414,6 +414,23 @@ def test_a_postgresql_listener_that_fails_before_it_connects_is_started_again() 
         drop_database(url)
 
 
+def _waiting_on(queue: SqlJobQueue) -> tuple[threading.Event, threading.Thread]:
+    """A thread waiting for work on `queue` (so its process listens) until the event."""
+    stop = threading.Event()
+    waiter = threading.Thread(
+        target=lambda: [queue.wait_for_work("default", 0.2) for _ in iter(stop.is_set, True)]
+    )
+    waiter.start()
+    return stop, waiter
+
+
+def _until_listening(engine: Engine) -> None:
+    deadline = time.monotonic() + 10
+    while listen_connections(engine) != 1:
+        assert time.monotonic() < deadline, "the listener did not listen"
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("db", ["postgresql"], indirect=True)
 def test_a_listener_session_ended_while_the_server_is_up_is_no_outage(db: Db) -> None:
     # Its session terminated (pg_terminate_backend, a pooler's recycling), the listener
@@ -427,16 +444,9 @@ def test_a_listener_session_ended_while_the_server_is_up_is_no_outage(db: Db) ->
 
     queue = SqlJobQueue(db.engine)
     queue.report_outages_to(Watch())
-    stop = threading.Event()
-    waiter = threading.Thread(
-        target=lambda: [queue.wait_for_work("default", 0.2) for _ in iter(stop.is_set, True)]
-    )
-    waiter.start()
+    stop, waiter = _waiting_on(queue)
     try:
-        deadline = time.monotonic() + 10
-        while listen_connections(db.engine) != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        _until_listening(db.engine)
         with db.engine.begin() as conn:
             ended = conn.execute(
                 text(
@@ -469,11 +479,7 @@ def test_a_listener_that_cannot_listen_again_after_its_session_ended_says_so(
 
     queue = SqlJobQueue(db.engine)
     queue.report_outages_to(NoOutage())
-    stop = threading.Event()
-    waiter = threading.Thread(
-        target=lambda: [queue.wait_for_work("default", 0.2) for _ in iter(stop.is_set, True)]
-    )
-    waiter.start()
+    stop, waiter = _waiting_on(queue)
 
     class Refusing:
         """A pool whose connections are refused for good (a revoked login, say)."""
@@ -485,10 +491,7 @@ def test_a_listener_that_cannot_listen_again_after_its_session_ended_says_so(
             pass
 
     try:
-        deadline = time.monotonic() + 10
-        while listen_connections(db.engine) != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        _until_listening(db.engine)
         with caplog.at_level("DEBUG", logger="conveyor.shell.adapters.sql.wakeups"):
             monkeypatch.setattr(db.engine.pool, "recreate", Refusing)
             with db.engine.begin() as conn:

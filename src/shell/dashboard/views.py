@@ -2,8 +2,7 @@
 
 Every function here reads only; the actions (retry, purge, cancel, run now) go
 through the runtime's own methods, which carry out core decisions as the CLI does.
-Each read is bounded, so a page answers in about the same time with a hundred
-jobs stored or a hundred thousand.
+Each read is bounded: a page answers as soon with 100 jobs stored as with 100,000.
 """
 
 from __future__ import annotations
@@ -30,15 +29,14 @@ from ..runtime.status import QueueStatus
 #: Jobs per page of the jobs and dead-letter listings.
 PAGE_SIZE = 50
 
-#: The highest page number a listing serves: listings are read from the newest, so a
-#: deep page costs as much as all the pages before it.
+#: The highest page number a listing serves (read from the newest, a deep page costs
+#: as much as all the pages before it).
 MAX_PAGE = 200
 
 #: The chart's span, in one-minute bars.
 THROUGHPUT_MINUTES = 60
 
-#: The most dead letters one bulk retry or purge acts on (a filter matching more is
-#: acted on again for the rest).
+#: The most dead letters one bulk retry or purge acts on (then again for the rest).
 BULK_LIMIT = 10_000
 
 
@@ -286,8 +284,7 @@ class Page:
 
     @property
     def past_reach(self) -> bool:
-        """More rows than the last page a listing shows (`MAX_PAGE`) reaches: the way
-        to them is a narrower filter, not a next page."""
+        """More rows than `MAX_PAGE` pages hold: a narrower filter shows them."""
         return self.has_next and self.number >= MAX_PAGE
 
 
