@@ -99,7 +99,9 @@ def test_a_page_under_another_name_can_neither_read_nor_act(rt: Runtime, host: s
     assert is_dead(rt, job)
 
 
-@pytest.mark.parametrize("address", ["127.0.0.2", "127.1.2.3", "[::1]", "::ffff:127.0.0.1"])
+@pytest.mark.parametrize(
+    "address", ["127.0.0.2", "127.1.2.3", "[::1]", "::ffff:127.0.0.1", "127.1", "localhost"]
+)
 def test_every_loopback_address_is_held_to_the_loopback_names(address: str) -> None:
     # Only 127.0.0.1, localhost and ::1 were: `--host 127.0.0.2` answered to any name.
     from conveyor.shell.dashboard.hosts import is_loopback, names_of_loopback

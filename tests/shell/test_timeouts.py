@@ -260,6 +260,23 @@ def test_an_attempt_interrupted_by_ctrl_c_leaves_the_next_one_a_free_thread() ->
         runner.close()
 
 
+def test_the_kept_thread_takes_a_call_only_when_idle_and_is_idle_once_one_returned() -> None:
+    # The look at "busy" and the submit were two steps, and "busy" was cleared after
+    # the waiter woke: a call could queue behind another and time out falsely.
+    from conveyor.shell.worker.second_thread import SecondThread
+
+    kept = SecondThread("test")
+    release = threading.Event()
+    first = kept.submit(lambda: release.wait(FOREVER_S))
+    assert kept.submit_if_idle(lambda: "queued") is None
+    release.set()
+    assert first.result(5) is True
+    for n in range(200):  # idle as soon as a caller has its result, every time
+        running = kept.submit_if_idle(lambda n=n: n)
+        assert running is not None and running.result(5) == n
+    kept.close()
+
+
 def test_a_thread_that_failed_to_start_leaves_the_next_call_one_that_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -6,12 +6,14 @@ page read it, CSRF token included, and post its actions; the `Host` header is th
 one thing that still says which name the browser thinks it talks to. So a dashboard
 that answers only to the names it is meant to be reached by cannot be read that
 way. `conveyor dashboard` listening on a loopback address with no `allowed_hosts`
-answers to the loopback names only (`LOOPBACK`).
+answers to the loopback names (`LOOPBACK`) and that address only; `/healthz`
+answers whatever the `Host` (a probe names the address it reaches).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import socket
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
@@ -47,11 +49,17 @@ def is_loopback(host: str) -> bool:
     if name in LOOPBACK:
         return True
     try:
-        address = ipaddress.ip_address(name)
+        addresses = [ipaddress.ip_address(name)]
     except ValueError:
-        return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+        # A name, or an address in another spelling (127.1): what it listens on is
+        # what it resolves to (this machine's own name is 127.0.1.1 on Debian).
+        try:
+            found = socket.getaddrinfo(name, None)
+        except (OSError, UnicodeError):
+            return False
+        addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in found]
+    # Any of them: when unsure, the names are held (they include the one given).
+    return any(_loops_back(address) for address in addresses)
 
 
 def names_of_loopback(host: str) -> tuple[str, ...]:
@@ -61,6 +69,11 @@ def names_of_loopback(host: str) -> tuple[str, ...]:
     if not is_loopback(host):
         return ()
     return tuple(dict.fromkeys((*LOOPBACK, host.strip("[]").lower())))
+
+
+def _loops_back(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 class HostCheck:

@@ -5,9 +5,9 @@ one (`BatchRunner._run_beside_async`), so that the worker's thread goes on writi
 the async jobs that finish meanwhile; and an attempt with a timeout runs on one
 (`DeadlineRunner`), waited on until its deadline. Kept between calls, so that what
 a handler keeps per thread (a Django database connection under `CONN_MAX_AGE`) is
-reused rather than opened for every job; an attempt abandoned at its deadline keeps
-its thread, which then ends once the handler returns, and the next call gets a new
-one. A daemon thread: like the worker's own, it never holds the process open.
+reused rather than opened for every job. (`DeadlineRunner` leaves a thread whose
+attempt it abandoned to that handler, closed, and takes a new one.) A daemon
+thread: like the worker's own, it never holds the process open.
 """
 
 from __future__ import annotations
@@ -37,29 +37,41 @@ class SecondThread:
     def submit(self, call: Callable[..., T], *args: Any, name: str | None = None) -> Future[T]:
         """Run `call(*args)` there, the thread named `name` meanwhile (for a stack dump
         or a profiler); its future says how it went."""
+        running = self._submit(call, args, name, only_if_idle=False)
+        assert running is not None
+        return running
+
+    def submit_if_idle(
+        self, call: Callable[..., T], *, name: str | None = None
+    ) -> Future[T] | None:
+        """`submit(call)` when no call of it is out (in one step: none can slip in
+        between the look and the submit); None otherwise."""
+        return self._submit(call, (), name, only_if_idle=True)
+
+    def _submit(
+        self, call: Callable[..., T], args: tuple[Any, ...], name: str | None, *, only_if_idle: bool
+    ) -> Future[T] | None:
         future: Future[T] = Future()
         with self._lock:
+            if only_if_idle and self._out:
+                return None
             if self._tasks is None:
                 tasks: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
                 thread = threading.Thread(
-                    target=_serve, args=(tasks, self._name), name=self._name, daemon=True
+                    target=_serve,
+                    args=(tasks, self._name, self._returned),
+                    name=self._name,
+                    daemon=True,
                 )
                 thread.start()  # before the queue is this one's: a failed start leaves none
                 self._tasks, self._thread = tasks, thread
             self._out += 1
             self._tasks.put((future, call, args, name or self._name))
-        future.add_done_callback(self._returned)
         return future
 
-    def _returned(self, _: Future[Any]) -> None:
+    def _returned(self) -> None:
         with self._lock:
             self._out -= 1
-
-    @property
-    def busy(self) -> bool:
-        """Whether a call submitted here has not returned yet."""
-        with self._lock:
-            return self._out > 0
 
     def close(self) -> None:
         """Let the thread end once it has run what it was given; a later `submit`
@@ -76,15 +88,23 @@ class SecondThread:
             return self._thread is not None and self._thread.is_alive()
 
 
-def _serve(tasks: queue.SimpleQueue[_Task | None], idle_name: str) -> None:
+def _serve(
+    tasks: queue.SimpleQueue[_Task | None], idle_name: str, returned: Callable[[], None]
+) -> None:
     while (task := tasks.get()) is not None:
         future, call, args, name = task
         if not future.set_running_or_notify_cancel():
+            returned()
             continue
         threading.current_thread().name = name
         try:
-            future.set_result(call(*args))
+            value = call(*args)
         except BaseException as exc:  # handed to the waiting thread, which raises it
-            future.set_exception(exc)
-        finally:
+            # Idle before the waiter wakes: its next call finds the thread free.
             threading.current_thread().name = idle_name
+            returned()
+            future.set_exception(exc)
+        else:
+            threading.current_thread().name = idle_name
+            returned()
+            future.set_result(value)

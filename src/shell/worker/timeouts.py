@@ -66,20 +66,20 @@ class DeadlineRunner:
 
         with self._lock:
             thread = self._thread
-        # An attempt started while the kept thread is busy (by the handler it runs,
-        # at any depth) must not queue behind it: it gets a thread of its own.
-        temporary = thread.busy
-        if temporary:
-            thread = SecondThread("conveyor-attempts")
-        running = thread.submit(attempt, name=name)
-        if temporary:
-            thread.close()  # it ends after this one call
+        running: futures.Future[T] | None = None
         try:
+            running = thread.submit_if_idle(attempt, name=name)
+            if running is None:
+                # The kept thread is busy (with the handler that started this attempt,
+                # at any depth): this one gets a thread of its own, not a place behind.
+                thread = SecondThread("conveyor-attempts")
+                running = thread.submit(attempt, name=name)
+                thread.close()  # it ends after this one call
             futures.wait([running], timeout_s)
         except BaseException:
             # Interrupted while the handler runs on (a Ctrl-C in a drain): it keeps the
             # thread, as an abandoned attempt does, and the next attempt gets another.
-            if not running.done():
+            if running is not None and not running.done():
                 self._let_go(thread)
             raise
         if not running.done() and gate.abandon():
