@@ -60,7 +60,9 @@ def is_outage(exc: BaseException) -> bool:
         # Wrong credentials arrive as a ConnectionError too; waiting will not fix them.
         if isinstance(exc, (redis.AuthenticationError, redis.AuthorizationError)):
             return False
-        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        # And what a cluster answers while a master fails over (the adapters retry it).
+        failing_over = (redis.ClusterDownError, redis.TryAgainError, redis.SlotNotCoveredError)
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, *failing_over)):
             return True
     sa_exc = sys.modules.get("sqlalchemy.exc")
     if sa_exc is not None and isinstance(exc, sa_exc.DBAPIError):

@@ -3,6 +3,7 @@
 import logging
 
 import pytest
+import redis
 from conveyor.shell import outage
 from conveyor.shell.outage import ConnectionState
 
@@ -53,3 +54,19 @@ def test_a_success_after_the_in_flight_window_ends_a_short_outage(
     state.ok()
     assert not state.down
     assert told(caplog) == ["WARNING", "INFO"]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        redis.exceptions.ClusterDownError("The cluster is down"),
+        redis.exceptions.TryAgainError("Multiple keys request during rehashing of slot"),
+        redis.exceptions.SlotNotCoveredError("Slot 5449 is not covered by the cluster"),
+    ],
+)
+def test_a_cluster_failing_over_is_an_outage_told_once(answer: Exception) -> None:
+    # A master's failover answered these for a few seconds, and every idle worker
+    # thread logged a traceback per poll ("waiting for work failed").
+    from conveyor.shell.outage import is_outage
+
+    assert is_outage(answer)
