@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
-from ...core import Job, create_job
+from ...core import Job, PruneOrder, create_job
 from ...shell.ports import BadClaim, Claim
 from .subject import Subject
 
@@ -146,3 +146,20 @@ Factory = Callable[[], Subject]
 def queued(s: Subject, now: datetime = T0) -> int:
     """How many jobs the queue holds in all: ready, parked and in flight."""
     return sum(c.ready + c.scheduled + c.in_flight for c in s.queue.counts(now).values())
+
+
+def prune_order(
+    *,
+    completed_before: datetime | None = None,
+    dead_before: datetime | None = None,
+    limit: int = 10,
+) -> PruneOrder:
+    """A prune by age only (no count rules): finished records older than the cutoffs."""
+    return PruneOrder(
+        completed_before=completed_before,
+        dead_before=dead_before,
+        keep_completed=None,
+        keep_dead=None,
+        limit=limit,
+    )
+

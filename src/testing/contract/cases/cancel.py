@@ -21,7 +21,6 @@ from ....core import (
     start,
 )
 from ....core.policies import LeasePolicy
-from ....core.retention import PruneOrder
 from ....shell.cancellation import cancel_job, cancel_many, cancel_requested
 from ....shell.context import JobContext
 from ....shell.executor import Executor
@@ -31,7 +30,7 @@ from ....shell.worker.loop import Worker
 from ...clock import ManualClock
 from ..case import case
 from ..subject import BATCHING, CANCELLING, Subject
-from ..support import T0, make_job
+from ..support import T0, make_job, prune_order
 
 POLICIES = Policies()
 
@@ -229,13 +228,7 @@ def cancelled_records_are_pruned_by_the_completed_rules(s: Subject) -> None:
     assert _cancel(s, old.id) is CancelResult.CANCELLED
     later = T0 + timedelta(days=10)
     assert cancel_job(s.queue, s.store, _executor(s), recent.id, later) is CancelResult.CANCELLED
-    order = PruneOrder(
-        completed_before=T0 + timedelta(days=1),
-        dead_before=None,
-        keep_completed=None,
-        keep_dead=None,
-        limit=10,
-    )
+    order = prune_order(completed_before=T0 + timedelta(days=1))
     assert s.store.count_prunable(order) == 1
     assert s.store.prune(order) == 1
     assert s.store.get(old.id) is None

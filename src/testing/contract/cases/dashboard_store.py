@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta, timezone
 import attrs
 
 from ....core import ErrorInfo, Job, JobStatus, Policies, Succeeded, dead_letter, decide, start
-from ....core.retention import PruneOrder
 from ....shell.ports import (
     BatchingJobQueue,
     Claim,
@@ -20,7 +19,7 @@ from ....shell.ports import (
 )
 from ..case import case
 from ..subject import FINISHING, Subject
-from ..support import T0, make_job
+from ..support import T0, make_job, prune_order
 
 #: A whole minute, so the per-minute buckets below start on it.
 MINUTE0 = T0.replace(second=0, microsecond=0)
@@ -165,13 +164,7 @@ def records_that_leave_the_store_leave_the_filtered_reads(s: Subject) -> None:
     kept = _recorded(s, "mail", when=MINUTE0 + timedelta(days=2))
     dead = _recorded(s, "mail", when=MINUTE0, dead=True)
     assert s.store.purge_dead(dead.id) == 1
-    order = PruneOrder(
-        completed_before=MINUTE0 + timedelta(days=1),
-        dead_before=None,
-        keep_completed=None,
-        keep_dead=None,
-        limit=10,
-    )
+    order = prune_order(completed_before=MINUTE0 + timedelta(days=1))
     assert s.store.prune(order) == 1
     assert _ids(s.store.find_history(HistoryFilter(job_type="mail"))) == [str(kept.id)]
     assert s.store.count_history(HistoryFilter(status=JobStatus.FAILED, job_type="mail")) == 0

@@ -7,11 +7,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from ....core import ErrorInfo, Policies, Succeeded, dead_letter, decide, start
-from ....core.retention import PruneOrder
 from ....shell.ports import Claim, Place
 from ..case import case
 from ..subject import FINISHING, Subject
-from ..support import T0, make_job
+from ..support import T0, make_job, prune_order
 
 
 @case()
@@ -50,9 +49,7 @@ def prune_deletes_only_old_finished_records(s: Subject) -> None:
         assert s.queue.finish(claim, record)
         finished[job.id] = record
     cut = T0 + timedelta(days=1)
-    order = PruneOrder(
-        completed_before=cut, dead_before=None, keep_completed=None, keep_dead=None, limit=10
-    )
+    order = prune_order(completed_before=cut)
     assert s.store.count_prunable(order) == 1
     assert s.store.prune(order) == 1
     assert s.store.get(old.id) is None

@@ -9,11 +9,11 @@ from datetime import timedelta
 
 import attrs
 
-from ....core import Policies, PruneOrder, Succeeded, decide, start
+from ....core import Policies, Succeeded, decide, start
 from ....core.dependencies import OnFailure
 from ..case import case
 from ..subject import WORKFLOWS, Subject
-from ..support import LATER, T0, claim, make_job
+from ..support import LATER, T0, claim, make_job, prune_order
 from .graphs import completed, dead_lettered, graph_of
 
 
@@ -49,13 +49,7 @@ def deleted_records_take_what_they_leave_of_workflows_with_them(s: Subject) -> N
     assert s.store.purge_dead(alone.id) == 1
     assert list(s.queue.dependencies_of(alone.id)) == [], "a purged job kept its edges"
     assert whole(), "a record of no workflow took the workflow's rows"
-    order = PruneOrder(
-        completed_before=T0 + timedelta(seconds=1),
-        dead_before=None,
-        keep_completed=None,
-        keep_dead=None,
-        limit=10,
-    )
+    order = prune_order(completed_before=T0 + timedelta(seconds=1))
     assert s.store.prune(order) == 1  # the root's record, finished at T0
     assert whole(), "the workflow went while its leaf was still recorded"
     assert s.store.prune(attrs.evolve(order, completed_before=LATER + timedelta(days=1))) == 1
@@ -75,13 +69,7 @@ def a_record_a_queued_job_depends_on_is_neither_pruned_nor_purged(s: Subject) ->
     held = claim(s)
     assert held.job.id == dead.id
     assert s.queue.finish(held, dead_lettered(held.job))
-    every_dead_letter = PruneOrder(
-        completed_before=None,
-        dead_before=LATER + timedelta(days=1),
-        keep_completed=None,
-        keep_dead=None,
-        limit=10,
-    )
+    every_dead_letter = prune_order(dead_before=LATER + timedelta(days=1))
     assert s.store.count_prunable(every_dead_letter) == 0
     assert s.store.prune(every_dead_letter) == 0, "pruned what a waiting job depends on"
     assert s.store.purge_dead(dead.id) == 0 and s.store.purge_dead() == 0, "purged it"
@@ -110,13 +98,7 @@ def records_kept_for_a_waiting_job_do_not_stall_a_prune(s: Subject) -> None:
         s.queue.enqueue(make_job("other"))
         held = claim(s)
         assert s.queue.finish(held, completed(held.job))
-    every_finished = PruneOrder(
-        completed_before=LATER + timedelta(days=1),
-        dead_before=None,
-        keep_completed=None,
-        keep_dead=None,
-        limit=2,
-    )
+    every_finished = prune_order(completed_before=LATER + timedelta(days=1), limit=2)
     assert s.store.count_prunable(every_finished) == 3
     assert [s.store.prune(every_finished) for _ in range(3)] == [2, 1, 0]
     assert all(s.store.get(j.id) is not None for j in inputs), "a kept input went"
