@@ -260,6 +260,45 @@ def test_an_attempt_interrupted_by_ctrl_c_leaves_the_next_one_a_free_thread() ->
         runner.close()
 
 
+def test_a_ctrl_c_that_lands_before_the_submit_returns_still_leaves_the_handler_its_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The handler started and the Ctrl-C came before `submit_if_idle` returned its
+    # future: the runner, holding no future, kept the busy thread as its own and did
+    # not count the handler still running.
+    import signal
+
+    from conveyor.shell.worker import second_thread
+    from conveyor.shell.worker.timeouts import AttemptGate, DeadlineRunner
+
+    main = threading.main_thread().ident
+    assert main == threading.get_ident(), "a test of a Ctrl-C in the main thread"
+    signalled, release = threading.Event(), threading.Event()
+    submit_if_idle = second_thread.SecondThread.submit_if_idle
+
+    def slow_return(self: second_thread.SecondThread, call: Any, *, name: str | None = None) -> Any:
+        running = submit_if_idle(self, call, name=name)
+        signalled.wait(FOREVER_S)  # the Ctrl-C lands here, before the future is returned
+        return running
+
+    def interrupted() -> None:
+        signal.pthread_kill(main, signal.SIGINT)
+        signalled.set()
+        release.wait(FOREVER_S)
+
+    monkeypatch.setattr(second_thread.SecondThread, "submit_if_idle", slow_return)
+    runner = DeadlineRunner()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(interrupted, FOREVER_S, AttemptGate(), name="interrupted")
+        assert runner.still_running == 1, "the interrupted handler, left to finish"
+        monkeypatch.undo()
+        assert runner.run(lambda: "next", 5.0, AttemptGate(), name="next") == "next"
+    finally:
+        release.set()
+        runner.close()
+
+
 def test_the_kept_thread_takes_a_call_only_when_idle_and_is_idle_once_one_returned() -> None:
     # The look at "busy" and the submit were two steps, and "busy" was cleared after
     # the waiter woke: a call could queue behind another and time out falsely.

@@ -82,6 +82,12 @@ class SecondThread:
                 self._tasks = None
 
     @property
+    def busy(self) -> bool:
+        """Whether a call given to it has not returned yet."""
+        with self._lock:
+            return self._out > 0
+
+    @property
     def alive(self) -> bool:
         """Whether its thread still runs (a closed one: until its last call returns)."""
         with self._lock:

@@ -77,9 +77,10 @@ class DeadlineRunner:
                 thread.close()  # it ends after this one call
             futures.wait([running], timeout_s)
         except BaseException:
-            # Interrupted while the handler runs on (a Ctrl-C in a drain): it keeps the
-            # thread, as an abandoned attempt does, and the next attempt gets another.
-            if running is not None and not running.done():
+            # Interrupted while the handler runs on (a Ctrl-C in a drain, even one that
+            # lands before the submit returned its future): it keeps the thread, as an
+            # abandoned attempt does, and the next attempt gets another.
+            if thread.busy:
                 self._let_go(thread)
             raise
         if not running.done() and gate.abandon():
