@@ -299,6 +299,35 @@ def test_a_ctrl_c_that_lands_before_the_submit_returns_still_leaves_the_handler_
         runner.close()
 
 
+def test_a_ctrl_c_handled_before_the_wait_blocks_lands_while_the_handler_runs() -> None:
+    # A signal that reaches the main thread just before its wait blocks wakes nothing
+    # (`_thread.interrupt_main` schedules the handler with no signal at all, which is
+    # that case every time): the Ctrl-C landed only when the wait ended, at the
+    # attempt's deadline, after the handler had given up.
+    import _thread
+
+    from conveyor.shell.worker.timeouts import AttemptGate, DeadlineRunner
+
+    assert threading.current_thread() is threading.main_thread()
+    runner = DeadlineRunner()
+    landed = threading.Event()
+    seen: list[bool] = []
+
+    def interrupted() -> None:
+        _thread.interrupt_main()
+        seen.append(landed.wait(FOREVER_S))
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run(interrupted, 2 * FOREVER_S, AttemptGate(), name="interrupted")
+        landed.set()
+        _wait_until(lambda: bool(seen))
+        assert seen == [True], "the Ctrl-C landed while the handler still ran"
+    finally:
+        landed.set()
+        runner.close()
+
+
 def test_the_kept_thread_takes_a_call_only_when_idle_and_is_idle_once_one_returned() -> None:
     # The look at "busy" and the submit were two steps, and "busy" was cleared after
     # the waiter woke: a call could queue behind another and time out falsely.

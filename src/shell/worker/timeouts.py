@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 from typing import TypeVar
@@ -36,6 +37,22 @@ from .second_thread import SecondThread
 T = TypeVar("T")
 
 __all__ = ["AttemptGate", "DeadlineRunner"]
+
+
+#: On the main thread, the longest a wait blocks before it looks for a signal: one
+#: that arrives just before a lock's wait begins is otherwise handled only when the
+#: wait ends (a Ctrl-C at the deadline of a long attempt, not at once).
+_SIGNAL_CHECK_S = 0.25
+
+
+def _wait(running: futures.Future[T], timeout_s: float) -> None:
+    """Wait until `running` is done or `timeout_s` has passed; a Ctrl-C lands here."""
+    if threading.current_thread() is not threading.main_thread():
+        futures.wait([running], timeout_s)
+        return
+    end = time.monotonic() + timeout_s
+    while not running.done() and (left := end - time.monotonic()) > 0:
+        futures.wait([running], min(left, _SIGNAL_CHECK_S))
 
 
 class DeadlineRunner:
@@ -75,7 +92,7 @@ class DeadlineRunner:
                 thread = SecondThread("conveyor-attempts")
                 running = thread.submit(attempt, name=name)
                 thread.close()  # it ends after this one call
-            futures.wait([running], timeout_s)
+            _wait(running, timeout_s)
         except BaseException:
             # Interrupted while the handler runs on (a Ctrl-C in a drain, even one that
             # lands before the submit returned its future): it keeps the thread, as an
