@@ -258,10 +258,50 @@ def test_a_drain_on_the_main_thread_runs_a_sync_handler_there_beside_async_jobs(
     with pytest.raises(SystemExit):
         worker.drain()
     assert ran_on == [threading.main_thread()]
-    # The async job is still this worker's (its claim kept): it writes it once asked
-    # to carry on, and holds no claim after that.
+    # The async job was cancelled with the drain and left to its lease, as the sync
+    # one was: this worker renews neither claim, nor writes either job.
+    assert worker.running() == ()
     worker.drain()
-    assert rt.get(slow_job.id).state is JobStatus.COMPLETED
+    assert rt.get(slow_job.id).state is JobStatus.RUNNING
+
+
+def test_an_interrupted_drain_cancels_its_async_jobs_and_leaves_them_to_their_leases(
+    make: Any,
+) -> None:
+    # `Runtime.drain` drops its workers: one interrupted (a Ctrl-C in a notebook, a
+    # handler's SystemExit) left its async job running and its heartbeat renewing
+    # that claim for as long as the process lived, so no worker could reclaim it.
+    events: list[str] = []
+    left: list[str] = []
+
+    async def slow(args: Any) -> str:
+        events.append("start")
+        try:
+            await asyncio.sleep(0.5)
+        except asyncio.CancelledError:
+            events.append("cancelled")
+            raise
+        events.append("done")
+        return "ok"
+
+    def leave(args: Any) -> None:
+        if not left:
+            left.append("once")
+            raise SystemExit(3)
+
+    rt = make({"slow": slow, "leave": leave}, lease_ms=300)
+    job = rt.enqueue("slow", {})
+    rt.enqueue("leave", {})
+    with pytest.raises(SystemExit):
+        rt.drain()
+    deadline = time.monotonic() + 10
+    while "cancelled" not in events and time.monotonic() < deadline:
+        time.sleep(0.01)
+    while rt.get(job.id).state is not JobStatus.COMPLETED and time.monotonic() < deadline:
+        rt.drain(timeout_s=2)  # reclaims it once its lease has run out
+        time.sleep(0.05)
+    assert rt.get(job.id).state is JobStatus.COMPLETED
+    assert events == ["start", "cancelled", "start", "done"]
 
 
 def test_a_running_async_job_keeps_its_claim_past_the_lease(make: Any) -> None:

@@ -153,7 +153,8 @@ class AsyncJobs:
         self.concurrency = concurrency
         self._loop = loop
         self._changed = threading.Condition()
-        self._running: dict[UUID, str] = {}  # job id -> claim token
+        #: job id -> its claim, and the future of its handler once launched
+        self._running: dict[UUID, tuple[Claim, concurrent.futures.Future[Any] | None]] = {}
         #: Attempts whose handlers finished, waiting to be decided and written.
         self._done: list[Attempted] = []
 
@@ -172,7 +173,8 @@ class AsyncJobs:
     def holds(self, claim: Claim) -> bool:
         """True while `claim`'s job runs here or waits to be handed back."""
         with self._changed:
-            return self._running.get(claim.job.id) == claim.token
+            held = self._running.get(claim.job.id)
+            return held is not None and held[0].token == claim.token
 
     def launch(self, attempt: Awaiting) -> None:
         """Start awaiting `attempt`'s handler on the loop, cancelled after its timeout
@@ -189,9 +191,22 @@ class AsyncJobs:
                 "call (a sync enqueue in inline mode, or drain); use await runtime.aenqueue"
             )
         with self._changed:
-            self._running[job.id] = claim.token
+            self._running[job.id] = (claim, None)
         future = self._loop.submit(_attempt(awaitable, attempt.timeout_ms))
+        with self._changed:
+            self._running[job.id] = (claim, future)
         future.add_done_callback(lambda done: self._finish(claim, job, done))
+
+    def abandon(self) -> list[Claim]:
+        """Cancel every async job still out (running, or finished and not yet handed
+        back) and forget it: what it returns is never written. Their claims, which the
+        caller leaves to their leases."""
+        with self._changed:
+            out, self._running, self._done = list(self._running.values()), {}, []
+        for _, future in out:
+            if future is not None:
+                future.cancel()
+        return [claim for claim, _ in out]
 
     def _finish(
         self,
@@ -206,7 +221,8 @@ class AsyncJobs:
             # attempt like any other, for the retry policy to judge.
             outcome, exception, timed_out = Failed(error_from_exception(exc)), exc, False
         with self._changed:
-            self._done.append(Attempted(claim, job, outcome, exception, timed_out))
+            if self.holds(claim):  # not abandoned
+                self._done.append(Attempted(claim, job, outcome, exception, timed_out))
             self._changed.notify_all()
 
     def finished(self) -> list[Attempted]:

@@ -22,11 +22,12 @@ the finished outcomes are written: an exception cannot drop them.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from datetime import datetime
 
@@ -145,6 +146,18 @@ class BatchRunner:
             self.wait_for_async(self._async_wait_s)
         self._beside.close()
         self._runner.overruns.close()
+
+    @contextlib.contextmanager
+    def async_let_go_on_exit(self) -> Iterator[None]:
+        """An exception out of the block (a Ctrl-C, a handler's `SystemExit`) leaves
+        the async jobs still out to their leases, as it leaves a sync attempt it
+        interrupts: their handlers are cancelled and their claims no longer renewed
+        (a `Runtime.drain` drops its workers: kept, they were renewed for ever)."""
+        try:
+            yield
+        except BaseException:
+            self._heartbeat.let_go(self._async.abandon(), keep=lambda _: False)
+            raise
 
     def _ends_before(self, i: int, claims: Sequence[Claim | BadClaim], began: float) -> bool:
         """True when the batch stops before its `i`th claim: the worker is stopping, or

@@ -115,8 +115,7 @@ class Worker:
         self.heartbeat_s = (heartbeat_interval_ms or lease.renew_every_ms) / 1000
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.tenancy, self.prefetch_policy = tenancy, PrefetchPolicy.of(prefetch)
-        #: The largest batch one claim may take.
-        self.prefetch = self.prefetch_policy.max_batch
+        self.prefetch = self.prefetch_policy.max_batch  # the largest batch one claim takes
         #: Running mean of a job's wall time here, which sizes adaptive batches.
         self.mean_job_ms: float | None = None
         self.executor = executor or Executor(queue, store, clock=self.clock)
@@ -205,49 +204,49 @@ class Worker:
         self._idle.worked()
         # While the server is away or full: one WARNING, one INFO, a capped backoff.
         server, away, bugs = outage.for_queue(self.queue), outage.Backoff(), outage.Throttle()
-        while not self._stop.is_set():
-            try:
-                if not self._clock_checked:
-                    self.check_clock()  # a skewed clock raises: refuse to work
-                    self._clock_checked = True
-                failures = server.failures
-                worked = self.run_once()
-            except ClockSkewError:
-                raise
-            except Exception as exc:
-                if server.failed(exc):
-                    self._stop.wait(away.next())
-                    continue
-                if bugs.first(exc):
-                    log.exception("worker %s: round failed; carrying on", self.worker_id)
+        with self._batches.async_let_go_on_exit():  # a Ctrl-C in a `run()` on the main thread
+            while not self._stop.is_set():
+                try:
+                    if not self._clock_checked:
+                        self.check_clock()  # a skewed clock raises: refuse to work
+                        self._clock_checked = True
+                    failures = server.failures
+                    worked = self.run_once()
+                except ClockSkewError:
+                    raise
+                except Exception as exc:
+                    if server.failed(exc):
+                        self._stop.wait(away.next())
+                        continue
+                    if bugs.first(exc):
+                        log.exception("worker %s: round failed; carrying on", self.worker_id)
+                    else:
+                        log.debug("worker %s: round failed again: %r", self.worker_id, exc)
+                    worked = 0
                 else:
-                    log.debug("worker %s: round failed again: %r", self.worker_id, exc)
-                worked = 0
-            else:
-                if not server.ok(failures):  # a write left to its lease: away or full
-                    self._stop.wait(away.next())
+                    if not server.ok(failures):  # a write left to its lease: away or full
+                        self._stop.wait(away.next())
+                        continue
+                    away.reset()
+                if worked or self._stop.is_set():
+                    self._idle.worked()
                     continue
-                away.reset()
-            if worked or self._stop.is_set():
-                self._idle.worked()
-                continue
-            timeout = self._idle.timeout_s()
-            if timeout <= 0:
-                continue
-            if self._async.running:
-                # Async jobs in flight: wake as soon as one finishes (its write frees a
-                # slot); meanwhile look for new work only while a slot is free.
-                self._batches.wait_for_async(self._idle.async_wait_s(timeout, self._async.free))
-                continue
-            self._idle.wait(timeout, self._claimer.size(self.mean_job_ms), server)
-        # Claims handed over by a wake-up just as the worker stopped go back unstarted.
-        self._writes.hand_back(self._idle.handed_over())
-        # Stopping: async jobs still running are awaited and written (as a sync one).
-        self._batches.finish_async()
-        self._heartbeat.end()
+                timeout = self._idle.timeout_s()
+                if timeout <= 0:
+                    continue
+                if self._async.running:
+                    # Async jobs in flight: wake as soon as one finishes (its write frees a
+                    # slot); meanwhile look for new work only while a slot is free.
+                    self._batches.wait_for_async(self._idle.async_wait_s(timeout, self._async.free))
+                    continue
+                self._idle.wait(timeout, self._claimer.size(self.mean_job_ms), server)
+            # Claims handed over by a wake-up just as the worker stopped go back unstarted.
+            self._writes.hand_back(self._idle.handed_over())
+            # Stopping: async jobs still running are awaited and written (as a sync one).
+            self._batches.finish_async()
+            self._heartbeat.end()
 
-    def _idle_timeout_s(self) -> float:
-        """How long an idle worker may wait now (see `conveyor.shell.worker.idle`)."""
+    def _idle_timeout_s(self) -> float:  # how long an idle worker may wait now
         return self._idle.timeout_s()
 
     def held_back_for_s(self) -> float | None:
@@ -262,17 +261,18 @@ class Worker:
         back (`held_back_for_s` then says for how long); `Runtime.drain` waits."""
         self.warn_if_empty()
         done = 0
-        while max_jobs is None or done < max_jobs:
-            budget = None if max_jobs is None else max_jobs - done
-            worked = self.run_once(limit=budget)
-            if not worked:
-                if not self._async.running:
-                    break
-                self._batches.wait_for_async(self.heartbeat_s)
-                continue
-            done += worked
-        # Every async job this drain claimed is written before it returns.
-        self._batches.finish_async()
+        with self._batches.async_let_go_on_exit():
+            while max_jobs is None or done < max_jobs:
+                budget = None if max_jobs is None else max_jobs - done
+                worked = self.run_once(limit=budget)
+                if not worked:
+                    if not self._async.running:
+                        break
+                    self._batches.wait_for_async(self.heartbeat_s)
+                    continue
+                done += worked
+            # Every async job this drain claimed is written before it returns.
+            self._batches.finish_async()
         return done
 
     def run_once(self, *, limit: int | None = None) -> int:
