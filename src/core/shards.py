@@ -174,3 +174,19 @@ def cross_shard(placed: Sequence[Placed]) -> tuple[str, str] | None:
             )
             return other.field, reason
     return None
+
+
+def stranded_by_sharding(shard_map: ShardMap, queued: Mapping[str, int]) -> str | None:
+    """Why a deployment laid out as one shard, whose queues hold `queued` jobs (queued,
+    scheduled, in flight or waiting, by queue), cannot open in `shard_map`'s shards;
+    None when it can. Shard 0 keeps the one shard's keys, so only the queues the map
+    places in another shard lose their jobs: they would be looked for there."""
+    moved = sorted(q for q, n in queued.items() if n > 0 and shard_map.shard_of(q) != 0)
+    if not moved:
+        return None
+    listed = ", ".join(f"queue {q} ({queued[q]})" for q in moved)
+    return (
+        f"this prefix was laid out as one shard, and its jobs queued for {listed} would "
+        f"be looked for in another of the {shard_map.count} shards: drain those queues "
+        "first, or pin them to shard 0 in redis.queue_shards"
+    )

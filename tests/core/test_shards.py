@@ -15,6 +15,7 @@ from conveyor.core.shards import (
     crc16,
     cross_shard,
     key_slot,
+    stranded_by_sharding,
     tag_slot,
 )
 from hypothesis import given
@@ -141,3 +142,24 @@ def test_a_graph_over_two_shards_names_the_first_field_outside() -> None:
     assert field == "steps[2].after"
     assert "queue 'billing' is in shard 2" in reason
     assert "redis.queue_shards" in reason
+
+
+def test_opening_one_shard_in_several_strands_only_the_queues_that_move_and_hold_jobs() -> None:
+    shards = ShardMap(3, {"a": 0, "b": 1, "c": 2})
+    assert stranded_by_sharding(shards, {"a": 5, "b": 0}) is None, "a stays; b is empty"
+    reason = stranded_by_sharding(shards, {"a": 5, "c": 2, "b": 1})
+    assert reason is not None
+    assert "queue b (1), queue c (2)" in reason and "queue a" not in reason
+    assert stranded_by_sharding(ShardMap(1), {"a": 5, "b": 1}) is None, "one shard moves none"
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=8), st.integers(0, 3), max_size=12))
+def test_a_queue_is_named_stranded_exactly_when_it_holds_jobs_and_leaves_shard_0(
+    queued: dict[str, int],
+) -> None:
+    shards = ShardMap(4)
+    reason = stranded_by_sharding(shards, queued) or ""
+    moving = [q for q, n in queued.items() if n > 0 and shards.shard_of(q) != 0]
+    for name in moving:
+        assert f"queue {name} ({queued[name]})" in reason
+    assert (reason == "") == (not moving)

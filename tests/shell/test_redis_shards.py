@@ -179,6 +179,43 @@ def test_the_tags_chosen_first_are_kept_and_another_count_is_refused(
     assert refused.value.fields == ("redis.shards",)
 
 
+def test_a_deployment_laid_out_in_shards_is_refused_as_one_shard(
+    client: redis.RedisCluster,
+) -> None:
+    # One shard read no layout: the jobs of shards 1 and 2 vanished from every view.
+    shard_tags(client, "conveyor", 3)
+    with pytest.raises(ValidationError) as refused:
+        conveyor.build(_config(shards=1), handlers={"add": _add})
+    assert refused.value.fields == ("redis.shards",)
+    assert "laid out in 3 shards, not 1" in str(refused.value)
+
+
+def test_queued_jobs_one_shard_holds_for_queues_that_shards_would_move_are_refused(
+    client: redis.RedisCluster,
+) -> None:
+    # Opened in shards, a deployment laid out as one looked for queue b's jobs in
+    # shard 1, and never ran them.
+    single = conveyor.build(_config(shards=1, queue_shards={}), handlers={"add": _add})
+    try:
+        single.enqueue("add", {"a": 1, "b": 2}, queue="a")  # stays in shard 0
+        moved = single.enqueue("add", {"a": 1, "b": 2}, queue="b")
+        with pytest.raises(ValidationError) as refused:
+            conveyor.build(_sharded(), handlers={"add": _add})
+        assert refused.value.fields == ("redis.shards",)
+        assert "queue b" in str(refused.value) and "queue a" not in str(refused.value)
+        assert client.exists(layout_key("conveyor")) == 0, "nothing laid out"
+        # Once b is drained, the same deployment opens in shards, its queue a kept.
+        assert single.drain(timeout_s=30).completed == 2
+        assert single.get(moved.id).state is JobStatus.COMPLETED
+    finally:
+        single.close()
+    sharded = conveyor.build(_sharded(), handlers={"add": _add})
+    try:
+        assert isinstance(sharded.queue, ShardedJobQueue)
+    finally:
+        sharded.close()
+
+
 @pytest.fixture
 def on_shards() -> Iterator[Subject]:
     """The Redis backend in three shards on the test cluster (no pins: the contract's

@@ -113,6 +113,9 @@ def _redis_backend(settings: BackendSettings) -> tuple[JobQueue, JobStore, Prese
             client, prefix, shard_map, retry_budget_s=budget, replica_wait=wait
         )
         return queue, store, RedisPresence(client, prefix=prefix, owns_client=True)
+    from ..adapters.redis.shard_tags import refuse_other_layout
+
+    refuse_other_layout(client, prefix, budget)
     return (
         RedisJobQueue(client, prefix=prefix, retry_budget_s=budget, replica_wait=wait),
         RedisJobStore(client, prefix=prefix, retry_budget_s=budget, replica_wait=wait),

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from ....core import ValidationError
-from ....core.shards import ShardMap, SlotRange, choose_tags
+from ....core.shards import ShardMap, SlotRange, choose_tags, stranded_by_sharding
 from .client import DEFAULT_RETRY_BUDGET_S, RedisKeys, retrying, text
 from .cluster import Client, is_cluster
 from .queue import RedisJobQueue
@@ -65,6 +66,22 @@ def shard_tags(
     return tags
 
 
+def refuse_other_layout(
+    client: Client, prefix: str, retry_budget_s: float = DEFAULT_RETRY_BUDGET_S
+) -> None:
+    """Refuse to open `prefix` as one shard when it was laid out in several: the jobs
+    of every shard but the first would be out of sight."""
+    kept = retrying(retry_budget_s, lambda: client.get(layout_key(prefix)))
+    count = 1 if kept is None else len(json.loads(text(kept)))
+    if count != 1:
+        raise ValidationError.of(
+            "redis.shards",
+            f"prefix {prefix!r} was laid out in {count} shards, not 1: its queued jobs "
+            f"would be looked for in other slots (set redis.shards = {count}, or drain "
+            f"every queue, then delete {layout_key(prefix)})",
+        )
+
+
 def open_shards(
     client: Client,
     prefix: str,
@@ -76,6 +93,16 @@ def open_shards(
     """The queue and store of `prefix`'s shards on `client` (which stays the caller's)."""
     if "{" in prefix or "}" in prefix:
         raise ValidationError.of("redis.prefix", "a sharded prefix takes no braces")
+    if not retrying(retry_budget_s, lambda: client.exists(layout_key(prefix))):
+        # Not laid out in shards yet: maybe used as one shard, which shard 0 carries on.
+        first = RedisJobQueue(client, prefix=prefix, retry_budget_s=retry_budget_s)
+        queued = {
+            name: c.ready + c.scheduled + c.in_flight + c.waiting
+            for name, c in first.counts(datetime.now(UTC)).items()
+        }
+        stranded = stranded_by_sharding(shard_map, queued)
+        if stranded is not None:
+            raise ValidationError.of("redis.shards", stranded)
     tags = shard_tags(client, prefix, shard_map.count, retry_budget_s)
     bases = ["{" + tag + "}" for tag in tags]
     queues = [
