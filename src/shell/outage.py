@@ -35,7 +35,7 @@ import attrs
 
 from ..core import WriteRetryPolicy, write_retry_delay_s
 from .redact import BackendError, one_line, redact
-from .retrying import Retrier
+from .retrying import Retrier, failing_for_s
 
 T = TypeVar("T")
 
@@ -119,6 +119,7 @@ class ConnectionState:
         self.backend, self.where = backend, where
         self._lock = threading.Lock()
         self._down_since: float | None = None
+        self._failing_before = 0.0
         #: When the server was last seen back after an outage.
         self._back_at: float | None = None
         #: The present outage began while settling, and has not been told yet.
@@ -145,7 +146,8 @@ class ConnectionState:
         with self._lock:
             self.failures += 1
             if self._down_since is None:
-                self._down_since = now
+                # Reckoned from the first failed try of a call retried before it raised.
+                self._down_since, self._failing_before = now, failing_for_s(exc)
                 settling = self._back_at is not None and now - self._back_at < SETTLE_S
                 self._quiet = settling
                 tell = not settling
@@ -193,7 +195,7 @@ class ConnectionState:
             if since is not None:
                 self._back_at = time.monotonic()
         if since is not None and not quiet:
-            away = time.monotonic() - since
+            away = time.monotonic() - since + self._failing_before
             log.info("%s at %s is back after %.1f s", self.backend, self.where, away)
         return True
 

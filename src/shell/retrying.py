@@ -49,6 +49,23 @@ def answer_by(deadline: float | None) -> Iterator[None]:
         _ANSWER_BY.reset(token)
 
 
+#: Set on the error a call gives up with: how long its tries had been failing, so an
+#: outage told from it is reckoned from the first failed try, not from the give-up.
+FAILING_FOR = "conveyor_failing_for_s"
+
+
+def failing_for_s(exc: BaseException) -> float:
+    """How long the tries of the call that raised `exc` had been failing (0 when it
+    was not retried)."""
+    value = getattr(exc, FAILING_FOR, 0.0)
+    return value if isinstance(value, float) else 0.0
+
+
+def _given_up(exc: Exception, first_failed: float, now: float) -> None:
+    with contextlib.suppress(AttributeError, TypeError):  # an error that takes no attribute
+        setattr(exc, FAILING_FOR, max(0.0, now - first_failed))
+
+
 class Retrier:
     """A policy with the caller's notion of a transient error, ready to wrap calls."""
 
@@ -82,14 +99,16 @@ class Retrier:
     def call(self, work: Callable[[], T], sleep: Callable[[float], None] = time.sleep) -> T:
         """`work()`, tried again after each transient failure while the policy allows."""
         began = self.monotonic()
-        failures = 0
+        failures, first_failed = 0, began
         while True:
             try:
                 return work()
             except Exception as exc:
                 failures += 1
+                first_failed = self.monotonic() if failures == 1 else first_failed
                 wait = self.wait_after(exc, failures, began)
                 if wait is None:
+                    _given_up(exc, first_failed, self.monotonic())
                     raise
             sleep(wait)
 
@@ -100,14 +119,16 @@ class Retrier:
     ) -> T:
         """The asyncio twin of `call`: awaits `work()` and waits without blocking."""
         began = self.monotonic()
-        failures = 0
+        failures, first_failed = 0, began
         while True:
             try:
                 return await work()
             except Exception as exc:
                 failures += 1
+                first_failed = self.monotonic() if failures == 1 else first_failed
                 wait = self.wait_after(exc, failures, began)
                 if wait is None:
+                    _given_up(exc, first_failed, self.monotonic())
                     raise
             await sleep(wait)
 

@@ -70,3 +70,32 @@ def test_a_cluster_failing_over_is_an_outage_told_once(answer: Exception) -> Non
     from conveyor.shell.outage import is_outage
 
     assert is_outage(answer)
+
+
+def test_an_outage_told_after_the_writes_retries_counts_them_in_its_length(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A call retried for its budget (5 s) before it raised: "back after" counted from
+    # the raise, not from the first failed try (a 6 s outage was told as 1.9 s).
+    from conveyor.core import WriteRetryPolicy
+    from conveyor.shell.retrying import Retrier
+
+    caplog.set_level(logging.INFO, logger="conveyor.outage")
+    budget = WriteRetryPolicy(initial_s=0.5, max_s=1.0, max_attempts=None, give_up_after_s=5.0)
+    retrier = Retrier(budget, monotonic=clock)
+
+    def down() -> None:
+        raise redis.ConnectionError("Connection refused")
+
+    def wait(seconds: float) -> None:
+        clock.now += seconds
+
+    state = ConnectionState("Redis", "redis://cache")
+    with pytest.raises(redis.ConnectionError) as raised:
+        retrier.call(down, sleep=wait)
+    failing_for = clock.now - 1000.0
+    assert failing_for >= 4.0, "the retries ran for the budget"
+    assert state.failed(raised.value)
+    clock.now += 1.0
+    state.ok()
+    assert f"back after {failing_for + 1.0:.1f} s" in caplog.records[-1].getMessage()
