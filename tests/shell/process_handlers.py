@@ -75,3 +75,22 @@ def starts_a_process_then_hangs(args: Any) -> None:
     started = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     Path(args["pid_file"]).write_text(str(started.pid))
     time.sleep(120)
+
+
+def starts_a_process_then_sleeps(args: Any) -> str:
+    """Starts a process of its own, writes its id and that one's, then sleeps; with
+    `ignore_sigterm`, deaf to SIGTERM first (as a library may make it)."""
+    import signal
+    import subprocess
+    import sys
+
+    if args.get("ignore_sigterm"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    started = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    Path(args["pid_file"]).write_text(f"{os.getpid()} {started.pid}")
+    time.sleep(120)
+    return "finished"
+
+
+def interrupts(args: Any) -> None:
+    raise KeyboardInterrupt("from the handler")

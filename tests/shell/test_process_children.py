@@ -156,3 +156,63 @@ def test_a_worker_killed_outright_takes_its_handlers_process_with_it(tmp_path: P
         worker.kill()
         worker.wait()
     assert _wait_for(lambda: not process_alive(child), 10), "the handler's process outlived its worker"
+
+
+EXITING = textwrap.dedent(
+    """
+    import sys, threading, time
+    sys.path.insert(0, sys.argv[2])
+    import process_handlers
+    from conveyor.shell.worker.process_execution import run_in_process
+
+    args = {"pid_file": sys.argv[1], "ignore_sigterm": sys.argv[3] == "deaf"}
+    def attempt():
+        outcome = run_in_process(
+            process_handlers.starts_a_process_then_sleeps, (args,), 300, name="exit-test"
+        )
+        print("outcome:", outcome, flush=True)
+    threading.Thread(target=attempt, daemon=True).start()  # as a worker's thread
+    while len(open(sys.argv[1]).read().split()) < 2 if __import__("os").path.exists(sys.argv[1]) else True:
+        time.sleep(0.05)
+    sys.exit(0)  # the worker exits, its grace over: the attempt is left to its lease
+    """
+)
+
+
+@pytest.mark.parametrize("handler", ["plain", "deaf"])
+def test_a_worker_that_exits_mid_attempt_kills_its_processes_and_writes_nothing(
+    tmp_path: Path, handler: str
+) -> None:
+    # At exit, multiprocessing sent the child SIGTERM and waited for it: a child deaf to
+    # SIGTERM held the exit until the attempt's timeout, and one that died of it was
+    # written as a retryable "process-died" (a retry spent, or a dead letter) after the
+    # worker had left the job to its lease. The handler's own process outlived both.
+    pid_file = tmp_path / "pid"
+    worker = subprocess.Popen(
+        [sys.executable, "-c", EXITING, str(pid_file), str(HERE), handler],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, _ = worker.communicate(timeout=60)
+    finally:
+        worker.kill()
+    assert worker.returncode == 0
+    assert "outcome:" not in out, "an outcome was reported for an attempt left to its lease"
+    child, grandchild = map(int, pid_file.read_text().split())
+    assert _wait_for(lambda: not process_alive(child), 10), "the handler's process outlived it"
+    assert _wait_for(lambda: not process_alive(grandchild), 10), "so did the one it started"
+
+
+def test_a_keyboard_interrupt_the_handler_raises_is_its_failure_as_on_a_thread(
+    worker_of: Callable[..., tuple[Worker, MemoryJobStore]],
+) -> None:
+    # The child died of it: a "process-died" failure and a traceback on the worker's
+    # stderr, where a thread records the handler's KeyboardInterrupt.
+    worker, store = worker_of("interrupts", process_handlers.interrupts)
+    job = make_job("interrupts", now=datetime.now(UTC), max_retries=0)
+    worker.queue.enqueue(job)
+    assert worker.drain() == 1
+    error = store.get(job.id).last_error
+    assert error is not None and error.type == "KeyboardInterrupt", error
+    assert "from the handler" in error.message

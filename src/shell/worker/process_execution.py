@@ -29,10 +29,13 @@ child is stopped from outside instead, at its deadline or, checked every
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing
+import multiprocessing.util
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -51,6 +54,11 @@ STOP_POLL_S = 0.5
 EXIT_GRACE_S = 1.0
 
 _SPAWN = multiprocessing.get_context("spawn")
+
+#: The children running now, and whether this process is exiting (see `_end_all`).
+_LIVE: set[Any] = set()
+_LIVE_LOCK = threading.Lock()
+_EXITING = threading.Event()
 
 
 def run_in_process(
@@ -71,6 +79,11 @@ def run_in_process(
         target=_child, args=(writer, handler, arguments, os.getpid()), name=name, daemon=True
     )
     child.start()
+    with _LIVE_LOCK:
+        _LIVE.add(child)
+    if _EXITING.is_set():  # started as the process exits: `_end_all` may have missed it
+        _kill(child)
+        _wait_for_exit()
     writer.close()  # the child holds the only writer: its end is EOF here
     end = None if timeout_s is None else time.monotonic() + timeout_s
     try:
@@ -85,6 +98,8 @@ def run_in_process(
         try:
             outcome: Outcome = reader.recv()
         except EOFError:
+            if _EXITING.is_set():
+                _wait_for_exit()  # killed by `_end_all`: the attempt is left to its lease
             _end(child)
             message = f"its process ended without an answer (exit code {child.exitcode})"
             return Failed(ErrorInfo("process-died", message, retryable=True))
@@ -95,7 +110,31 @@ def run_in_process(
         _end(child)
         return outcome
     finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(child)
         reader.close()
+
+
+def _end_all() -> None:
+    """At this process's exit, before `multiprocessing`'s own clean-up (which sends a
+    child SIGTERM, then waits for it without end): kill every child running now, with
+    its group. The threads that waited for them write nothing: a worker that exits
+    has left those attempts to their leases."""
+    _EXITING.set()
+    with _LIVE_LOCK:
+        children = list(_LIVE)
+    for child in children:
+        _kill(child)
+
+
+def _wait_for_exit() -> None:
+    """Never return: this daemon thread ends with the process."""
+    threading.Event().wait()
+
+
+# Exit functions run last registered first: `multiprocessing.util` registered its
+# own on import, above, so this one runs before it.
+atexit.register(_end_all)
 
 
 def _child(
@@ -104,9 +143,9 @@ def _child(
     _tie_to(parent)
     try:
         outcome = run_handler(handler, *arguments)
-    except SystemExit as exc:
-        # The handler runs on the child's main thread, where an exit is let through:
-        # here it is the handler's failure, as on a worker thread.
+    except (SystemExit, KeyboardInterrupt) as exc:
+        # The handler runs on the child's main thread, where these are let through:
+        # here each is the handler's failure, as on a worker thread.
         outcome = Failed(error_from_exception(exc))
     try:
         conn.send(outcome)
