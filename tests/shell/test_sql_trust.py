@@ -512,3 +512,49 @@ def test_a_listener_that_cannot_listen_again_after_its_session_ended_says_so(
         queue.close()
     warned = [r for r in caplog.records if r.levelname == "WARNING"]
     assert "the PostgreSQL wake-up listener failed" in warned[0].getMessage()
+
+
+def test_a_postgresql_server_that_never_answers_fails_a_connect_within_its_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # libpq waits as long as TCP does: an operator command against a server that
+    # accepts connections and never answers hung for over two minutes.
+    import socket
+
+    from conveyor.shell.adapters.sql import engine as engines
+    from sqlalchemy.exc import OperationalError
+
+    monkeypatch.setattr(engines, "CONNECT_TIMEOUT_S", 2, raising=False)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(silent.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    engine = make_engine(f"postgresql://user:secret@127.0.0.1:{silent.getsockname()[1]}/jobs")
+    raised: list[BaseException] = []
+
+    def connect() -> None:
+        try:
+            engine.connect().close()
+        except BaseException as exc:
+            raised.append(exc)
+
+    attempt = threading.Thread(target=connect, daemon=True)
+    attempt.start()
+    attempt.join(60)
+    try:
+        assert not attempt.is_alive(), "the connect still waits for the silent server"
+        assert len(raised) == 1 and isinstance(raised[0], OperationalError), raised
+    finally:
+        silent.close()
+        for conn in held:
+            conn.close()
+        engine.dispose()

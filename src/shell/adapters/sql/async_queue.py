@@ -23,7 +23,7 @@ from sqlalchemy import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ....core import Job
-from .engine import normalize_url
+from .engine import normalize_url, with_connect_timeout
 from .queue import SqlJobQueue
 from .schema import SCHEMA, Schema
 
@@ -65,7 +65,10 @@ class AsyncSqlQueue:
         options: dict[str, object] = {"hide_parameters": True}  # payloads hold secrets
         if pool_size is not None:
             options["pool_size"] = pool_size
-        self.engine: AsyncEngine = create_async_engine(async_url(url), **options)
+        address = async_url(url)
+        self.engine: AsyncEngine = create_async_engine(
+            address, **with_connect_timeout(address, options)
+        )
         # The sync adapter over the same engine: its statements and retry policy,
         # reused as they are.
         self._queue = SqlJobQueue(self.engine.sync_engine, schema=schema, lock_retry_s=lock_retry_s)

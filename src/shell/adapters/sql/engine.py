@@ -192,4 +192,19 @@ def make_engine(
         return engine
     # No pre-ping (a round trip per transaction): a dead pooled connection fails its
     # unit of work, which is then rerun on a fresh one (see `database.is_transient`).
-    return create_engine(parsed, **options)
+    return create_engine(parsed, **with_connect_timeout(parsed, options))
+
+
+#: How long a new PostgreSQL connection may take to open, unless the URL or the
+#: engine's `connect_args` say (libpq's own default waits as long as TCP does: a
+#: server that accepts and never answers held an operator command for two minutes).
+CONNECT_TIMEOUT_S = 10
+
+
+def with_connect_timeout(url: URL, options: dict[str, Any]) -> dict[str, Any]:
+    """`options` for a PostgreSQL engine, `CONNECT_TIMEOUT_S` added to its connect
+    arguments unless `url` or they already set one."""
+    connect_args = dict(options.get("connect_args") or {})
+    if "connect_timeout" not in url.query and "connect_timeout" not in connect_args:
+        connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
+    return {**options, "connect_args": connect_args}
