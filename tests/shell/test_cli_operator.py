@@ -4,6 +4,7 @@ letters in bulk."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -294,6 +295,29 @@ def test_dead_list_says_when_it_shows_only_part(site: Path, run: Callable[..., R
     )
     full = ok(run(site, "dead", "list"))
     assert "showing" not in full
+
+
+def test_jobs_list_says_when_it_shows_only_part(site: Path, run: Callable[..., Ran]) -> None:
+    # It stopped at its limit without a word (50 by default, not in --help).
+    out = ok(run(site, "jobs", "list", "--limit", "2"))
+    assert out.rstrip().splitlines()[-1] == "showing the first 2 jobs; --limit N shows more"
+    listed = run(site, "jobs", "list", "--limit", "2", "--json")
+    assert len(json.loads(listed.stdout)) == 2
+    assert "showing the first 2 jobs; --limit N shows more" in listed.stderr
+    full = ok(run(site, "jobs", "list"))
+    assert "showing" not in full
+
+
+@pytest.mark.parametrize("command", [("jobs", "list"), ("dead", "list")])
+def test_a_limit_past_what_a_listing_reads_is_refused_naming_it(
+    site: Path, run: Callable[..., Ran], command: tuple[str, ...]
+) -> None:
+    # Passed to the backend: a driver's error (bigint out of range, an integer Redis
+    # cannot read, OverflowError on SQLite), told differently on each.
+    refused = run(site, *command, "--limit", "99999999999999999999")
+    assert refused.returncode == 2
+    assert "--limit: must be at most 1,000,000, got 99999999999999999999" in refused.stderr
+    assert "Traceback" not in refused.stderr
 
 
 # ---- a SQLite file the command cannot write names itself ---------------------------

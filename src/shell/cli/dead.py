@@ -23,6 +23,7 @@ from ..lookup import attempt_dict
 from ..notices import notice
 from ..ports import HistoryFilter, UniqueKeyHeld
 from ..terminal import escape, print_table
+from .runtime import limit_problem
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -105,8 +106,8 @@ def _check(args: argparse.Namespace) -> HistoryFilter:
     tenant = getattr(args, "tenant", None)
     problems: list[FieldError | None] = [None if tenant is None else check_name("--tenant", tenant)]
     command = args.dead_command
-    if command == "list" and args.limit < 0:
-        problems.append(FieldError("--limit", f"must be >= 0, got {args.limit}"))
+    if command == "list":
+        problems.append(limit_problem(args.limit))
     if command in ("retry", "purge"):
         given = [f"--{k}" for k in ("queue", "type", "tenant") if getattr(args, k) is not None]
         if args.job_id is None and not args.all:

@@ -12,7 +12,7 @@ from ...core import FieldError, ValidationError
 from ...core.validation import check_name
 from ..notices import notice
 from ..terminal import escape, print_table
-from .runtime import check, command_runtime, job_id_arg
+from .runtime import check, command_runtime, job_id_arg, limit_problem
 
 
 def add_job_commands(sub: Any) -> None:
@@ -47,7 +47,7 @@ def add_job_commands(sub: Any) -> None:
     )
     jll.add_argument("--type", default=None, help="only jobs of this job type")
     jll.add_argument("--tenant", default=None, help="only this tenant's jobs")
-    jll.add_argument("--limit", type=int, default=50)
+    jll.add_argument("--limit", type=int, default=50, help="show at most N (default 50)")
     jll.add_argument("--json", action="store_true", help="machine-readable output")
     jlc = jlsub.add_parser(
         "cancel", help="cancel every queued job of a queue and/or type; ask running ones to stop"
@@ -138,7 +138,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         None if args.type is None else check_name("--type", args.type),
         None if args.tenant is None else check_name("--tenant", args.tenant),
         state if isinstance(state, FieldError) else None,
-        None if args.limit >= 0 else FieldError("--limit", f"must be >= 0, got {args.limit}"),
+        limit_problem(args.limit),
     )
     assert not isinstance(state, FieldError)
     runtime = command_runtime(args, reads_only=True)
@@ -148,12 +148,19 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             state=state,
             job_type=args.type,
             tenant_id=args.tenant,
-            limit=args.limit,
+            limit=args.limit + 1,  # one more: whether the listing stops short
         )
     finally:
         runtime.close()
+    more = len(views) > args.limit
+    views = views[: args.limit]
+    note = f"showing the first {len(views):,} jobs; --limit N shows more" if more else None
     if args.json:
         print(json.dumps([v.to_dict() for v in views], indent=2))
+        if note is not None:
+            notice(f"conveyor: {note}")
     else:
         print_table(SUMMARY_HEADERS, [summary_row(v) for v in views])
+        if note is not None:
+            print(note)
     return 0

@@ -42,6 +42,20 @@ def check(*problems: FieldError | None) -> None:
         raise ValidationError(errors)
 
 
+#: The most rows a listing command reads (`--limit`): more is a dump, not a listing,
+#: and past what every backend's integers hold.
+MAX_LIST_LIMIT = 1_000_000
+
+
+def limit_problem(value: int) -> FieldError | None:
+    """What is wrong with a listing's `--limit`, if anything."""
+    if value < 0:
+        return FieldError("--limit", f"must be >= 0, got {value}")
+    if value > MAX_LIST_LIMIT:
+        return FieldError("--limit", f"must be at most {MAX_LIST_LIMIT:,}, got {value}")
+    return None
+
+
 def tenant_problem(value: str | None) -> FieldError | None:
     return None if value is None else check_name("--tenant", value)
 
