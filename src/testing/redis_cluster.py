@@ -106,7 +106,7 @@ class RedisCluster:
     def start(self) -> RedisCluster:
         """Start every server and form the cluster; waits for `cluster_state:ok`."""
         for server in self.servers:
-            server.start()
+            self._start_node(server)
         clients = [self._client(s) for s in self.servers]
         try:
             self._form(clients)
@@ -114,6 +114,20 @@ class RedisCluster:
             for client in clients:
                 client.close()
         return self
+
+    def _start_node(self, server: RedisServer, tries: int = 5) -> None:
+        """Start `server`; on ports taken since they were picked (the bus port is in
+        the range the system hands out to clients), on two others."""
+        for attempt in range(tries):
+            try:
+                server.start()
+                return
+            except RuntimeError as exc:
+                if "Address already in use" not in str(exc) or attempt == tries - 1:
+                    raise
+            taken = {p for s in self.servers for p in (s.port, s.port + BUS_OFFSET)}
+            (server.directory / "nodes.conf").unlink(missing_ok=True)
+            server.port = _free_cluster_port(taken)
 
     def _form(self, clients: list[redis.Redis]) -> None:
         ids = [_command(client, "CLUSTER MYID") for client in clients]

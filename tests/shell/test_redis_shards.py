@@ -216,6 +216,28 @@ def test_queued_jobs_one_shard_holds_for_queues_that_shards_would_move_are_refus
         sharded.close()
 
 
+def test_a_listing_across_shards_keeps_the_order_of_one(client: redis.RedisCluster) -> None:
+    # Shard after shard: shard 0's pending jobs came before shard 1's running one, and
+    # a limit cut the running job off.
+    from datetime import UTC
+
+    runtime = conveyor.build(_sharded(), handlers={"add": _add})
+    try:
+        later = datetime.now(UTC) + timedelta(hours=1)
+        parked = runtime.enqueue("add", {"a": 0, "b": 0}, queue="a", run_at=later)
+        pending_c = runtime.enqueue("add", {"a": 0, "b": 0}, queue="c")
+        pending_a = [runtime.enqueue("add", {"a": n, "b": 0}, queue="a") for n in range(3)]
+        running = runtime.enqueue("add", {"a": 0, "b": 0}, queue="b")
+        claim = runtime.queue.dequeue("b", datetime.now(UTC))
+        assert claim is not None and claim.job.id == running.id
+        listed = [v.job_id for v in runtime.list_jobs(limit=10)]
+        expected = [running.id, *(j.id for j in pending_a), pending_c.id, parked.id]
+        assert listed == [str(i) for i in expected]
+        assert [v.job_id for v in runtime.list_jobs(limit=1)] == [str(running.id)]
+    finally:
+        runtime.close()
+
+
 @pytest.fixture
 def on_shards() -> Iterator[Subject]:
     """The Redis backend in three shards on the test cluster (no pins: the contract's

@@ -464,3 +464,24 @@ def test_drain_is_the_function_whatever_was_imported_first(first: str) -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_cluster_node_whose_bus_port_was_taken_since_it_was_picked_starts_on_others() -> None:
+    # The bus port (client port + 10000) lies where the system hands out ports to
+    # clients: one taken between the pick and the start failed the whole test run.
+    import socket
+
+    from conveyor.testing.redis_cluster import BUS_OFFSET, RedisCluster
+
+    cluster = RedisCluster(masters=1, replicas_each=0)
+    picked = cluster.servers[0].port
+    squatter = socket.socket()
+    try:
+        squatter.bind(("127.0.0.1", picked + BUS_OFFSET))
+        squatter.listen(1)
+        cluster.start()
+        assert cluster.servers[0].port != picked
+        cluster.wait_healthy()
+    finally:
+        squatter.close()
+        cluster.cleanup()

@@ -12,9 +12,10 @@ two shards is refused (`core.shards.cross_shard`) before anything is written. Se
 
 from __future__ import annotations
 
+import heapq
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -217,12 +218,13 @@ class ShardedJobQueue:
     def scan(
         self, queue: str | None = None, place: Place | None = None, *, batch: int = 500
     ) -> Iterator[QueuedJob]:
-        """Each shard's scan in turn (the order holds within a shard; a queue's jobs
-        are all in one)."""
+        """The shards' scans merged into the order of one: place by place, and within
+        a place by what orders it in a shard (a queue's jobs are all in one shard)."""
         if queue is not None:
             return self.of(queue).scan(queue, place, batch=batch)
         return itertools.chain.from_iterable(
-            shard.scan(None, place, batch=batch) for shard in self.shards
+            heapq.merge(*(s.scan(None, where, batch=batch) for s in self.shards), key=_ORDER[where])
+            for where in ([place] if place is not None else list(Place))
         )
 
     def server_time(self) -> datetime:
@@ -281,3 +283,16 @@ def _recorded(shard: RedisJobQueue, job_id: UUID) -> bool:
     dependency on a pruned job is settled by the shard that remembers it)."""
     keys = (shard.keys.store(str(job_id)), shard.keys.pruned(str(job_id)))
     return bool(shard._retrying(lambda: shard._client.exists(*keys)))
+
+
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+#: How one shard orders each place of its scan (see `RedisJobQueue.scan`): claims by
+#: their lease (the oldest first), ready and waiting jobs by queue name, parked ones
+#: by the time they come due.
+_ORDER: dict[Place, Callable[[QueuedJob], Any]] = {
+    Place.IN_FLIGHT: lambda e: e.locked_at or _EARLIEST,
+    Place.READY: lambda e: e.queue,
+    Place.SCHEDULED: lambda e: (e.job and e.job.run_at) or _EARLIEST,
+    Place.WAITING: lambda e: e.queue,
+}
