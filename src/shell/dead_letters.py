@@ -58,15 +58,20 @@ def count_dead(store: JobStore, where: HistoryFilter) -> int:
     return store.count_history(where)
 
 
-def retry_matching(runtime: DeadLetterActions, where: HistoryFilter) -> int:
-    """Re-enqueue every dead letter matching `where`, retries reset; returns how many."""
+def retry_matching(
+    runtime: DeadLetterActions, where: HistoryFilter, refused: list[UUID] | None = None
+) -> int:
+    """Re-enqueue every dead letter matching `where`, retries reset; returns how many.
+    A letter refused because its unique key is held is logged, and added to `refused`."""
 
     def retry(job_id: UUID) -> int:
         try:
             runtime.retry_dead(job_id)
-        except ValidationError as refused:
-            if isinstance(refused.__cause__, UniqueKeyHeld):
-                log.warning("dead letter %s", refused.errors[0].reason)
+        except ValidationError as exc:
+            if isinstance(exc.__cause__, UniqueKeyHeld):
+                log.warning("dead letter %s", exc.errors[0].reason)
+                if refused is not None:
+                    refused.append(job_id)
             return 0  # else no longer a dead letter: retried or purged by someone else
         return 1
 

@@ -78,9 +78,12 @@ def run_dead(args: argparse.Namespace, make_runtime: Callable[[], Runtime]) -> i
             return _show(runtime, job_id, args.show_args)
         if args.dead_command == "retry":
             if job_id is None:
-                done = retry_matching(runtime, where)
+                refused: list[UUID] = []
+                done = retry_matching(runtime, where, refused)
                 letters = "dead letter" if done == 1 else "dead letters"
-                print(f"re-enqueued {done} {letters}{_described(where)}")
+                left = f"; {len(refused)} refused (named above)" if refused else ""
+                print(f"re-enqueued {done} {letters}{_described(where)}{left}")
+                return 1 if refused else 0
             else:
                 try:
                     job = runtime.retry_dead(job_id)
