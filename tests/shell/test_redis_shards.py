@@ -8,7 +8,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
@@ -219,8 +219,6 @@ def test_queued_jobs_one_shard_holds_for_queues_that_shards_would_move_are_refus
 def test_a_listing_across_shards_keeps_the_order_of_one(client: redis.RedisCluster) -> None:
     # Shard after shard: shard 0's pending jobs came before shard 1's running one, and
     # a limit cut the running job off.
-    from datetime import UTC
-
     runtime = conveyor.build(_sharded(), handlers={"add": _add})
     try:
         later = datetime.now(UTC) + timedelta(hours=1)
@@ -350,6 +348,26 @@ def test_a_queue_whose_pin_changed_shows_the_jobs_left_in_its_old_shard(
     after, _ = open_shards(client, "conveyor", ShardMap(3, {"a": 1}))
     after.enqueue(make_job(queue="a"))
     assert after.counts(T0)["a"].ready == 2
+
+
+def test_a_job_left_in_its_queues_old_shard_can_still_be_cancelled(
+    client: redis.RedisCluster,
+) -> None:
+    # The cancel went to the queue's new shard, found nothing, and was told as the
+    # backend failing ("see the log").
+    before = conveyor.build(_config(shards=3, queue_shards={"a": 0}), handlers={"add": _add})
+    try:
+        later = datetime.now(UTC) + timedelta(hours=1)
+        left = before.enqueue("add", {"a": 1, "b": 2}, queue="a", run_at=later)
+    finally:
+        before.close()
+    after = conveyor.build(_config(shards=3, queue_shards={"a": 1}), handlers={"add": _add})
+    try:
+        after.cancel(left.id)
+        assert after.get(left.id).state is JobStatus.CANCELLED
+        assert after.status().queues == () or all(q.scheduled == 0 for q in after.status().queues)
+    finally:
+        after.close()
 
 
 def test_shards_offer_every_role_one_redis_offers() -> None:

@@ -162,7 +162,12 @@ class ShardedJobQueue:
         return self.of(claim.queue).reclaim(claim, job, cutoff)
 
     def cancel(self, record: Job) -> bool:
-        return self.of(record.queue).cancel(record)
+        home = self.of(record.queue)
+        if home.cancel(record):
+            return True
+        # A queue whose pin changed: its jobs queued before stay in the shard they were in.
+        held = [s for s in self.shards if s is not home and s.find(record.id) is not None]
+        return bool(held) and held[0].cancel(record)
 
     # Reads by job id: each shard in turn.
 
