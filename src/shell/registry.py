@@ -36,6 +36,7 @@ from ..core import (
 )
 from ..core.errors import FieldError
 from ..core.validation import Limits
+from .main_guard import only_under_main_guard
 from .ports import Handler
 
 
@@ -108,6 +109,8 @@ def check_process_handler(handler: Callable[..., Any]) -> str | None:
         pickle.dumps(handler)
     except Exception:
         return "must be a module-level function to run in a process (it is sent by name)"
+    if only_under_main_guard(handler):
+        return 'is defined under `if __name__ == "__main__":`, which a process never runs'
     return None
 
 

@@ -216,3 +216,39 @@ def test_a_keyboard_interrupt_the_handler_raises_is_its_failure_as_on_a_thread(
     error = store.get(job.id).last_error
     assert error is not None and error.type == "KeyboardInterrupt", error
     assert "from the handler" in error.message
+
+
+GUARDED = textwrap.dedent(
+    """
+    from conveyor.core import ValidationError
+    from conveyor.shell.registry import Registry
+
+    def at_module_level(args):
+        return 1
+
+    if __name__ == "__main__":
+        def under_the_guard(args):
+            return 2
+
+        registry = Registry()
+        registry.register("fine", at_module_level, execution="process")
+        try:
+            registry.register("lost", under_the_guard, execution="process")
+        except ValidationError as refused:
+            print("refused:", refused)
+        else:
+            print("accepted")
+    """
+)
+
+
+def test_a_handler_defined_under_the_main_guard_is_refused_for_a_process(tmp_path: Path) -> None:
+    # Accepted, then every attempt died unanswered ("process-died", retried) while the
+    # child's AttributeError went to the worker's stderr.
+    script = tmp_path / "app.py"
+    script.write_text(GUARDED)
+    ran = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert ran.stdout.startswith("refused: handler: for 'lost' is defined under"), ran.stdout
+    assert "which a process never runs" in ran.stdout
