@@ -190,12 +190,12 @@ class ConnectionState:
                 return False
             if self._down_since is not None and time.monotonic() - self._down_since < IN_FLIGHT_S:
                 return True
-            since, self._down_since = self._down_since, None
+            since, before, self._down_since = self._down_since, self._failing_before, None
             quiet, self._quiet = self._quiet, False
             if since is not None:
                 self._back_at = time.monotonic()
         if since is not None and not quiet:
-            away = time.monotonic() - since + self._failing_before
+            away = time.monotonic() - since + before
             log.info("%s at %s is back after %.1f s", self.backend, self.where, away)
         return True
 

@@ -94,3 +94,13 @@ def starts_a_process_then_sleeps(args: Any) -> str:
 
 def interrupts(args: Any) -> None:
     raise KeyboardInterrupt("from the handler")
+
+
+def deaf_sleeper(args: Any) -> str:
+    """Deaf to SIGTERM, writes its process id, then sleeps `seconds`."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    Path(args["pid_file"]).write_text(str(os.getpid()))
+    time.sleep(float(args["seconds"]))
+    return "finished"

@@ -252,3 +252,70 @@ def test_a_handler_defined_under_the_main_guard_is_refused_for_a_process(tmp_pat
     )
     assert ran.stdout.startswith("refused: handler: for 'lost' is defined under"), ran.stdout
     assert "which a process never runs" in ran.stdout
+
+
+INTERRUPTED = textwrap.dedent(
+    """
+    import os, signal, sys, threading, time
+    sys.path.insert(0, sys.argv[2])
+    import process_handlers
+    from conveyor.shell.worker.process_execution import run_in_process
+
+    pid_file = sys.argv[1]
+    def ctrl_c_once_started():
+        while not (os.path.exists(pid_file) and open(pid_file).read()):
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=ctrl_c_once_started, daemon=True).start()
+    try:  # a drain on the main thread
+        run_in_process(
+            process_handlers.deaf_sleeper, ({"pid_file": pid_file, "seconds": 120},), 300,
+            name="interrupted",
+        )
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    """
+)
+
+
+def test_a_ctrl_c_in_a_drain_on_the_main_thread_ends_the_attempts_process(
+    tmp_path: Path,
+) -> None:
+    # The child was dropped from the processes to end at exit, left running, and the
+    # exit then waited for it (deaf to the SIGTERM multiprocessing sends) until its end.
+    pid_file = tmp_path / "pid"
+    ran = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED, str(pid_file), str(HERE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.stdout.strip() == "interrupted", ran.stderr
+    assert _wait_for(lambda: not process_alive(int(pid_file.read_text())), 10)
+
+
+AT_EXIT = textwrap.dedent(
+    """
+    import atexit, sys
+    sys.path.insert(0, sys.argv[1])
+
+    def last_jobs():
+        from conveyor.shell.worker.process_execution import run_in_process
+        import process_handlers
+        print("outcome:", run_in_process(process_handlers.double, ({"n": 21},), 30, name="x"))
+
+    atexit.register(last_jobs)  # registered before the module is imported
+    import conveyor.shell.worker.process_execution  # registers its own clean-up after
+    """
+)
+
+
+def test_an_attempt_run_by_an_exit_hook_on_the_main_thread_runs_to_its_end(
+    tmp_path: Path,
+) -> None:
+    # The exit clean-up had run first: the attempt took itself for one left behind,
+    # killed its child and blocked the main thread for good.
+    ran = subprocess.run(
+        [sys.executable, "-c", AT_EXIT, str(HERE)], capture_output=True, text=True, timeout=60
+    )
+    assert "outcome: Succeeded(result=42" in ran.stdout, ran.stdout + ran.stderr

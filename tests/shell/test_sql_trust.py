@@ -558,3 +558,24 @@ def test_a_postgresql_server_that_never_answers_fails_a_connect_within_its_timeo
         for conn in held:
             conn.close()
         engine.dispose()
+
+
+def test_the_default_connect_timeout_gives_way_to_any_other_and_speaks_each_drivers_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # asyncpg was handed psycopg's `connect_timeout` (every async PostgreSQL connect
+    # failed with a TypeError), and PGCONNECT_TIMEOUT was overridden by the default.
+    from conveyor.shell.adapters.sql.engine import CONNECT_TIMEOUT_S, with_connect_timeout
+    from sqlalchemy import make_url
+
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    sync = make_url("postgresql+psycopg://u@db/jobs")
+    assert with_connect_timeout(sync, {})["connect_args"] == {"connect_timeout": CONNECT_TIMEOUT_S}
+    asyncpg = make_url("postgresql+asyncpg://u@db/jobs")
+    assert with_connect_timeout(asyncpg, {})["connect_args"] == {"timeout": CONNECT_TIMEOUT_S}
+    given = make_url("postgresql+psycopg://u@db/jobs?connect_timeout=3")
+    assert with_connect_timeout(given, {})["connect_args"] == {}
+    own = {"connect_args": {"connect_timeout": 30, "options": "-c x=1"}}
+    assert with_connect_timeout(sync, own)["connect_args"] == own["connect_args"]
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "45")
+    assert with_connect_timeout(sync, {})["connect_args"] == {}

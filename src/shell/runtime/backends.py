@@ -96,31 +96,32 @@ def _redis_backend(settings: BackendSettings) -> tuple[JobQueue, JobStore, Prese
     # Reached now, as a SQL backend's schema check reaches its server: a server that is
     # down is then waited for up to the caller's start-up timeout (an operator command
     # tries once), not met by the first command, which retries for the write budget.
-    try:
-        client.ping()
-    except Exception:
-        client.close()
-        raise
+    # The layout is checked too (a prefix laid out in another number of shards).
     budget = retry_budget_s(settings)
     prefix = settings.redis_prefix
     wait = ReplicaWait(settings.redis_replica_wait, settings.redis_replica_wait_timeout_ms)
-    if settings.redis_shards > 1:
-        from ...core.shards import ShardMap
-        from ..adapters.redis.shard_tags import open_shards
+    queue: JobQueue
+    store: JobStore
+    try:
+        client.ping()
+        if settings.redis_shards > 1:
+            from ...core.shards import ShardMap
+            from ..adapters.redis.shard_tags import open_shards
 
-        shard_map = ShardMap(settings.redis_shards, dict(settings.redis_queue_shards))
-        queue, store = open_shards(
-            client, prefix, shard_map, retry_budget_s=budget, replica_wait=wait
-        )
-        return queue, store, RedisPresence(client, prefix=prefix, owns_client=True)
-    from ..adapters.redis.shard_tags import refuse_other_layout
+            shard_map = ShardMap(settings.redis_shards, dict(settings.redis_queue_shards))
+            queue, store = open_shards(
+                client, prefix, shard_map, retry_budget_s=budget, replica_wait=wait
+            )
+        else:
+            from ..adapters.redis.shard_tags import refuse_other_layout
 
-    refuse_other_layout(client, prefix, budget)
-    return (
-        RedisJobQueue(client, prefix=prefix, retry_budget_s=budget, replica_wait=wait),
-        RedisJobStore(client, prefix=prefix, retry_budget_s=budget, replica_wait=wait),
-        RedisPresence(client, prefix=prefix, owns_client=True),
-    )
+            refuse_other_layout(client, prefix, budget)
+            queue = RedisJobQueue(client, prefix=prefix, retry_budget_s=budget, replica_wait=wait)
+            store = RedisJobStore(client, prefix=prefix, retry_budget_s=budget, replica_wait=wait)
+    except BaseException:
+        client.close()
+        raise
+    return queue, store, RedisPresence(client, prefix=prefix, owns_client=True)
 
 
 def make_tenancy(tenancy: TenancyConfig | None, url: str) -> TenantScope | None:

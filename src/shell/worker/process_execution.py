@@ -81,7 +81,7 @@ def run_in_process(
     child.start()
     with _LIVE_LOCK:
         _LIVE.add(child)
-    if _EXITING.is_set():  # started as the process exits: `_end_all` may have missed it
+    if _left_behind():  # started as the process exits: `_end_all` may have missed it
         _kill(child)
         _wait_for_exit()
     writer.close()  # the child holds the only writer: its end is EOF here
@@ -98,7 +98,7 @@ def run_in_process(
         try:
             outcome: Outcome = reader.recv()
         except EOFError:
-            if _EXITING.is_set():
+            if _left_behind():
                 _wait_for_exit()  # killed by `_end_all`: the attempt is left to its lease
             _end(child)
             message = f"its process ended without an answer (exit code {child.exitcode})"
@@ -109,6 +109,11 @@ def run_in_process(
             return Failed(ErrorInfo("invalid-result", message, retryable=False))
         _end(child)
         return outcome
+    except BaseException:
+        # Interrupted (a Ctrl-C in a drain on the main thread): the attempt ends with
+        # its process, as a handler on the main thread ends with the interrupt.
+        _kill(child)
+        raise
     finally:
         with _LIVE_LOCK:
             _LIVE.discard(child)
@@ -125,6 +130,12 @@ def _end_all() -> None:
         children = list(_LIVE)
     for child in children:
         _kill(child)
+
+
+def _left_behind() -> bool:
+    """Whether this process is exiting and this thread is one it leaves behind (not
+    the main thread, which may run an attempt from an exit hook of its own)."""
+    return _EXITING.is_set() and threading.current_thread() is not threading.main_thread()
 
 
 def _wait_for_exit() -> None:

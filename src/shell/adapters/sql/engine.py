@@ -10,6 +10,7 @@ Times are stored as integer microseconds since the Unix epoch, UTC (`to_micros`,
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from datetime import UTC, datetime, timedelta
@@ -195,16 +196,19 @@ def make_engine(
     return create_engine(parsed, **with_connect_timeout(parsed, options))
 
 
-#: How long a new PostgreSQL connection may take to open, unless the URL or the
-#: engine's `connect_args` say (libpq's own default waits as long as TCP does: a
-#: server that accepts and never answers held an operator command for two minutes).
+#: How long a new PostgreSQL connection may take to open, unless the URL, the
+#: engine's `connect_args` or `PGCONNECT_TIMEOUT` say (libpq's own default waits as
+#: long as TCP does: a server that accepts and never answers held an operator
+#: command for two minutes).
 CONNECT_TIMEOUT_S = 10
 
 
 def with_connect_timeout(url: URL, options: dict[str, Any]) -> dict[str, Any]:
     """`options` for a PostgreSQL engine, `CONNECT_TIMEOUT_S` added to its connect
-    arguments unless `url` or they already set one."""
+    arguments unless a timeout is set already. asyncpg calls it `timeout`."""
     connect_args = dict(options.get("connect_args") or {})
-    if "connect_timeout" not in url.query and "connect_timeout" not in connect_args:
-        connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
+    key = "timeout" if url.get_driver_name() == "asyncpg" else "connect_timeout"
+    given = {"connect_timeout", "timeout"} & (set(url.query) | set(connect_args))
+    if not given and not (key == "connect_timeout" and os.environ.get("PGCONNECT_TIMEOUT")):
+        connect_args[key] = CONNECT_TIMEOUT_S
     return {**options, "connect_args": connect_args}
