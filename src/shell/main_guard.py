@@ -12,51 +12,47 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 
 def only_under_main_guard(handler: Callable[..., Any]) -> bool:
     """True when `handler` belongs to `__main__` and its name is bound in the main
-    script only inside the `if __name__ == "__main__":` block."""
+    script inside the `if __name__ == "__main__":` block and nowhere else (any other
+    binding, at any depth, is taken to make it importable: the check refuses only
+    what surely fails)."""
     if getattr(handler, "__module__", None) != "__main__":
         return False
     name = getattr(handler, "__qualname__", "")
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     if not name or "." in name or not path:
         return False
-    try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+    try:  # bytes: the parser reads a BOM and a coding line itself
+        tree = ast.parse(Path(path).read_bytes())
+    except (OSError, SyntaxError, ValueError):
         return False
-    outside = set(_bound(tree.body, into_guard=False))
-    return name not in outside and name in set(_bound(tree.body, into_guard=True))
+    guards = [n for n in tree.body if isinstance(n, ast.If) and _is_main_guard(n.test)]
+    guarded = [node for g in guards for stmt in g.body for node in ast.walk(stmt)]
+    skip = {id(node) for node in guarded}
+    outside = {n for node in ast.walk(tree) if id(node) not in skip for n in _bound(node)}
+    return name not in outside and name in {n for node in guarded for n in _bound(node)}
 
 
-def _bound(body: Sequence[ast.stmt], *, into_guard: bool) -> Iterator[str]:
-    """The names `body` binds at module level, looking into compound statements (and
-    into the main guard's block only when `into_guard`)."""
-    for node in body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            yield node.name
-        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in targets:
-                yield from (n.id for n in ast.walk(target) if isinstance(n, ast.Name))
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            yield from ((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, ast.If) and _is_main_guard(node.test) and not into_guard:
-            yield from _bound(node.orelse, into_guard=into_guard)
-        else:
-            for field in ("body", "orelse", "finalbody", "handlers"):
-                inner = getattr(node, field, None)
-                if isinstance(inner, list):
-                    yield from _bound(
-                        [s for s in inner if isinstance(s, ast.stmt)]
-                        + [s for h in inner if isinstance(h, ast.ExceptHandler) for s in h.body],
-                        into_guard=into_guard,
-                    )
+def _bound(node: ast.AST) -> Iterator[str]:
+    """The names `node` itself binds (or declares global)."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        yield node.name
+    elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+        yield node.id
+    elif isinstance(node, ast.alias):
+        yield (node.asname or node.name).split(".")[0]
+    elif isinstance(node, ast.Global | ast.Nonlocal):
+        yield from node.names
+    elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+        yield node.name
+    elif isinstance(node, ast.MatchMapping) and node.rest:
+        yield node.rest
 
 
 def _is_main_guard(test: ast.expr) -> bool:

@@ -226,12 +226,18 @@ GUARDED = textwrap.dedent(
     def at_module_level(args):
         return 1
 
+    for _ in range(1):  # bound at module level too, in a loop's body
+        def in_a_loop(args):
+            return 3
+
     if __name__ == "__main__":
         def under_the_guard(args):
             return 2
 
+        in_a_loop = in_a_loop  # bound here as well: the child has it all the same
         registry = Registry()
         registry.register("fine", at_module_level, execution="process")
+        registry.register("looped", in_a_loop, execution="process")
         try:
             registry.register("lost", under_the_guard, execution="process")
         except ValidationError as refused:

@@ -370,6 +370,27 @@ def test_a_job_left_in_its_queues_old_shard_can_still_be_cancelled(
         after.close()
 
 
+def test_jobs_left_in_a_queues_old_shard_are_listed_and_cancelled_by_queue(
+    client: redis.RedisCluster,
+) -> None:
+    # A listing or a bulk cancel by queue looked in the queue's shard only: the job
+    # `status` counted was neither shown nor cancelled.
+    before = conveyor.build(_config(shards=3, queue_shards={"a": 0}), handlers={"add": _add})
+    try:
+        left = before.enqueue("add", {"a": 1, "b": 2}, queue="a")
+    finally:
+        before.close()
+    after = conveyor.build(_config(shards=3, queue_shards={"a": 1}), handlers={"add": _add})
+    try:
+        new = after.enqueue("add", {"a": 1, "b": 3}, queue="a")
+        listed = {v.job_id for v in after.list_jobs(queue="a")}
+        assert listed == {str(left.id), str(new.id)}
+        assert after.cancel_many(queue="a").cancelled == 2
+        assert after.get(left.id).state is JobStatus.CANCELLED
+    finally:
+        after.close()
+
+
 def test_shards_offer_every_role_one_redis_offers() -> None:
     """A role the sharded queue or store lacks would make the runtime treat sharded
     Redis as a backend without it (workflows refused, cases not run), not fail."""

@@ -568,14 +568,19 @@ def test_the_default_connect_timeout_gives_way_to_any_other_and_speaks_each_driv
     from conveyor.shell.adapters.sql.engine import CONNECT_TIMEOUT_S, with_connect_timeout
     from sqlalchemy import make_url
 
+    def connect_args(url: str, **options: Any) -> dict[str, Any]:
+        address, made = with_connect_timeout(make_url(url), options)
+        assert "connect_timeout" not in address.query or "asyncpg" not in url
+        return dict(made["connect_args"])
+
     monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
-    sync = make_url("postgresql+psycopg://u@db/jobs")
-    assert with_connect_timeout(sync, {})["connect_args"] == {"connect_timeout": CONNECT_TIMEOUT_S}
-    asyncpg = make_url("postgresql+asyncpg://u@db/jobs")
-    assert with_connect_timeout(asyncpg, {})["connect_args"] == {"timeout": CONNECT_TIMEOUT_S}
-    given = make_url("postgresql+psycopg://u@db/jobs?connect_timeout=3")
-    assert with_connect_timeout(given, {})["connect_args"] == {}
-    own = {"connect_args": {"connect_timeout": 30, "options": "-c x=1"}}
-    assert with_connect_timeout(sync, own)["connect_args"] == own["connect_args"]
+    sync, asyncpg = "postgresql+psycopg://u@db/jobs", "postgresql+asyncpg://u@db/jobs"
+    assert connect_args(sync) == {"connect_timeout": CONNECT_TIMEOUT_S}
+    assert connect_args(asyncpg) == {"timeout": CONNECT_TIMEOUT_S}
+    assert connect_args(sync + "?connect_timeout=3") == {}, "libpq reads the URL's"
+    assert connect_args(asyncpg + "?connect_timeout=3") == {"timeout": 3.0}
+    own = {"connect_timeout": 30, "options": "-c x=1"}
+    assert connect_args(sync, connect_args=own) == own
     monkeypatch.setenv("PGCONNECT_TIMEOUT", "45")
-    assert with_connect_timeout(sync, {})["connect_args"] == {}
+    assert connect_args(sync) == {}, "libpq reads the environment"
+    assert connect_args(asyncpg) == {"timeout": 45.0}

@@ -154,7 +154,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         runtime.close()
     more = len(views) > args.limit
     views = views[: args.limit]
-    note = f"showing the first {len(views):,} jobs; --limit N shows more" if more else None
+    jobs = "job" if len(views) == 1 else "jobs"
+    note = f"showing the first {len(views):,} {jobs}; --limit N shows more" if more else None
     if args.json:
         print(json.dumps([v.to_dict() for v in views], indent=2))
         if note is not None:

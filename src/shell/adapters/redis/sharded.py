@@ -224,12 +224,11 @@ class ShardedJobQueue:
         self, queue: str | None = None, place: Place | None = None, *, batch: int = 500
     ) -> Iterator[QueuedJob]:
         """The shards' scans merged into the order of one: place by place, and within
-        a place by what orders it in a shard (a queue's jobs are all in one shard)."""
-        if queue is not None:
-            return self.of(queue).scan(queue, place, batch=batch)
+        a place by what orders it in a shard. Every shard is read for one queue too: a
+        queue whose pin changed keeps the jobs queued before in its old shard."""
         return itertools.chain.from_iterable(
-            heapq.merge(*(s.scan(None, where, batch=batch) for s in self.shards), key=_ORDER[where])
-            for where in ([place] if place is not None else list(Place))
+            heapq.merge(*(s.scan(queue, w, batch=batch) for s in self.shards), key=_ORDER[w])
+            for w in ([place] if place is not None else list(Place))
         )
 
     def server_time(self) -> datetime:

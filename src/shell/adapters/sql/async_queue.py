@@ -65,10 +65,8 @@ class AsyncSqlQueue:
         options: dict[str, object] = {"hide_parameters": True}  # payloads hold secrets
         if pool_size is not None:
             options["pool_size"] = pool_size
-        address = async_url(url)
-        self.engine: AsyncEngine = create_async_engine(
-            address, **with_connect_timeout(address, options)
-        )
+        address, options = with_connect_timeout(async_url(url), options)
+        self.engine: AsyncEngine = create_async_engine(address, **options)
         # The sync adapter over the same engine: its statements and retry policy,
         # reused as they are.
         self._queue = SqlJobQueue(self.engine.sync_engine, schema=schema, lock_retry_s=lock_retry_s)

@@ -193,7 +193,8 @@ def make_engine(
         return engine
     # No pre-ping (a round trip per transaction): a dead pooled connection fails its
     # unit of work, which is then rerun on a fresh one (see `database.is_transient`).
-    return create_engine(parsed, **with_connect_timeout(parsed, options))
+    parsed, options = with_connect_timeout(parsed, options)
+    return create_engine(parsed, **options)
 
 
 #: How long a new PostgreSQL connection may take to open, unless the URL, the
@@ -203,12 +204,32 @@ def make_engine(
 CONNECT_TIMEOUT_S = 10
 
 
-def with_connect_timeout(url: URL, options: dict[str, Any]) -> dict[str, Any]:
-    """`options` for a PostgreSQL engine, `CONNECT_TIMEOUT_S` added to its connect
-    arguments unless a timeout is set already. asyncpg calls it `timeout`."""
+def with_connect_timeout(url: URL, options: dict[str, Any]) -> tuple[URL, dict[str, Any]]:
+    """`url` and `options` for a PostgreSQL engine, its connect arguments given
+    `CONNECT_TIMEOUT_S` unless the URL's `connect_timeout`, their own or
+    `PGCONNECT_TIMEOUT` set one. asyncpg calls it `timeout`, reads no environment
+    and is handed the URL's query as arguments: it is given what libpq would read."""
     connect_args = dict(options.get("connect_args") or {})
-    key = "timeout" if url.get_driver_name() == "asyncpg" else "connect_timeout"
-    given = {"connect_timeout", "timeout"} & (set(url.query) | set(connect_args))
-    if not given and not (key == "connect_timeout" and os.environ.get("PGCONNECT_TIMEOUT")):
+    asyncpg = url.get_driver_name() == "asyncpg"
+    key = "timeout" if asyncpg else "connect_timeout"
+    from_url = url.query.get("connect_timeout")
+    if asyncpg and from_url is not None:
+        url = url.difference_update_query(["connect_timeout"])
+    if {"connect_timeout", "timeout"} & (set(url.query) | set(connect_args)):
+        return url, {**options, "connect_args": connect_args}
+    given = from_url if from_url is not None else os.environ.get("PGCONNECT_TIMEOUT")
+    if given is None or given == "":
         connect_args[key] = CONNECT_TIMEOUT_S
-    return {**options, "connect_args": connect_args}
+    elif asyncpg:
+        connect_args[key] = _seconds(given)
+    return url, {**options, "connect_args": connect_args}
+
+
+def _seconds(given: str | tuple[str, ...]) -> float:
+    text = given if isinstance(given, str) else given[-1]
+    try:
+        return float(text)
+    except ValueError:
+        raise ValidationError.of(
+            "url", f"connect_timeout must be a number of seconds, got {text!r}"
+        ) from None
