@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -27,7 +27,7 @@ from ...ports import LimitedClaims, LimitUsage, Place, QueueCounts, QueuedJob
 from ...ports.claims import BadClaim, Claim
 from ...ports.workflows import Graph, WorkflowMembers
 from .queue import RedisJobQueue
-from .sharded_store import ShardedJobStore
+from .sharded_store import EARLIEST, ShardedJobStore
 
 _T = TypeVar("_T")
 
@@ -289,14 +289,12 @@ def _recorded(shard: RedisJobQueue, job_id: UUID) -> bool:
     return bool(shard._retrying(lambda: shard._client.exists(*keys)))
 
 
-_EARLIEST = datetime.min.replace(tzinfo=UTC)
-
 #: How one shard orders each place of its scan (see `RedisJobQueue.scan`): claims by
 #: their lease (the oldest first), ready and waiting jobs by queue name, parked ones
 #: by the time they come due.
 _ORDER: dict[Place, Callable[[QueuedJob], Any]] = {
-    Place.IN_FLIGHT: lambda e: e.locked_at or _EARLIEST,
+    Place.IN_FLIGHT: lambda e: e.locked_at or EARLIEST,
     Place.READY: lambda e: e.queue,
-    Place.SCHEDULED: lambda e: (e.job and e.job.run_at) or _EARLIEST,
+    Place.SCHEDULED: lambda e: (e.job and e.job.run_at) or EARLIEST,
     Place.WAITING: lambda e: e.queue,
 }

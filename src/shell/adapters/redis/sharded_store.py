@@ -28,11 +28,12 @@ from ..finish_signals import FinishWatch
 from .finishes import FinishListener
 from .store import RedisJobStore
 
-_EARLIEST = datetime.min.replace(tzinfo=UTC)
+#: Before every time a record or a queued job holds (the key of one with none).
+EARLIEST = datetime.min.replace(tzinfo=UTC)
 
 
 def _recency(job: Job) -> datetime:
-    return job.finished_at or job.started_at or job.created_at or _EARLIEST
+    return job.finished_at or job.started_at or job.created_at or EARLIEST
 
 
 def _newest_first(listings: Sequence[Sequence[Job]], limit: int) -> list[Job]:
