@@ -17,14 +17,28 @@ from pathlib import Path
 from typing import Any
 
 
-def only_under_main_guard(handler: Callable[..., Any]) -> bool:
-    """True when `handler` belongs to `__main__` and its name is bound in the main
-    script inside the `if __name__ == "__main__":` block and nowhere else (any other
-    binding, at any depth, is taken to make it importable: the check refuses only
-    what surely fails)."""
+def main_never_imported(handler: Callable[..., Any]) -> bool:
+    """True when `handler` belongs to a `__main__` that a spawned child does not
+    import at all: a package's `__main__.py` run with `python -m package`, or a
+    directory or zip archive run by path (multiprocessing leaves those out, as their
+    code runs unguarded)."""
     if getattr(handler, "__module__", None) != "__main__":
         return False
-    name = getattr(handler, "__qualname__", "")
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", None)
+    return isinstance(name, str) and (name == "__main__" or name.endswith(".__main__"))
+
+
+def only_under_main_guard(handler: Callable[..., Any]) -> bool:
+    """True when `handler` (or, for a callable instance, its class) belongs to
+    `__main__` and its name is bound in the main script inside the
+    `if __name__ == "__main__":` block and nowhere else (any other binding, at any
+    depth, is taken to make it importable: the check refuses only what surely fails)."""
+    if getattr(handler, "__module__", None) != "__main__":
+        return False
+    # A callable instance goes to the child by its class's name.
+    named = handler if hasattr(handler, "__qualname__") else type(handler)
+    name = getattr(named, "__qualname__", "")
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     if not name or "." in name or not path:
         return False

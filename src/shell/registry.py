@@ -36,7 +36,7 @@ from ..core import (
 )
 from ..core.errors import FieldError
 from ..core.validation import Limits
-from .main_guard import only_under_main_guard
+from .main_guard import main_never_imported, only_under_main_guard
 from .ports import Handler
 
 
@@ -111,6 +111,8 @@ def check_process_handler(handler: Callable[..., Any]) -> str | None:
         return "must be a module-level function to run in a process (it is sent by name)"
     if only_under_main_guard(handler):
         return 'is defined under `if __name__ == "__main__":`, which a process never runs'
+    if main_never_imported(handler):
+        return "is defined in a `__main__.py`, which a process never imports: move it to a module"
     return None
 
 

@@ -230,20 +230,30 @@ GUARDED = textwrap.dedent(
         def in_a_loop(args):
             return 3
 
+    class Doubler:
+        def __call__(self, args):
+            return 4
+
     if __name__ == "__main__":
         def under_the_guard(args):
             return 2
+
+        class Guarded:
+            def __call__(self, args):
+                return 5
 
         in_a_loop = in_a_loop  # bound here as well: the child has it all the same
         registry = Registry()
         registry.register("fine", at_module_level, execution="process")
         registry.register("looped", in_a_loop, execution="process")
-        try:
-            registry.register("lost", under_the_guard, execution="process")
-        except ValidationError as refused:
-            print("refused:", refused)
-        else:
-            print("accepted")
+        registry.register("instance", Doubler(), execution="process")
+        for job_type, handler in [("lost", under_the_guard), ("lost-instance", Guarded())]:
+            try:
+                registry.register(job_type, handler, execution="process")
+            except ValidationError as refused:
+                print("refused:", refused)
+            else:
+                print("accepted")
     """
 )
 
@@ -256,8 +266,47 @@ def test_a_handler_defined_under_the_main_guard_is_refused_for_a_process(tmp_pat
     ran = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True
     )
-    assert ran.stdout.startswith("refused: handler: for 'lost' is defined under"), ran.stdout
-    assert "which a process never runs" in ran.stdout
+    lost, lost_instance = ran.stdout.splitlines()
+    assert lost.startswith("refused: handler: for 'lost' is defined under"), ran.stdout
+    assert "which a process never runs" in lost
+    # A callable instance is sent by its class's name, so its class is what must be found.
+    assert lost_instance.startswith("refused: handler: for 'lost-instance' is defined under")
+
+
+PACKAGE_MAIN = textwrap.dedent(
+    """
+    from conveyor.core import ValidationError
+    from conveyor.shell.registry import Registry
+
+    def double(args):
+        return args["n"] * 2
+
+    try:
+        Registry().register("double", double, execution="process")
+    except ValidationError as refused:
+        print("refused:", refused)
+    else:
+        print("accepted")
+    """
+)
+
+
+def test_a_handler_of_a_packages_main_module_is_refused_for_a_process(tmp_path: Path) -> None:
+    # `python -m app` runs app/__main__.py, which a spawned child never imports: the
+    # handler was accepted and every attempt died unanswered ("process-died").
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    (tmp_path / "app" / "__main__.py").write_text(PACKAGE_MAIN)
+    ran = subprocess.run(
+        [sys.executable, "-m", "app"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=tmp_path,
+    )
+    assert ran.stdout.startswith("refused: handler: for 'double' is defined in a `__main__.py`")
+    assert "move it to a module" in ran.stdout
 
 
 INTERRUPTED = textwrap.dedent(
