@@ -9,7 +9,6 @@ heartbeat, however often the handler reports) and shows it beside the job.
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from typing import Any
 
@@ -42,8 +41,11 @@ def make_progress(fraction: object, value: object, at: datetime) -> Progress | F
     if fraction is not None:
         if isinstance(fraction, bool) or not isinstance(fraction, int | float):
             return FieldError("fraction", f"must be a number from 0 to 1, got {fraction!r}")
-        if not math.isfinite(fraction) or not 0 <= fraction <= 1:
-            return FieldError("fraction", f"must be from 0 to 1, got {fraction!r}")
+        # Compared as it is: NaN fails both bounds, and an int past any float has none.
+        if not 0 <= fraction <= 1:
+            # An int's digits past Python's limit cannot even be shown.
+            got = repr(fraction) if abs(fraction) < 10**20 else "a number past any float"
+            return FieldError("fraction", f"must be from 0 to 1, got {got}")
         fraction = float(fraction)
     frozen: Any = None
     if value is not None:
