@@ -81,6 +81,9 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         # `QUEUES` as given: Django's own reading makes a string a set of its letters.
         queues = params.get("QUEUES", self.queues)
         self.settings: BackendOptions = read_options(queues, self.options)
+        # Django's own check of a task's queue then agrees with Conveyor's reading; a bad
+        # QUEUES is reported once, by the system checks.
+        self.queues = set(self.settings.queues)
 
     # ---- configuration ----------------------------------------------------------
 
@@ -173,7 +176,7 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
 
     def _validate_task(self, task: Any) -> None:
         if self.queues and task.queue_name not in self.queues:
-            listed = ", ".join(sorted(map(str, self.queues)))
+            listed = ", ".join(sorted(self.queues))
             raise InvalidTask(
                 f"queue_name {task.queue_name!r} is not one of the backend's QUEUES ({listed})"
             )

@@ -66,12 +66,14 @@ class BackendOptions:
 def read_options(queues: Any, options: Any) -> BackendOptions:
     """`QUEUES` and `OPTIONS` of a `TASKS` entry, checked; never raises."""
     problems: list[FieldError] = []
-    names = tuple(sorted(queues)) if isinstance(queues, set | list | tuple | frozenset) else ()
+    listed = list(queues) if isinstance(queues, set | list | tuple | frozenset) else []
+    # Only the names are kept (and sorted): another value is reported, not compared.
+    names = tuple(sorted(name for name in listed if isinstance(name, str)))
     if isinstance(queues, str):
         problems.append(FieldError("QUEUES", "must be a list of queue names, not a string"))
-    elif not names:
+    elif not listed:
         problems.append(FieldError("QUEUES", "must name at least one queue"))
-    for name in names:
+    for name in listed:
         problem = check_name("QUEUES", name) if isinstance(name, str) else None
         if not isinstance(name, str):
             problem = FieldError("QUEUES", f"must hold queue names, got {name!r}")
