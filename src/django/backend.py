@@ -74,6 +74,8 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
     supports_async_task = True
     supports_get_result = True
     supports_priority = True
+    #: The queue names a task may name (Django's attribute, set to Conveyor's reading).
+    queues: set[str]
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
