@@ -139,6 +139,8 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
         except SchemaNotCurrent as exc:
             # The same problem, with the command a Django project runs.
             wording = str(exc).replace('"conveyor migrate', f'"python {self.migrate_command()}')
+            if _in_a_test_run():  # that command would migrate the real database
+                wording += f"; in tests, set TEST_RUNNER = {TEST_RUNNER!r}"
             raise ImproperlyConfigured(f"TASKS[{self.alias!r}]: {wording}") from exc
 
     def migrate_command(self) -> str:
@@ -328,6 +330,17 @@ class SharedRuntimes:
 
 
 RUNTIMES = SharedRuntimes()
+
+#: The test runner that gives each test database Conveyor's tables.
+TEST_RUNNER = "conveyor.django.testing.ConveyorTestRunner"
+
+
+def _in_a_test_run() -> bool:
+    """Whether Django's test environment is set up (`manage.py test`): it gives
+    `django.core.mail` an outbox, and takes it away at the end."""
+    from django.core import mail
+
+    return hasattr(mail, "outbox")
 
 
 def _as_json(value: Any, where: str) -> Any:

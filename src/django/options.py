@@ -239,7 +239,8 @@ def database_url(
         if text in ("", ":memory:") or "mode=memory" in text:
             raise ValueError(
                 "Conveyor's tables need a SQLite file: an in-memory database is one per "
-                "connection, so no worker would see the jobs"
+                "connection, so no worker would see the jobs (`manage.py test` makes one "
+                'unless TEST_RUNNER = "conveyor.django.testing.ConveyorTestRunner")'
             )
         return f"sqlite:///{text}"
     if engine.endswith("postgresql"):

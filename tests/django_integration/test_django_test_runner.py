@@ -147,3 +147,36 @@ def test_manage_py_test_runs_in_parallel_each_copy_with_conveyors_tables(tmp_pat
     done = _test_command(_project(tmp_path, copies=3), "--parallel", "2")
     assert done.returncode == 0, done.stderr[-4000:]
     assert "Ran 3 tests" in done.stderr and "OK" in done.stderr
+
+
+def test_without_the_runner_each_failure_names_the_runner_to_set(tmp_path: Path) -> None:
+    # On SQLite, conveyor.E002 said only that an in-memory database cannot hold the
+    # tables; on PostgreSQL the error said to run `conveyor migrate`, which migrates the
+    # real database, not the test one.
+    from conveyor.testing.postgres_server import fresh_database
+    from sqlalchemy import make_url
+
+    own = ("--testrunner", "django.test.runner.DiscoverRunner")
+    (tmp_path / "sqlite").mkdir()
+    (tmp_path / "postgresql").mkdir()
+    on_sqlite = _test_command(_project(tmp_path / "sqlite"), *own)
+    assert on_sqlite.returncode != 0
+    assert "conveyor.E002" in on_sqlite.stderr, on_sqlite.stderr[-4000:]
+    assert 'unless TEST_RUNNER = "conveyor.django.testing.ConveyorTestRunner"' in (
+        on_sqlite.stderr
+    )
+    url = make_url(fresh_database(prefix="conveyor_django_runner"))
+    on_postgresql = _test_command(
+        _project(tmp_path / "postgresql"),
+        *own,
+        PROBE_PG_NAME=str(url.database),
+        PROBE_PG_USER=str(url.username),
+        PROBE_PG_PASSWORD=str(url.password or ""),
+        PROBE_PG_HOST=str(url.host or url.query.get("host") or ""),
+        PROBE_PG_PORT=str(url.port or ""),
+    )
+    assert on_postgresql.returncode != 0
+    assert "manage.py conveyor migrate" in on_postgresql.stderr, on_postgresql.stderr[-4000:]
+    assert "in tests, set TEST_RUNNER = 'conveyor.django.testing.ConveyorTestRunner'" in (
+        on_postgresql.stderr
+    )
