@@ -360,6 +360,20 @@ def test_the_job_page_shows_a_running_jobs_claim_and_lease(rt: Runtime, client: 
     assert re.search(rf"{job.id}.*?<td class=\"num\">1</td>", listing, re.S)
 
 
+def test_a_running_job_asked_to_stop_offers_no_second_cancel(
+    rt: Runtime, client: TestClient
+) -> None:
+    # The Cancel button stayed, and pressing it again told of a new request.
+    job = rt.enqueue("ok", {})
+    assert rt.queue.dequeue("default", rt.clock.now()) is not None
+    cancel_form = f'action="/jobs/{job.id}/cancel"'
+    assert cancel_form in client.get(f"/jobs/{job.id}").text
+    assert post(client, f"/jobs/{job.id}/cancel").status_code == 303
+    page = client.get(f"/jobs/{job.id}").text
+    assert "running</span> · cancel requested" in page
+    assert cancel_form not in page
+
+
 def test_the_job_page_shows_args_and_result_only_on_request(
     rt: Runtime, client: TestClient
 ) -> None:

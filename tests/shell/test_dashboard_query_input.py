@@ -102,11 +102,11 @@ def sealed(done: str, count: str) -> str:
     """The query string a redirect of this server gives after an action."""
     from urllib.parse import unquote, urlencode
 
+    from conveyor.shell.dashboard.actions import sealed as server_sealed
     from conveyor.shell.dashboard.csrf import CsrfGuard
 
     count = unquote(count)  # as the server reads it: NOT_INT holds %-escapes
-    seal = CsrfGuard(SECRET).seal(f"{done}:{count}")
-    return urlencode({"done": done, "n": count, "seal": seal})
+    return urlencode(server_sealed("/dead", {"done": done, "n": count}, CsrfGuard(SECRET)))
 
 
 @pytest.mark.parametrize("count", [*NOT_INT, *NOT_ASCII, "abc", "-2", "+2", "1_000"])
@@ -128,6 +128,22 @@ def test_a_notice_this_server_did_not_seal_is_not_shown(rt: Runtime) -> None:
     assert "Purged" not in client.get("/dead?done=purged&n=303").text
     forged = sealed("purged", "303").replace("n=303", "n=304")
     assert "Purged" not in client.get(f"/dead?{forged}").text
+
+
+def test_a_notice_sealed_for_one_page_is_not_shown_on_another(rt: Runtime) -> None:
+    # The seal covered only the notice: a real cancel's redirect, put on a finished
+    # job's page (or the overview), told an operator that job was asked to stop.
+    client = client_for(rt, csrf_secret=SECRET)
+    cancelled, other = rt.enqueue("ok", {}, delay=3600), rt.enqueue("ok", {}, delay=3600)
+    token = re.search(r'name="csrf-token" content="([^"]+)"', client.get("/").text)
+    assert token is not None
+    answer = client.post(
+        f"/jobs/{cancelled.id}/cancel", data={CSRF_FIELD: token.group(1)}, follow_redirects=False
+    )
+    query = answer.headers["location"].partition("?")[2]
+    assert "Cancelled the job." in client.get(f"/jobs/{cancelled.id}?{query}").text
+    assert "Cancelled the job." not in client.get(f"/jobs/{other.id}?{query}").text
+    assert "Cancelled the job." not in client.get(f"/?{query}").text
 
 
 # ---- `page` ---------------------------------------------------------------------------

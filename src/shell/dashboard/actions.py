@@ -35,22 +35,28 @@ NOTICES = {
 }
 
 
-def notice_of(params: Mapping[str, str], guard: CsrfGuard) -> str:
-    """The line a redirect's `done` and `n` ask a page to show ("" for none, and for
-    a notice this server did not seal: a link cannot claim an action). `n` is only a
-    count to report: one that is no plain number reads as 1."""
+def notice_of(path: str, params: Mapping[str, str], guard: CsrfGuard) -> str:
+    """The line a redirect's `done` and `n` ask the page at `path` (within the
+    dashboard) to show: "" for none, and for a notice this server did not seal for
+    that page (a link cannot claim an action, nor carry one action's notice to
+    another page). `n` is only a count to report: one that is no plain number reads
+    as 1."""
     done, given = params.get("done", ""), params.get("n", "")
-    if not hmac.compare_digest(params.get("seal", ""), guard.seal(f"{done}:{given}")):
+    if not hmac.compare_digest(params.get("seal", ""), _seal(guard, path, done, given)):
         return ""
     count = whole_number(given or "1")
     return NOTICES.get(done, "").format(n=1 if count is None else count)
 
 
-def sealed(params: dict[str, Any], guard: CsrfGuard) -> dict[str, Any]:
-    """A redirect's query with its notice sealed (see `notice_of`)."""
+def sealed(path: str, params: dict[str, Any], guard: CsrfGuard) -> dict[str, Any]:
+    """The query of a redirect to `path` with its notice sealed (see `notice_of`)."""
     if "done" not in params:
         return params
-    return {**params, "seal": guard.seal(f"{params['done']}:{params.get('n', '')}")}
+    return {**params, "seal": _seal(guard, path, params["done"], params.get("n", ""))}
+
+
+def _seal(guard: CsrfGuard, path: str, done: object, count: object) -> str:
+    return guard.seal(f"{path}\n{done}:{count}")
 
 
 class Actions:

@@ -40,7 +40,8 @@ from .actions import Actions, confirmed_at, notice_of, sealed
 from .auth import AuthHook, BasicAuth, LoginThrottle
 from .csrf import CSRF_COOKIE, CSRF_FIELD, CsrfGuard
 from .gate import Gate, Refused
-from .reachability import DEFAULT_TIMEOUT_S, BackendReads, BackendUnavailable
+from .hosts import own_path
+from .reachability import DEFAULT_TIMEOUT_S, READ, BackendReads, BackendUnavailable
 from .rendering import SecurityHeaders, environment
 from .views import (
     BULK_LIMIT,
@@ -128,8 +129,8 @@ class Dashboard(Actions, WorkflowPages):
                 return refused
             try:
                 return await handler(request)
-            except BackendUnavailable as exc:
-                return self._error(request, 503, str(exc))
+            except Exception as exc:  # not a bare 500: the page says what failed
+                return self._error(request, 503, self.backend.failure_text(exc, READ))
 
         return guarded
 
@@ -147,10 +148,8 @@ class Dashboard(Actions, WorkflowPages):
                 return await handler(request, form)
             except ValidationError as exc:
                 return self._error(request, 400, str(exc))
-            except BackendUnavailable as exc:
-                return self._error(request, 503, str(exc))
             except Exception as exc:  # not a bare 500: the page says what failed
-                return self._error(request, 503, self.backend.failed_action(exc))
+                return self._error(request, 503, self.backend.failure_text(exc))
             finally:  # a retry or purge changes the dead letters the chart counted
                 self.chart.clear()
 
@@ -169,7 +168,7 @@ class Dashboard(Actions, WorkflowPages):
             csrf_token=self.csrf.token(nonce, request),
             read_only=self.read_only,
             live_every_ms=self.live_every_ms,
-            notice=notice_of(request.query_params, self.csrf),
+            notice=notice_of(own_path(request.scope), request.query_params, self.csrf),
             **context,
         )
         response = HTMLResponse(html, status)
@@ -193,7 +192,7 @@ class Dashboard(Actions, WorkflowPages):
         )
 
     def _redirect(self, request: Request, path: str, **params: Any) -> Response:
-        query = f"?{urlencode(sealed(params, self.csrf))}" if params else ""
+        query = f"?{urlencode(sealed(path, params, self.csrf))}" if params else ""
         return RedirectResponse(f"{self._base(request)}{path}{query}", 303)
 
     def _filters(self, request: Request, *, with_state: bool = True) -> Filters | HTMLResponse:

@@ -20,9 +20,14 @@ from urllib.parse import urlsplit
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .rendering import SecurityHeaders
+
 #: The names of this machine's loopback addresses, as a browser sends them.
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
+
+#: The most of a refused `Host` the refusal repeats.
+SHOWN_HOST_CHARS = 100
 
 #: Answered whatever the `Host`: a load balancer's or Kubernetes' probe names the
 #: address it reaches, not the dashboard's name, and the page tells nothing.
@@ -88,7 +93,7 @@ class HostCheck:
         if (
             scope["type"] not in ("http", "websocket")
             or "*" in self.allowed
-            or _own_path(scope) in UNCHECKED_PATHS
+            or own_path(scope) in UNCHECKED_PATHS
         ):
             await self.app(scope, receive, send)
             return
@@ -97,15 +102,18 @@ class HostCheck:
             await self.app(scope, receive, send)
             return
         names = ", ".join(sorted(self.allowed))
+        shown = header if len(header) <= SHOWN_HOST_CHARS else header[:SHOWN_HOST_CHARS] + "…"
         refused = PlainTextResponse(
-            f"this dashboard answers to {names} only, not to the Host {header!r} "
+            f"this dashboard answers to {names} only, not to the Host {shown!r} "
             "(conveyor dashboard --allowed-host NAME, or [dashboard] allowed_hosts)\n",
             status_code=400,
         )
-        await refused(scope, receive, send)
+        # The refusal carries the headers every other response does (it is answered
+        # before the dashboard's own app, which adds them).
+        await SecurityHeaders(refused)(scope, receive, send)
 
 
-def _own_path(scope: Scope) -> str:
+def own_path(scope: Scope) -> str:
     """The request's path within the dashboard (mounted under a prefix, the path
     still starts with it: Starlette's `root_path`)."""
     path, root = str(scope.get("path", "")), str(scope.get("root_path", ""))

@@ -41,6 +41,12 @@ _log = logging.getLogger("conveyor.dashboard")
 DEFAULT_TIMEOUT_S = 2.0
 
 
+#: What `failure_text` says the backend did not do, by default.
+ACTION = "carry out the action"
+#: What it says of a page's read.
+READ = "answer the read for this page"
+
+
 class BackendUnavailable(Exception):
     """The backend could not be reached, or did not answer in time: one line for the
     page, naming the backend and its masked address."""
@@ -108,18 +114,20 @@ class BackendReads:
                 "once it is back."
             ) from None
 
-
-    def failed_action(self, exc: Exception) -> str:
-        """The one line a page says when the backend failed an action for a reason other
-        than an outage (a locked SQLite file, say): what failed and why, password masked.
-        The traceback goes to the log."""
-        _log.error("a dashboard action failed", exc_info=exc)
+    def failure_text(self, exc: Exception, what: str = ACTION) -> str:
+        """The one line a page says when the backend failed an action (or a page's read:
+        `what` it did not do): an outage's own line, or for any other reason (a locked
+        SQLite file, its folder removed) what failed and why, password masked, with the
+        traceback to the log."""
+        if isinstance(exc, BackendUnavailable):
+            return str(exc)
+        _log.error("a dashboard %s failed", "action" if what == ACTION else "read", exc_info=exc)
         cause = exc.__cause__ or exc.__context__
         why = f"{type(exc).__name__}: {exc}"
         if cause is not None:
             why += f" ({type(cause).__name__}: {cause})"
         detail = one_line(redact(why, self._secrets))
-        return f"{self._backend} did not carry out the action: {detail[:400]}"
+        return f"{self._backend} did not {what}: {detail[:400]}"
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
