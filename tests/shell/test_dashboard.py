@@ -446,10 +446,16 @@ def test_retry_revives_one_dead_letter(rt: Runtime, client: TestClient) -> None:
     assert view is not None and view.state is JobStatus.PENDING
 
 
-def test_retrying_a_job_that_is_not_a_dead_letter_is_a_400(rt: Runtime, client: TestClient) -> None:
-    job = rt.enqueue("ok", {})
-    answer = post(client, "/dead/retry", job_id=str(job.id))
-    assert answer.status_code == 400 and "is not a dead letter" in answer.text
+def test_retrying_a_job_that_is_not_a_dead_letter_is_a_409_as_purging_it_is(
+    rt: Runtime, client: TestClient
+) -> None:
+    # A retry answered 400 (a bad request) where a purge of the same job answers 409.
+    for job_id in (str(rt.enqueue("ok", {}).id), "6f1c2a53-0d4e-4b7a-9a51-3c8e2f0b9d17"):
+        retried = post(client, "/dead/retry", job_id=job_id)
+        assert retried.status_code == 409 and "is not a dead letter" in retried.text
+        assert post(client, "/dead/purge", job_id=job_id).status_code == 409
+    malformed = post(client, "/dead/retry", job_id="not-a-uuid")
+    assert malformed.status_code == 400 and "job_id" in malformed.text
 
 
 def test_purge_deletes_one_dead_letter(rt: Runtime, client: TestClient) -> None:

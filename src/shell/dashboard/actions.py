@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from ...core import CancelResult, FieldError, ValidationError
+from ...core.validation import parse_job_id
 from ..runtime import Runtime
 from .csrf import CsrfGuard
 from .reachability import BackendReads
@@ -81,7 +82,13 @@ class Actions:
         return self._error(request, 409, f"Job {job_id} has finished or is unknown: not cancelled.")
 
     async def dead_retry(self, request: Request, form: dict[str, str]) -> Response:
-        job = await self.backend.act(self.runtime.retry_dead, form.get("job_id", ""))
+        job_id = parse_job_id(form.get("job_id", ""))
+        if isinstance(job_id, FieldError):
+            raise ValidationError((job_id,))
+        try:
+            job = await self.backend.act(self.runtime.retry_dead, job_id)
+        except ValidationError as refused:  # the job's state, as a purge's 409 says
+            return self._error(request, 409, str(refused))
         return self._redirect(request, f"/jobs/{job.id}", done="retried", n=1)
 
     async def dead_purge(self, request: Request, form: dict[str, str]) -> Response:
