@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import logging
 import os
 import re
 import subprocess
@@ -1169,3 +1170,21 @@ def test_the_dashboard_password_from_the_config_file_is_masked_in_its_repr() -> 
     config = parse_config({"dashboard": {"basic_auth": "ops:s3cret"}})
     assert config.dashboard.basic_auth == "ops:s3cret"
     assert "s3cret" not in repr(config)
+
+
+@pytest.mark.parametrize(("host", "warned"), [("127.0.0.2", False), ("0.0.0.0", True)])
+def test_only_a_dashboard_reachable_from_other_machines_warns_of_no_authentication(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, host: str,
+    warned: bool,
+) -> None:
+    # 127.0.0.2, a loopback address the dashboard itself holds to the loopback names,
+    # was warned of as if reachable from anywhere.
+    from conveyor.shell import cli
+
+    monkeypatch.delenv("CONVEYOR_DASHBOARD_BASIC_AUTH", raising=False)
+    _served(monkeypatch)
+    config = _config_file(tmp_path, f'host = "{host}"')
+    with caplog.at_level(logging.WARNING):
+        assert cli.main(["--config", config, "dashboard"]) == 0
+    said = [r.getMessage() for r in caplog.records if "no authentication" in r.getMessage()]
+    assert bool(said) is warned, said

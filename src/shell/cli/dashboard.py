@@ -25,7 +25,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     import_extra("jinja2", "jinja2", "dashboard")
     dashboard = import_extra("..dashboard", "starlette", "dashboard")
     uvicorn = import_extra("uvicorn", "uvicorn", "dashboard")
-    from ..dashboard.hosts import HostCheck, names_of_loopback
+    from ..dashboard.hosts import HostCheck, is_loopback, names_of_loopback
     # The flags win over the environment, which wins over the config file's [dashboard].
     defaults = load_config(args.config).dashboard
     host = defaults.host if args.host is None else args.host
@@ -46,7 +46,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         raise ValidationError.of("--port", f"must be from 1 to 65535, got {port}")
     runtime = command_runtime(args, startup_timeout_s=None, reads_only=True)
     try:
-        if auth is None and host not in ("127.0.0.1", "localhost", "::1"):
+        if auth is None and not is_loopback(host):
             log.warning(
                 "the dashboard listens on %s with no authentication: give --basic-auth "
                 "or %s, or put it behind a proxy that authenticates",
