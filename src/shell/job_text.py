@@ -6,6 +6,7 @@ import json
 
 from ..core import MAX_ATTEMPTS_KEPT, Attempt, thaw
 from .job_view import JobView
+from .terminal import clipped
 
 
 def attempt_line(attempt: Attempt) -> str:
@@ -19,7 +20,7 @@ def attempt_line(attempt: Attempt) -> str:
     line = ", ".join(parts)
     error = attempt.error
     if error is not None:
-        first = error.message.splitlines()[0][:200] if error.message else ""
+        first = clipped(error.message.splitlines()[0], 200) if error.message else ""
         line += f": {error.type}: {first}"
     return line
 
@@ -118,7 +119,7 @@ def summary_row(view: JobView) -> tuple[object, ...]:
     elif view.next_run_at is not None:
         note = f"due {view.next_run_at.isoformat(timespec='seconds')}"
     elif job is not None and job.last_error is not None and view.state.is_terminal:
-        note = f"{job.last_error.type}: {job.last_error.message[:60]}"
+        note = f"{job.last_error.type}: {clipped(job.last_error.message, 60)}"
     else:
         note = view.problem
     return (

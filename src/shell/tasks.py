@@ -85,6 +85,11 @@ def _check_defaults(job_type: str, defaults: Mapping[str, Any]) -> None:
     """Refuse unknown options and invalid values when the task is declared, not at
     its first enqueue: the defaults make one `EnqueueOptions`, and a probe job."""
     unknown = set(defaults) - ENQUEUE_OPTIONS
+    if "after" in unknown:  # each job waits for jobs of its own
+        raise TypeError(
+            f"task {job_type!r}: after= is given where a job is enqueued "
+            "(task.enqueue(args, after=[...])), not where the task is declared"
+        )
     if unknown:
         raise TypeError(f"task {job_type!r}: unexpected options: {sorted(unknown)}")
     EnqueueOptions.of(defaults).job(job_type, None, datetime.now(UTC))

@@ -36,6 +36,12 @@ def escape_lines(text: str) -> str:
     return "\n".join(escape(line) for line in text.split("\n"))
 
 
+def clipped(text: str, limit: int) -> str:
+    """`text`, or its first `limit - 1` characters and "…" when it is longer: a cut
+    that shows (a message cut at "for 30" of "for 3000 ms" read as 30)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def cell(value: object) -> str:
     """One table cell: `-` for None, else the value's text on one line, escaped."""
     return "-" if value is None else escape(str(value))

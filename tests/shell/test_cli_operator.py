@@ -137,6 +137,26 @@ def test_dead_list_jobs_list_and_job_show_escape_error_messages(
     assert "\\x1b[31mred\\x07" in shown and "in boom" in shown
 
 
+def _waits(args: Any) -> None:
+    raise TimeoutError("no handler answered for " + "3" * 70 + " ms")
+
+
+def test_a_message_cut_to_fit_a_listing_shows_where_it_was_cut(
+    tmp_path: Path, run: Callable[..., Ran]
+) -> None:
+    # It was cut without a mark: "for 333" read as the whole figure.
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    (tmp_path / "conveyor.toml").write_text(config_text(url))
+    runtime = conveyor.build({"provider": "db", "url": url}, handlers={"waits": _waits}, env={})
+    runtime.enqueue("waits", {}, max_retries=0)
+    runtime.drain()
+    runtime.close()
+    for args in (("dead", "list"), ("jobs", "list", "--state", "dead")):
+        listing = ok(run(tmp_path, *args))
+        assert "no handler answered for 333" in listing
+        assert "3…" in listing and "3 ms" not in listing, listing
+
+
 def test_json_output_keeps_the_text_and_escapes_it_as_json(
     site: Path, run: Callable[..., Ran]
 ) -> None:

@@ -113,6 +113,13 @@ def test_an_unknown_option_is_refused_when_the_task_is_declared() -> None:
         mine.task(name="send", quue="emails")(lambda args: None)
 
 
+def test_after_at_the_declaration_is_refused_saying_where_it_goes() -> None:
+    # It was refused as any unknown option, with no word of where `after` is taken.
+    mine = Tasks()
+    with pytest.raises(TypeError, match=r"task 'a': after= is given where a job is enqueued"):
+        mine.task(name="a", after=[])(lambda args: None)
+
+
 def test_a_bad_default_is_refused_when_the_task_is_declared() -> None:
     mine = Tasks()
     with pytest.raises(ValidationError) as info:

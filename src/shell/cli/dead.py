@@ -22,7 +22,7 @@ from ..dead_letters import count_dead, dead_filter, purge_matching, retry_matchi
 from ..lookup import attempt_dict
 from ..notices import notice
 from ..ports import HistoryFilter, UniqueKeyHeld
-from ..terminal import escape, print_table
+from ..terminal import clipped, escape, print_table
 from .runtime import limit_problem
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ def _list(runtime: Runtime, args: argparse.Namespace) -> int:
                 j.job_type,
                 j.tenant_id,
                 j.last_error.type if j.last_error else None,
-                (j.last_error.message[:60] if j.last_error else None),
+                (clipped(j.last_error.message, 60) if j.last_error else None),
                 j.finished_at.isoformat(timespec="seconds") if j.finished_at else None,
             )
             for j in jobs

@@ -114,11 +114,13 @@ def edges_for(
     return tuple(edges)
 
 
-def check_waiting_options(options: EnqueueOptions, field: str) -> None:
+def check_waiting_options(
+    options: EnqueueOptions, field: str, why: str = "a job that waits for others cannot have one"
+) -> None:
     """Refuse the options a job that waits cannot have: it runs when released, so a
     `run_at` or `delay` has no meaning, and a unique key is not kept on waiting jobs."""
     errors = [
-        FieldError(f"{field}.{name}", "a job that waits for others cannot have one")
+        FieldError(f"{field}.{name}", why)
         for name in ("run_at", "delay", "unique_key")
         if getattr(options, name) is not None
     ]
@@ -201,7 +203,9 @@ class Workflow:
         entries = tuple(after)
         keyed = chosen.unique_key is not None
         self._check_key(keyed, entries, field)
-        check_waiting_options(attrs.evolve(chosen, unique_key=None), field)
+        # A root too: the workflow's steps start as it is written or as they are released.
+        why = "a workflow's step cannot have one: it runs once the workflow releases it"
+        check_waiting_options(attrs.evolve(chosen, unique_key=None), field, why)
         if chosen.id is not None:
             raise ValidationError.of(f"{field}.id", "a workflow gives its jobs their ids")
         # The keyed root takes the workflow's id as its job id: whoever finds the key
