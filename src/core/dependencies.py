@@ -240,3 +240,27 @@ def settle_new(
         if not progressed:
             raise ValueError("settle_new needs a graph without cycles (check_graph first)")
     return [settled[job.id] for job, _ in members]
+
+
+class WorkflowOutcome(enum.Enum):
+    """Where a workflow stands as a whole (`workflow_outcome`)."""
+
+    RUNNING = "running"  # a member has yet to end
+    COMPLETED = "completed"  # every member completed
+    FAILED = "failed"  # every member ended, one of them a dead letter
+    CANCELLED = "cancelled"  # every member ended, none dead, one cancelled or skipped
+
+
+def workflow_outcome(states: Iterable[JobStatus | None]) -> WorkflowOutcome:
+    """A workflow's outcome from its members' states. A member whose record is gone
+    (None: pruned, which only an ended one is) counts as ended, its end unknown; a
+    dead letter makes the workflow failed even when dependents under `ignore` ran on,
+    since one of its jobs never did its work."""
+    known = [state for state in states if state is not None]
+    if any(not state.is_terminal for state in known):
+        return WorkflowOutcome.RUNNING
+    if JobStatus.FAILED in known:
+        return WorkflowOutcome.FAILED
+    if JobStatus.CANCELLED in known:
+        return WorkflowOutcome.CANCELLED
+    return WorkflowOutcome.COMPLETED

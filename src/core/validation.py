@@ -81,7 +81,8 @@ def parse_job_id(value: object, field: str = "job_id") -> UUID | FieldError:
     except ValueError:
         # ascii() keeps a control character or a lone surrogate from breaking the line.
         shown = ascii(value if len(value) <= 60 else value[:60] + "...")
-        return FieldError(field, f"{shown} is not a job id (a UUID)")
+        noun = "workflow id" if field == "workflow_id" else "job id"
+        return FieldError(field, f"{shown} is not a {noun} (a UUID)")
 
 
 def freeze_args(

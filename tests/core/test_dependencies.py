@@ -17,11 +17,13 @@ from conveyor.core.dependencies import (
     OnFailure,
     Release,
     SkipDependent,
+    WorkflowOutcome,
     check_graph,
     decide_release,
     settle,
     settle_new,
     waiting,
+    workflow_outcome,
 )
 from core_support import NOW, make_job
 from hypothesis import given
@@ -180,3 +182,36 @@ def test_members_waiting_for_unfinished_jobs_wait() -> None:
     running = attrs.evolve(make_job(id=UUID(int=70)), status=JobStatus.RUNNING)
     ra, rb = settle_new([(a, []), (b, [Edge(b.id, a.id), Edge(b.id, running.id)])], {}, NOW)
     assert ra.status is JobStatus.PENDING and rb.status is JobStatus.WAITING
+
+
+# ---- a workflow's outcome --------------------------------------------------------------
+
+S = JobStatus
+
+
+@pytest.mark.parametrize(
+    ("states", "outcome"),
+    [
+        ([S.COMPLETED, S.RUNNING], WorkflowOutcome.RUNNING),
+        ([S.FAILED, S.WAITING], WorkflowOutcome.RUNNING),
+        ([S.COMPLETED, S.RETRYING], WorkflowOutcome.RUNNING),
+        ([S.COMPLETED, S.COMPLETED], WorkflowOutcome.COMPLETED),
+        ([S.COMPLETED, None], WorkflowOutcome.COMPLETED),
+        # A dependent under `ignore` ran on, but one job never did its work.
+        ([S.FAILED, S.COMPLETED], WorkflowOutcome.FAILED),
+        ([S.FAILED, S.CANCELLED], WorkflowOutcome.FAILED),
+        ([S.CANCELLED, S.COMPLETED], WorkflowOutcome.CANCELLED),
+    ],
+)
+def test_a_workflow_runs_until_each_member_ends_then_tells_the_worst_end(
+    states: list[JobStatus | None], outcome: WorkflowOutcome
+) -> None:
+    assert workflow_outcome(states) is outcome
+
+
+@given(st.lists(st.sampled_from([*JobStatus, None]), min_size=1))
+def test_a_workflow_is_running_exactly_while_a_member_has_not_ended(
+    states: list[JobStatus | None],
+) -> None:
+    running = any(s is not None and not s.is_terminal for s in states)
+    assert (workflow_outcome(states) is WorkflowOutcome.RUNNING) is running

@@ -41,8 +41,13 @@ def test_show_lists_each_job_state_and_what_it_waits_for(project: Path, capsys) 
         ("merge", "waiting"),
     ]
     assert shown["members"][1]["waits_for"] == [{"job": "fetch", "on_failure": "skip"}]
+    assert shown["state"] == "running"
     text = call_main(capsys, "workflow", "show", str(wf.id))
     assert "fetch (skip)" in text.stdout and "1 waiting" in text.stdout
+    assert "workflow running; 2 jobs:" in text.stdout
+    rt.drain()
+    done = call_main(capsys, "workflow", "show", str(wf.id), "--json")
+    assert json.loads(done.stdout)["state"] == "completed"
     rt.close()
 
 
@@ -68,7 +73,8 @@ def test_cancel_ends_every_unfinished_job_and_an_unknown_id_is_an_error(
     assert missing.returncode == 1 and "no workflow" in missing.stderr
     bad = call_main(capsys, "workflow", "show", "not-an-id")
     assert bad.returncode == 2
-    assert "workflow_id: 'not-an-id' is not a job id" in bad.stderr, "named as given"
+    # It was called a job id.
+    assert "workflow_id: 'not-an-id' is not a workflow id" in bad.stderr, "named as given"
     rt.close()
 
 

@@ -144,6 +144,8 @@ def test_the_states_drawn_follow_the_jobs_as_they_run(rt: Runtime) -> None:
     assert summary is not None
     spans = re.findall(r'<span class="state (\w+)">(\d+) \1</span>', summary.group(1))
     assert dict(spans) == {"completed": "3", "failed": "1", "cancelled": "1", "skipped": "1"}
+    # The workflow as a whole: every job ended, one of them a dead letter.
+    assert '<span class="state failed" id="workflow-state">failed</span>' in summary.group(1)
     # A finished workflow has nothing left to cancel; the error is shown as text.
     assert "cancel-workflow" not in page
     assert "<script>window.__xss=1</script>" not in page

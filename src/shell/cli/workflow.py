@@ -60,5 +60,5 @@ def cmd_workflow(args: argparse.Namespace) -> int:
     ]
     print_table(["name", "job id", "state", "waits for (on failure)", "error"], rows)
     totals = ", ".join(f"{n} {s}" for s, n in sorted(state.counts.items()))
-    print(f"\n{len(rows)} jobs: {totals}")
+    print(f"\nworkflow {state.state.value}; {len(rows)} jobs: {totals}")
     return 0

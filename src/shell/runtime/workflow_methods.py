@@ -16,7 +16,7 @@ from uuid import UUID
 import attrs
 
 from ...core import CancelResult, Job, JobStatus, ValidationError
-from ...core.dependencies import Edge
+from ...core.dependencies import Edge, WorkflowOutcome, workflow_outcome
 from ..inputs import Inputs, read_inputs
 from ..lookup import find_jobs
 from ..ports import JobQueue, JobStore
@@ -51,6 +51,12 @@ class WorkflowState:
     members: tuple[MemberState, ...]
 
     @property
+    def state(self) -> WorkflowOutcome:
+        """Where the workflow stands as a whole: running until every member has
+        ended, then completed, failed (a member went dead) or cancelled."""
+        return workflow_outcome(member.state for member in self.members)
+
+    @property
     def counts(self) -> Mapping[str, int]:
         """How many members are in each state."""
         out: dict[str, int] = {}
@@ -62,6 +68,7 @@ class WorkflowState:
     def as_dict(self) -> dict[str, Any]:
         return {
             "workflow_id": str(self.workflow_id),
+            "state": self.state.value,
             "counts": dict(self.counts),
             "members": [
                 {
