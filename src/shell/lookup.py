@@ -27,6 +27,7 @@ from .job_text import SUMMARY_HEADERS, attempt_line, describe, summary_row
 from .job_view import JobView, attempt_dict, view_of_entry, view_of_record
 from .ports import (
     CancellingJobQueue,
+    FindingManyJobQueue,
     HistoryFilter,
     JobQueue,
     JobStore,
@@ -122,14 +123,21 @@ def find_job(queue: JobQueue, store: JobStore, job_id: UUID, lease: timedelta) -
 def find_jobs(
     queue: JobQueue, store: JobStore, job_ids: Sequence[UUID], lease: timedelta
 ) -> dict[UUID, JobView | None]:
-    """`find_job` of each of `job_ids`, the finished ones read from the store together
-    (one round trip where the store can); the others one by one, queue first."""
+    """`find_job` of each of `job_ids`: the finished ones read from the store together
+    (one round trip where the store can), then the others from the queue together
+    where it can find many at once; one not found there (finished since, or revived)
+    is looked for on its own."""
     records = records_of(store, job_ids)
+    finished = {i for i, record in records.items() if record.status.is_terminal}
+    rest = [job_id for job_id in job_ids if job_id not in finished]
+    entries = queue.find_many(rest) if isinstance(queue, FindingManyJobQueue) and rest else {}
     found: dict[UUID, JobView | None] = {}
     for job_id in job_ids:
-        record = records.get(job_id)
-        if record is not None and record.status.is_terminal:
-            found[job_id] = view_of_record(record)
+        entry = entries.get(job_id)
+        if job_id in finished:
+            found[job_id] = view_of_record(records[job_id])
+        elif entry is not None:
+            found[job_id] = _with_claim_notes(queue, view_of_entry(entry, lease), job_id)
         else:
             found[job_id] = find_job(queue, store, job_id, lease)
     return found

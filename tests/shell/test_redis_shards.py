@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -136,6 +137,18 @@ def test_every_job_runs_once_and_is_read_back_from_its_shard(client: redis.Redis
         assert runs == Counter(range(90))
         assert all(runtime.store.get(job.id) is not None for job in [*jobs, *many])
         assert runtime.prune(older_than_ms=0, dry_run=True) == 90
+    finally:
+        runtime.close()
+
+
+def test_many_jobs_are_found_in_whichever_shards_hold_them(client: redis.RedisCluster) -> None:
+    runtime = conveyor.build(_sharded(), handlers={"add": _add})
+    try:
+        jobs = [runtime.enqueue("add", {"n": n}, queue="abc"[n % 3]) for n in range(9)]
+        ids = [uuid.uuid4(), *[job.id for job in jobs]]
+        found = runtime.queue.find_many(ids)
+        assert found == {job.id: runtime.queue.find(job.id) for job in jobs}
+        assert {entry.queue for entry in found.values()} == {"a", "b", "c"}
     finally:
         runtime.close()
 

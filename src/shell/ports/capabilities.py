@@ -1,11 +1,10 @@
 """Optional capabilities of a queue beyond claiming: cancelling jobs, waking an idle
-worker instead of being polled (and ending its wait early), and keeping a running
-job's progress. Callers ask
-with `isinstance`."""
+worker instead of being polled (and ending its wait early), keeping a running job's
+progress, and finding many jobs in one read. Callers ask with `isinstance`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 from uuid import UUID
@@ -13,6 +12,7 @@ from uuid import UUID
 from ...core import Job
 from .claims import BadClaim, Claim
 from .queue import FinishingJobQueue, JobQueue
+from .reads import QueuedJob
 
 
 @runtime_checkable
@@ -109,4 +109,14 @@ class FileBackedJobQueue(JobQueue, Protocol):
 
     def lost_database(self) -> str | None:
         """Why the file this queue uses is no longer the one at its path, or None."""
+        ...
+
+
+@runtime_checkable
+class FindingManyJobQueue(JobQueue, Protocol):
+    """A queue that finds many jobs in one read (or one per batch): a large
+    workflow's members, shown while it runs."""
+
+    def find_many(self, job_ids: Sequence[UUID]) -> Mapping[UUID, QueuedJob]:
+        """Read-only: `find` of each of `job_ids`, holding only those the queue holds."""
         ...

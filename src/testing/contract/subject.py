@@ -14,6 +14,7 @@ from ...shell.executor import Executor
 from ...shell.ports import (
     BatchingJobQueue,
     CancellingJobQueue,
+    FindingManyJobQueue,
     FinishingJobQueue,
     LimitedJobQueue,
     LimitReportingJobQueue,
@@ -98,6 +99,9 @@ LIMIT_REPORTING = Need(
     lambda s: _finishes(s) and isinstance(s.queue, LimitReportingJobQueue),
 )
 WAKING = Need("a WakingJobQueue (wait_for_work)", lambda s: isinstance(s.queue, WakingJobQueue))
+FINDING_MANY = Need(
+    "a FindingManyJobQueue (find_many)", lambda s: isinstance(s.queue, FindingManyJobQueue)
+)
 TRANSACTIONAL = Need(
     "a TransactionalJobQueue and the subject's engine",
     lambda s: isinstance(s.queue, TransactionalJobQueue) and s.engine is not None,

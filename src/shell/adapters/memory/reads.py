@@ -4,7 +4,7 @@ Each is one snapshot under the queue's lock."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from uuid import UUID
 
@@ -50,6 +50,12 @@ class Reads(QueueState):
     def find(self, job_id: UUID) -> QueuedJob | None:
         with self._lock:
             return self._find(job_id)
+
+    def find_many(self, job_ids: Sequence[UUID]) -> dict[UUID, QueuedJob]:
+        """`find` of each id, under one hold of the lock."""
+        with self._lock:
+            found = {job_id: self._find(job_id) for job_id in job_ids}
+        return {job_id: entry for job_id, entry in found.items() if entry is not None}
 
     def scan(
         self, queue: str | None = None, place: Place | None = None, *, batch: int = 500

@@ -5,7 +5,7 @@ server's clock. None of them moves a job."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
@@ -92,6 +92,15 @@ class Reading(RedisQueueBase):
         fields = self._retrying(lambda: self._client.hmget(key, LOOKUP_FIELDS))
         return queued(str(job_id), cast(list[bytes | None], fields))
 
+    def find_many(self, job_ids: Sequence[UUID]) -> dict[UUID, QueuedJob]:
+        """`find` of each id, 500 hashes per pipelined round trip."""
+        found: dict[UUID, QueuedJob] = {}
+        ids = [str(job_id) for job_id in dict.fromkeys(job_ids)]
+        for start in range(0, len(ids), 500):
+            for entry in self._hashes(ids[start : start + 500], None):
+                found[UUID(entry.job_id)] = entry
+        return found
+
     def scan(
         self, queue: str | None = None, place: Place | None = None, *, batch: int = 500
     ) -> Iterator[QueuedJob]:
@@ -150,7 +159,8 @@ class Reading(RedisQueueBase):
         read = self._client.zrange if sorted_set else self._client.lrange
         return cast(list[bytes], self._retrying(lambda: read(key, first, last)))
 
-    def _hashes(self, ids: list[str], place: Place) -> list[QueuedJob]:
+    def _hashes(self, ids: list[str], place: Place | None) -> list[QueuedJob]:
+        """The queued jobs of `ids` (those in `place`, unless None), in one round trip."""
         if not ids:
             return []
 
@@ -163,4 +173,4 @@ class Reading(RedisQueueBase):
         found = (
             queued(job_id, fields) for job_id, fields in zip(ids, self._retrying(read), strict=True)
         )
-        return [entry for entry in found if entry is not None and entry.place is place]
+        return [e for e in found if e is not None and (place is None or e.place is place)]

@@ -174,6 +174,16 @@ class ShardedJobQueue:
     def find(self, job_id: UUID) -> QueuedJob | None:
         return self._first(lambda shard: shard.find(job_id))  # type: ignore[no-any-return]
 
+    def find_many(self, job_ids: Sequence[UUID]) -> dict[UUID, QueuedJob]:
+        """Each shard's finds, asking each only for the ids no shard before it held."""
+        found: dict[UUID, QueuedJob] = {}
+        for shard in self.shards:
+            left = [job_id for job_id in job_ids if job_id not in found]
+            if not left:
+                break
+            found.update(shard.find_many(left))
+        return found
+
     def request_cancel(self, job_id: UUID, now: datetime) -> bool:
         return bool(self._first(lambda shard: shard.request_cancel(job_id, now)))
 

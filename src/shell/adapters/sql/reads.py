@@ -81,6 +81,16 @@ class Reading(SqlQueueBase):
         row = self._db.run(lambda conn: conn.execute(stmt).first(), write=False)
         return None if row is None else _queued(row)
 
+    def find_many(self, job_ids: Sequence[UUID]) -> dict[UUID, QueuedJob]:
+        """`find` of each id, 500 ids per read."""
+        found: dict[UUID, QueuedJob] = {}
+        ids = list(dict.fromkeys(job_ids))
+        for start in range(0, len(ids), 500):
+            chunk = [str(job_id) for job_id in ids[start : start + 500]]
+            stmt = select(*self._lookup_columns()).where(self._t.c.id.in_(chunk))
+            found.update((UUID(str(row.id)), _queued(row)) for row in self._page(stmt))
+        return found
+
     def scan(
         self, queue: str | None = None, place: Place | None = None, *, batch: int = 500
     ) -> Iterator[QueuedJob]:

@@ -1,15 +1,16 @@
-"""Cases of the operator's reads and writes: where a queued job is (`find`, `scan`)
-and how finished records go (`prune`).
+"""Cases of the operator's reads and writes: where a queued job is (`find`, `scan`,
+`find_many`) and how finished records go (`prune`).
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from uuid import uuid4
 
 from ....core import ErrorInfo, Policies, Succeeded, dead_letter, decide, start
 from ....shell.ports import Claim, Place
 from ..case import case
-from ..subject import FINISHING, Subject
+from ..subject import FINDING_MANY, FINISHING, Subject
 from ..support import T0, make_job, prune_order
 
 
@@ -30,6 +31,21 @@ def find_and_scan_report_where_each_job_is(s: Subject) -> None:
     assert [q.job_id for q in s.queue.scan()] == [str(held.id), str(ready.id), str(parked.id)]
     assert s.queue.ack(claim)
     assert s.queue.find(held.id) is None
+
+
+@case(FINDING_MANY)
+def find_many_finds_what_find_finds(s: Subject) -> None:
+    """A workflow's members are read in one read, not each on its own: the same answer."""
+    ready, parked, held = make_job(), make_job(delay=timedelta(minutes=1)), make_job()
+    for job in (held, ready, parked):
+        s.queue.enqueue(job)
+    claim = s.queue.dequeue("default", T0)
+    assert isinstance(claim, Claim)
+    ids = [uuid4(), ready.id, parked.id, held.id, ready.id]
+    found = s.queue.find_many(ids)
+    assert found == {job.id: s.queue.find(job.id) for job in (ready, parked, held)}
+    assert s.queue.ack(claim)
+    assert held.id not in s.queue.find_many([held.id])
 
 
 @case(FINISHING)
