@@ -248,19 +248,24 @@ class WorkflowOutcome(enum.Enum):
     RUNNING = "running"  # a member has yet to end
     COMPLETED = "completed"  # every member completed
     FAILED = "failed"  # every member ended, one of them a dead letter
-    CANCELLED = "cancelled"  # every member ended, none dead, one cancelled or skipped
+    CANCELLED = "cancelled"  # every member ended, none known dead, one cancelled or skipped
+    ENDED = "ended"  # every member ended, the rest completed, but a record is gone
 
 
 def workflow_outcome(states: Iterable[JobStatus | None]) -> WorkflowOutcome:
     """A workflow's outcome from its members' states. A member whose record is gone
-    (None: pruned, which only an ended one is) counts as ended, its end unknown; a
-    dead letter makes the workflow failed even when dependents under `ignore` ran on,
+    (None: pruned or purged, which only an ended one is) has an end nobody can read,
+    so a workflow with one is `completed` only if it is not: `ended` says so. A dead
+    letter makes the workflow failed even when dependents under `ignore` ran on,
     since one of its jobs never did its work."""
-    known = [state for state in states if state is not None]
+    listed = list(states)
+    known = [state for state in listed if state is not None]
     if any(not state.is_terminal for state in known):
         return WorkflowOutcome.RUNNING
     if JobStatus.FAILED in known:
         return WorkflowOutcome.FAILED
     if JobStatus.CANCELLED in known:
         return WorkflowOutcome.CANCELLED
-    return WorkflowOutcome.COMPLETED
+    if known and len(known) == len(listed):
+        return WorkflowOutcome.COMPLETED
+    return WorkflowOutcome.ENDED

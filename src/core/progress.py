@@ -43,8 +43,9 @@ def make_progress(fraction: object, value: object, at: datetime) -> Progress | F
             return FieldError("fraction", f"must be a number from 0 to 1, got {fraction!r}")
         # Compared as it is: NaN fails both bounds, and an int past any float has none.
         if not 0 <= fraction <= 1:
-            # An int's digits past Python's limit cannot even be shown.
-            got = repr(fraction) if abs(fraction) < 10**20 else "a number past any float"
+            # A huge int is not shown: past 4,300 digits Python cannot even print it.
+            past = isinstance(fraction, int) and fraction.bit_length() > 64
+            got = "an integer past 2**64" if past else repr(fraction)
             return FieldError("fraction", f"must be from 0 to 1, got {got}")
         fraction = float(fraction)
     frozen: Any = None

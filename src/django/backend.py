@@ -39,6 +39,7 @@ from .compat import (
 )
 from .discovery import discover, known_task
 from .options import (
+    TEST_RUNNER,
     BackendOptions,
     config_problems,
     conveyor_config,
@@ -78,10 +79,14 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
     queues: set[str]
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
-        super().__init__(alias, params)
+        # Django makes a set of `QUEUES` as it is: of a string its letters, and of a
+        # list holding a list (or of None) a TypeError before any check could name it.
+        # It is given the names alone; Conveyor reads `QUEUES` as given.
+        given = params.get("QUEUES", _NOT_GIVEN)
+        names = [q for q in given if isinstance(q, str)] if _listed(given) else []
+        super().__init__(alias, params if given is _NOT_GIVEN else {**params, "QUEUES": names})
         #: `QUEUES` and `OPTIONS`, checked (`conveyor.django.options`).
-        # `QUEUES` as given: Django's own reading makes a string a set of its letters.
-        queues = params.get("QUEUES", self.queues)
+        queues = self.queues if given is _NOT_GIVEN else given
         self.settings: BackendOptions = read_options(queues, self.options)
         # Django's own check of a task's queue then agrees with Conveyor's reading; a bad
         # QUEUES is reported once, by the system checks.
@@ -140,7 +145,7 @@ class ConveyorBackend(BaseTaskBackend):  # type: ignore[misc]
             # The same problem, with the command a Django project runs.
             wording = str(exc).replace('"conveyor migrate', f'"python {self.migrate_command()}')
             if _in_a_test_run():  # that command would migrate the real database
-                wording += f"; in tests, set TEST_RUNNER = {TEST_RUNNER!r}"
+                wording += f"; in `manage.py test`, set TEST_RUNNER = {TEST_RUNNER!r}"
             raise ImproperlyConfigured(f"TASKS[{self.alias!r}]: {wording}") from exc
 
     def migrate_command(self) -> str:
@@ -331,8 +336,11 @@ class SharedRuntimes:
 
 RUNTIMES = SharedRuntimes()
 
-#: The test runner that gives each test database Conveyor's tables.
-TEST_RUNNER = "conveyor.django.testing.ConveyorTestRunner"
+_NOT_GIVEN = object()
+
+
+def _listed(value: Any) -> bool:
+    return isinstance(value, list | tuple | set | frozenset)
 
 
 def _in_a_test_run() -> bool:

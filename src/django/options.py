@@ -63,6 +63,10 @@ class BackendOptions:
         return self.url is None
 
 
+#: The test runner that gives each test database Conveyor's tables.
+TEST_RUNNER = "conveyor.django.testing.ConveyorTestRunner"
+
+
 def read_options(queues: Any, options: Any) -> BackendOptions:
     """`QUEUES` and `OPTIONS` of a `TASKS` entry, checked; never raises."""
     problems: list[FieldError] = []
@@ -71,6 +75,9 @@ def read_options(queues: Any, options: Any) -> BackendOptions:
     names = tuple(sorted(name for name in listed if isinstance(name, str)))
     if isinstance(queues, str):
         problems.append(FieldError("QUEUES", "must be a list of queue names, not a string"))
+    elif not isinstance(queues, set | list | tuple | frozenset):
+        kind = type(queues).__name__
+        problems.append(FieldError("QUEUES", f"must be a list of queue names, got {kind}"))
     elif not listed:
         problems.append(FieldError("QUEUES", "must name at least one queue"))
     for name in listed:
@@ -240,7 +247,7 @@ def database_url(
             raise ValueError(
                 "Conveyor's tables need a SQLite file: an in-memory database is one per "
                 "connection, so no worker would see the jobs (`manage.py test` makes one "
-                'unless TEST_RUNNER = "conveyor.django.testing.ConveyorTestRunner")'
+                f'unless TEST_RUNNER = "{TEST_RUNNER}")'
             )
         return f"sqlite:///{text}"
     if engine.endswith("postgresql"):

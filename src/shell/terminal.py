@@ -37,9 +37,10 @@ def escape_lines(text: str) -> str:
 
 
 def clipped(text: str, limit: int) -> str:
-    """`text`, or its first `limit - 1` characters and "…" when it is longer: a cut
-    that shows (a message cut at "for 30" of "for 3000 ms" read as 30)."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """`text`, or its first `limit - 3` characters and "..." when it is longer: a cut
+    that shows (a message cut at "for 30" of "for 3000 ms" read as 30), in ASCII so
+    that a terminal of any encoding prints it."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def cell(value: object) -> str:

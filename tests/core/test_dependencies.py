@@ -196,7 +196,10 @@ S = JobStatus
         ([S.FAILED, S.WAITING], WorkflowOutcome.RUNNING),
         ([S.COMPLETED, S.RETRYING], WorkflowOutcome.RUNNING),
         ([S.COMPLETED, S.COMPLETED], WorkflowOutcome.COMPLETED),
-        ([S.COMPLETED, None], WorkflowOutcome.COMPLETED),
+        # A record gone (a dead letter purged, say): whether it completed is unknown.
+        ([S.COMPLETED, None], WorkflowOutcome.ENDED),
+        ([None], WorkflowOutcome.ENDED),
+        ([], WorkflowOutcome.ENDED),
         # A dependent under `ignore` ran on, but one job never did its work.
         ([S.FAILED, S.COMPLETED], WorkflowOutcome.FAILED),
         ([S.FAILED, S.CANCELLED], WorkflowOutcome.FAILED),
@@ -209,9 +212,17 @@ def test_a_workflow_runs_until_each_member_ends_then_tells_the_worst_end(
     assert workflow_outcome(states) is outcome
 
 
-@given(st.lists(st.sampled_from([*JobStatus, None]), min_size=1))
+@given(st.lists(st.sampled_from([*JobStatus, None])))
 def test_a_workflow_is_running_exactly_while_a_member_has_not_ended(
     states: list[JobStatus | None],
 ) -> None:
     running = any(s is not None and not s.is_terminal for s in states)
     assert (workflow_outcome(states) is WorkflowOutcome.RUNNING) is running
+
+
+@given(st.lists(st.sampled_from([*JobStatus, None])))
+def test_a_workflow_is_completed_only_when_every_record_says_so(
+    states: list[JobStatus | None],
+) -> None:
+    completed = bool(states) and all(s is JobStatus.COMPLETED for s in states)
+    assert (workflow_outcome(states) is WorkflowOutcome.COMPLETED) is completed

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 from conveyor.testing.postgres_server import drop_database, fresh_database
 from sqlalchemy import create_engine, make_url, text
 
@@ -267,25 +266,6 @@ def test_a_task_on_a_queue_queues_does_not_name_is_named_with_the_queue(tmp_path
         "'mail.tasks' cannot be imported: InvalidTaskError: task 'mail.tasks.add': "
         "queue_name 'emails' is not one of the backend's QUEUES (default)"
     ) in errors[0]
-
-
-@pytest.mark.parametrize(
-    ("queues", "error"),
-    [
-        # Django reads a string as the set of its letters: the first error told of a
-        # task's queue 'default' not among them (a, d, e, f, l, t, u).
-        ("default", "QUEUES: must be a list of queue names, not a string"),
-        # Sorting the names raised a TypeError that broke every command.
-        (["default", 3], "QUEUES: must hold queue names, got 3"),
-    ],
-)
-def test_queues_that_are_not_a_list_of_names_fail_the_checks_once_naming_queues(
-    tmp_path: Path, queues: Any, error: str
-) -> None:
-    run = _project(tmp_path, _sqlite(tmp_path), {"probe": ADD_TASK}, QUEUES=queues)
-    errors = _check_errors(run)
-    assert len(errors) == 1, errors
-    assert f"TASKS['default']: {error}" in errors[0]
 
 
 # ---- OPTIONS["CONFIG"] ------------------------------------------------------------

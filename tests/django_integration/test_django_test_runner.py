@@ -177,6 +177,6 @@ def test_without_the_runner_each_failure_names_the_runner_to_set(tmp_path: Path)
     )
     assert on_postgresql.returncode != 0
     assert "manage.py conveyor migrate" in on_postgresql.stderr, on_postgresql.stderr[-4000:]
-    assert "in tests, set TEST_RUNNER = 'conveyor.django.testing.ConveyorTestRunner'" in (
+    assert "in `manage.py test`, set TEST_RUNNER = 'conveyor.django.testing.ConveyorTestRunner'" in (
         on_postgresql.stderr
     )

@@ -1172,15 +1172,28 @@ def test_the_dashboard_password_from_the_config_file_is_masked_in_its_repr() -> 
     assert "s3cret" not in repr(config)
 
 
-@pytest.mark.parametrize(("host", "warned"), [("127.0.0.2", False), ("0.0.0.0", True)])
+@pytest.mark.parametrize(
+    ("host", "warned"), [("127.0.0.2", False), ("0.0.0.0", True), ("dash.internal", True)]
+)
 def test_only_a_dashboard_reachable_from_other_machines_warns_of_no_authentication(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, host: str,
     warned: bool,
 ) -> None:
     # 127.0.0.2, a loopback address the dashboard itself holds to the loopback names,
-    # was warned of as if reachable from anywhere.
+    # was warned of as if reachable from anywhere; a name that resolves to a loopback
+    # address and another must still be warned of.
+    import socket
+
     from conveyor.shell import cli
 
+    real = socket.getaddrinfo
+
+    def resolve(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name != "dash.internal":
+            return real(name, *args, **kwargs)
+        return [(socket.AF_INET, 0, 0, "", (address, 0)) for address in ("10.1.2.3", "127.0.1.1")]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
     monkeypatch.delenv("CONVEYOR_DASHBOARD_BASIC_AUTH", raising=False)
     _served(monkeypatch)
     config = _config_file(tmp_path, f'host = "{host}"')

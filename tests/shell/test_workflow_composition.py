@@ -238,3 +238,16 @@ def test_enqueue_many_after_writes_every_waiting_job_or_none(backend: Backend) -
         rt.enqueue_many("report", [{"n": 4}, {"n": 5}], after=[first, gone])
     assert "after[1]" in str(caught.value)
     assert rt.queue.counts(T0)["default"].waiting == 3, "a refused list wrote some of its jobs"
+
+
+@pytest.mark.parametrize("option", ["delay", "run_at"])
+def test_a_step_waiting_for_nothing_is_refused_a_start_time_for_what_it_is(option: str) -> None:
+    # It was told "a job that waits for others cannot have one", of a root.
+    wf = Workflow()
+    when: Any = 3 if option == "delay" else datetime(2031, 1, 1, tzinfo=UTC)
+    with pytest.raises(ValidationError) as info:
+        wf.add("x", {}, **{option: when})
+    assert info.value.fields == (f"steps['x'].{option}",)
+    assert "a workflow's step cannot have one: it runs once the workflow releases it" in str(
+        info.value
+    )

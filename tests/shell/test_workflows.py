@@ -137,21 +137,6 @@ def test_unknown_ids_and_other_tenants_refuse_the_whole_graph_naming_the_field(
     assert info.value.fields == ("enqueue.delay",)
 
 
-@pytest.mark.parametrize("option", ["delay", "run_at"])
-def test_a_step_waiting_for_nothing_is_refused_a_start_time_for_what_it_is(option: str) -> None:
-    # It was told "a job that waits for others cannot have one", of a root.
-    from datetime import UTC, datetime
-
-    wf = Workflow()
-    when: Any = 3 if option == "delay" else datetime(2031, 1, 1, tzinfo=UTC)
-    with pytest.raises(ValidationError) as info:
-        wf.add("x", {}, **{option: when})
-    assert info.value.fields == (f"steps['x'].{option}",)
-    assert "a workflow's step cannot have one: it runs once the workflow releases it" in str(
-        info.value
-    )
-
-
 def test_a_dependency_that_already_failed_ends_the_new_job_at_once(where: dict[str, Any]) -> None:
     rt = _runtime(where, {"boom": _boom, "a": lambda a: None})
     bad = rt.enqueue("boom", max_retries=0)

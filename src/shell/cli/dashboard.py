@@ -46,7 +46,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         raise ValidationError.of("--port", f"must be from 1 to 65535, got {port}")
     runtime = command_runtime(args, startup_timeout_s=None, reads_only=True)
     try:
-        if auth is None and not is_loopback(host):
+        if auth is None and not is_loopback(host, every=True):
             log.warning(
                 "the dashboard listens on %s with no authentication: give --basic-auth "
                 "or %s, or put it behind a proxy that authenticates",

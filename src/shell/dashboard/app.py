@@ -41,7 +41,7 @@ from .auth import AuthHook, BasicAuth, LoginThrottle
 from .csrf import CSRF_COOKIE, CSRF_FIELD, CsrfGuard
 from .gate import Gate, Refused
 from .hosts import own_path
-from .reachability import DEFAULT_TIMEOUT_S, READ, BackendReads, BackendUnavailable
+from .reachability import DEFAULT_TIMEOUT_S, BackendFailed, BackendReads, BackendUnavailable
 from .rendering import SecurityHeaders, environment
 from .views import (
     BULK_LIMIT,
@@ -129,8 +129,8 @@ class Dashboard(Actions, WorkflowPages):
                 return refused
             try:
                 return await handler(request)
-            except Exception as exc:  # not a bare 500: the page says what failed
-                return self._error(request, 503, self.backend.failure_text(exc, READ))
+            except BackendUnavailable as exc:  # down, late, or a read that failed
+                return self._error(request, 503, str(exc))
 
         return guarded
 
@@ -207,10 +207,9 @@ class Dashboard(Actions, WorkflowPages):
         """200 while the backend answers a point read; 503 otherwise. No auth: probes."""
         try:
             await self.backend.read(self.runtime.get, UUID(int=0))
-        except BackendUnavailable:
-            return JSONResponse({"status": "unavailable", "error": "unreachable"}, 503)
-        except Exception as exc:
-            return JSONResponse({"status": "unavailable", "error": type(exc).__name__}, 503)
+        except BackendUnavailable as exc:
+            error = exc.kind if isinstance(exc, BackendFailed) else "unreachable"
+            return JSONResponse({"status": "unavailable", "error": error}, 503)
         return JSONResponse({"status": "ok"})
 
     async def overview(self, request: Request) -> Response:

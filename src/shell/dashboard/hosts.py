@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..terminal import clipped
 from .rendering import SecurityHeaders
 
 #: The names of this machine's loopback addresses, as a browser sends them.
@@ -47,9 +48,11 @@ def host_name(header: str) -> str | None:
     return name or None
 
 
-def is_loopback(host: str) -> bool:
+def is_loopback(host: str, *, every: bool = False) -> bool:
     """Whether listening on `host` serves this machine only (any loopback address:
-    127.0.0.0/8, ::1, an IPv4-mapped one)."""
+    127.0.0.0/8, ::1, an IPv4-mapped one). A name is loopback when any address it
+    resolves to is (when unsure, its Host names are held), or with `every`, only when
+    each is (when unsure, the missing authentication is warned of)."""
     name = host.strip("[]").lower()
     if name in LOOPBACK:
         return True
@@ -63,8 +66,8 @@ def is_loopback(host: str) -> bool:
         except (OSError, UnicodeError):
             return False
         addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in found]
-    # Any of them: when unsure, the names are held (they include the one given).
-    return any(_loops_back(address) for address in addresses)
+    looped = [_loops_back(address) for address in addresses]
+    return all(looped) if every else any(looped)
 
 
 def names_of_loopback(host: str) -> tuple[str, ...]:
@@ -102,7 +105,7 @@ class HostCheck:
             await self.app(scope, receive, send)
             return
         names = ", ".join(sorted(self.allowed))
-        shown = header if len(header) <= SHOWN_HOST_CHARS else header[:SHOWN_HOST_CHARS] + "…"
+        shown = clipped(header, SHOWN_HOST_CHARS)
         refused = PlainTextResponse(
             f"this dashboard answers to {names} only, not to the Host {shown!r} "
             "(conveyor dashboard --allowed-host NAME, or [dashboard] allowed_hosts)\n",

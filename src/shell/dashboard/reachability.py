@@ -33,6 +33,7 @@ from .. import outage
 from ..endpoints import backend_label, config_secrets
 from ..redact import one_line, redact
 from ..runtime import Runtime
+from ..terminal import clipped
 
 T = TypeVar("T")
 _log = logging.getLogger("conveyor.dashboard")
@@ -52,6 +53,16 @@ class BackendUnavailable(Exception):
     page, naming the backend and its masked address."""
 
 
+class BackendFailed(BackendUnavailable):
+    """A read the backend failed for a reason other than an outage (a SQLite file's
+    folder removed): the page says what failed (`failure_text`); `kind` names the
+    error's type."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 class BackendReads:
     """Runs the dashboard's calls to the runtime in worker threads, with a deadline."""
 
@@ -68,8 +79,13 @@ class BackendReads:
 
     async def read(self, call: Callable[..., T], *args: object) -> T:
         """`call(*args)` in a thread; `BackendUnavailable` when the server is down or
-        has not answered within `timeout_s`."""
-        return await self._run(call, args, deadline=True)
+        has not answered within `timeout_s`, `BackendFailed` when the read raised."""
+        try:
+            return await self._run(call, args, deadline=True)
+        except BackendUnavailable:
+            raise
+        except Exception as exc:  # the page says what failed, not a bare 500
+            raise BackendFailed(self.failure_text(exc, READ), type(exc).__name__) from exc
 
     async def act(self, call: Callable[..., T], *args: object) -> T:
         """`call(*args)` in a thread with no deadline; `BackendUnavailable` when the
@@ -127,7 +143,7 @@ class BackendReads:
         if cause is not None:
             why += f" ({type(cause).__name__}: {cause})"
         detail = one_line(redact(why, self._secrets))
-        return f"{self._backend} did not {what}: {detail[:400]}"
+        return f"{self._backend} did not {what}: {clipped(detail, 400)}"
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

@@ -26,6 +26,7 @@ Where each part lives:
 from __future__ import annotations
 
 from .capabilities import (
+    FIND_MANY_BATCH,
     CancellingJobQueue,
     ClaimOnWakeJobQueue,
     FileBackedJobQueue,
@@ -57,6 +58,7 @@ from .reads import (
 from .store import JobStore, ManyReadingStore, PruneRememberingStore, records_of
 
 __all__ = [
+    "FIND_MANY_BATCH",
     "HISTORY_FILTER_SCAN",
     "PREFETCH_MARK",
     "BadClaim",

@@ -112,6 +112,10 @@ class FileBackedJobQueue(JobQueue, Protocol):
         ...
 
 
+#: How many ids a built-in `find_many` reads at once (a query's IN list, a pipeline).
+FIND_MANY_BATCH = 500
+
+
 @runtime_checkable
 class FindingManyJobQueue(JobQueue, Protocol):
     """A queue that finds many jobs in one read (or one per batch): a large

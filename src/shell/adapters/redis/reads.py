@@ -11,7 +11,14 @@ from typing import Any, cast
 from uuid import UUID
 
 from ....core import PRIORITY_ORDER
-from ...ports import LimitUsage, Place, PriorityCounts, QueueCounts, QueuedJob
+from ...ports import (
+    FIND_MANY_BATCH,
+    LimitUsage,
+    Place,
+    PriorityCounts,
+    QueueCounts,
+    QueuedJob,
+)
 from .arguments import EPOCH, MS, US, now_args
 from .base import RedisQueueBase
 from .client import text
@@ -93,11 +100,11 @@ class Reading(RedisQueueBase):
         return queued(str(job_id), cast(list[bytes | None], fields))
 
     def find_many(self, job_ids: Sequence[UUID]) -> dict[UUID, QueuedJob]:
-        """`find` of each id, 500 hashes per pipelined round trip."""
+        """`find` of each id, `FIND_MANY_BATCH` hashes per pipelined round trip."""
         found: dict[UUID, QueuedJob] = {}
         ids = [str(job_id) for job_id in dict.fromkeys(job_ids)]
-        for start in range(0, len(ids), 500):
-            for entry in self._hashes(ids[start : start + 500], None):
+        for start in range(0, len(ids), FIND_MANY_BATCH):
+            for entry in self._hashes(ids[start : start + FIND_MANY_BATCH], None):
                 found[UUID(entry.job_id)] = entry
         return found
 

@@ -13,7 +13,7 @@ from sqlalchemy import ColumnElement, Connection, Row, func, select
 
 from ....core import Priority
 from ...lookup import queued_entry
-from ...ports import Place, PriorityCounts, QueueCounts, QueuedJob
+from ...ports import FIND_MANY_BATCH, Place, PriorityCounts, QueueCounts, QueuedJob
 from .base import SqlQueueBase
 from .engine import from_micros
 from .schema import PROCESSING, READY, SCHEDULED, WAITING
@@ -82,11 +82,11 @@ class Reading(SqlQueueBase):
         return None if row is None else _queued(row)
 
     def find_many(self, job_ids: Sequence[UUID]) -> dict[UUID, QueuedJob]:
-        """`find` of each id, 500 ids per read."""
+        """`find` of each id, `FIND_MANY_BATCH` ids per read."""
         found: dict[UUID, QueuedJob] = {}
         ids = list(dict.fromkeys(job_ids))
-        for start in range(0, len(ids), 500):
-            chunk = [str(job_id) for job_id in ids[start : start + 500]]
+        for start in range(0, len(ids), FIND_MANY_BATCH):
+            chunk = [str(job_id) for job_id in ids[start : start + FIND_MANY_BATCH]]
             stmt = select(*self._lookup_columns()).where(self._t.c.id.in_(chunk))
             found.update((UUID(str(row.id)), _queued(row)) for row in self._page(stmt))
         return found
