@@ -251,3 +251,23 @@ def test_a_step_waiting_for_nothing_is_refused_a_start_time_for_what_it_is(optio
     assert "a workflow's step cannot have one: it runs once the workflow releases it" in str(
         info.value
     )
+
+
+def test_a_job_after_a_pruned_record_is_told_it_was_pruned(backend: Backend) -> None:
+    # It was told "no job with id ... is known", while `result` of the same id said
+    # that retention had pruned it.
+    from conveyor.core import RetentionPolicy, prune_order
+
+    rt = node(backend.queue, backend.store, ManualClock(T0))
+    first = rt.enqueue("report", {})
+    rt.drain(timeout_s=30)
+    later = T0 + timedelta(days=30)
+    policy = RetentionPolicy(completed_ms=1000, dead_ms=1000)
+    assert backend.store.prune(prune_order(policy, later)) == 1
+    with pytest.raises(ValidationError) as refused:
+        rt.enqueue("report", {}, after=[first])
+    assert refused.value.fields == ("after[0]",)
+    assert f"job {first.id} was pruned by retention at {later.isoformat()}" in str(refused.value)
+    with pytest.raises(ValidationError) as unknown:
+        rt.enqueue("report", {}, after=[uuid4()])
+    assert "is known" in str(unknown.value)

@@ -29,7 +29,7 @@ import attrs
 from ...core import Job, JobStatus, Priority, ValidationError
 from ..async_enqueue import THREAD, AsyncWriter, AsyncWriters
 from ..hooks import Hooks
-from ..ports import Clock, JobQueue, is_transactional
+from ..ports import Clock, JobQueue, JobStore, PruneRememberingStore, is_transactional
 from ..registry import Registry
 from .enqueue_options import EnqueueOptions, args_list_of
 from .enqueue_warnings import EnqueueWarnings, unknown_job_type
@@ -201,6 +201,7 @@ class EnqueueMethods:
     inline: bool
     inline_runner: InlineRunner
     queue: JobQueue
+    store: JobStore
     clock: Clock
     hooks: Hooks
     registry: Registry
@@ -282,7 +283,9 @@ class EnqueueMethods:
         return self._enqueuer().enqueue(job_type, args, options)
 
     def _workflows(self) -> WorkflowWrites:
-        return WorkflowWrites(self._enqueuer(), self.config.provider)
+        store = self.store
+        pruned_at = store.pruned_at if isinstance(store, PruneRememberingStore) else None
+        return WorkflowWrites(self._enqueuer(), self.config.provider, pruned_at)
 
     def enqueue_many(
         self, job_type: str, args_list: Sequence[Mapping[str, Any] | None], **options: Any

@@ -8,13 +8,14 @@ the field.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
 import attrs
 
-from ...core import Job, ValidationError
+from ...core import FieldError, Job, ValidationError
 from ..ports import Clock, JobQueue
 from ..ports.workflows import Graph, Member, TransactionalWorkflowJobQueue, WorkflowJobQueue
 from .enqueue_options import EnqueueOptions
@@ -57,15 +58,21 @@ def workflow_queue(queue: JobQueue, provider: str, field: str = "after") -> Work
 
 @attrs.frozen(slots=True)
 class WorkflowWrites:
-    """The enqueues of jobs that wait for others, through one call's `Enqueuer`."""
+    """The enqueues of jobs that wait for others, through one call's `Enqueuer`.
+    `pruned_at` says when retention pruned a record (the store's tombstones), so
+    that a job refused for waiting on one is told so, not that the id is unknown."""
 
     enqueuer: GraphEnqueuer
     provider: str
+    pruned_at: Callable[[UUID], datetime | None] | None = None
 
     def _write(self, graph: Graph, field: str) -> list[Job]:
         queue = workflow_queue(self.enqueuer.queue, self.provider, field)
         self.enqueuer.warn_for([m.job for m in graph.members])
-        written = queue.enqueue_graph(graph)
+        try:
+            written = queue.enqueue_graph(graph)
+        except ValidationError as refused:
+            raise self._told_pruned(refused, graph) from None
         # A workflow id already stored gives back that workflow's jobs: none of them
         # was enqueued by this call.
         mine = {m.job.id for m in graph.members}
@@ -90,8 +97,34 @@ class WorkflowWrites:
             )
         graph = workflow.graph(self.enqueuer.clock.now())
         self.enqueuer.warn_for([m.job for m in graph.members])
-        written = queue.enqueue_graph_in_tx(conn, graph)
+        try:
+            written = queue.enqueue_graph_in_tx(conn, graph)
+        except ValidationError as refused:
+            raise self._told_pruned(refused, graph) from None
         return _written_id(workflow, written)
+
+    def _told_pruned(self, refused: ValidationError, graph: Graph) -> ValidationError:
+        """`refused`, with each dependency it found unknown told as pruned where the
+        store remembers pruning it (a read after the refusal: only its wording)."""
+        if self.pruned_at is None:
+            return refused
+        members = {m.job.id for m in graph.members}
+        named = {
+            f"{m.field}[{index}]": edge.dependency
+            for m in graph.members
+            for index, edge in enumerate(m.edges)
+            if edge.dependency not in members
+        }
+        errors = []
+        for error in refused.errors:
+            target = named.get(error.field)
+            unknown = target is not None and "is known" in error.reason
+            at = self.pruned_at(target) if unknown and target is not None else None
+            if at is not None:
+                when = at.isoformat(timespec="seconds")
+                error = FieldError(error.field, f"job {target} was pruned by retention at {when}")
+            errors.append(error)
+        return ValidationError(errors)
 
     def enqueue_after(
         self,
