@@ -27,7 +27,7 @@ from ...ports import LimitedClaims, LimitUsage, Place, QueueCounts, QueuedJob
 from ...ports.claims import BadClaim, Claim
 from ...ports.workflows import Graph, WorkflowMembers
 from .queue import RedisJobQueue
-from .sharded_store import EARLIEST, ShardedJobStore
+from .sharded_store import EARLIEST, ShardedJobStore, found_across
 
 _T = TypeVar("_T")
 
@@ -175,14 +175,8 @@ class ShardedJobQueue:
         return self._first(lambda shard: shard.find(job_id))  # type: ignore[no-any-return]
 
     def find_many(self, job_ids: Sequence[UUID]) -> dict[UUID, QueuedJob]:
-        """Each shard's finds, asking each only for the ids no shard before it held."""
-        found: dict[UUID, QueuedJob] = {}
-        for shard in self.shards:
-            left = [job_id for job_id in job_ids if job_id not in found]
-            if not left:
-                break
-            found.update(shard.find_many(left))
-        return found
+        """Each shard's finds among `job_ids`: one pipelined read per shard and batch."""
+        return found_across(self.shards, job_ids, RedisJobQueue.find_many)
 
     def request_cancel(self, job_id: UUID, now: datetime) -> bool:
         return bool(self._first(lambda shard: shard.request_cancel(job_id, now)))

@@ -14,9 +14,9 @@ import heapq
 import itertools
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import attrs
@@ -30,6 +30,23 @@ from .store import RedisJobStore
 
 #: Before every time a record or a queued job holds (the key of one with none).
 EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+S = TypeVar("S")
+T = TypeVar("T")
+
+
+def found_across(
+    shards: Sequence[S], job_ids: Sequence[UUID], read: Callable[[S, list[UUID]], Mapping[UUID, T]]
+) -> dict[UUID, T]:
+    """What `read` finds of `job_ids` in each shard in turn, each shard asked only for
+    the ids the ones before it did not hold (a job lives in one shard)."""
+    found: dict[UUID, T] = {}
+    for shard in shards:
+        left = [job_id for job_id in job_ids if job_id not in found]
+        if not left:
+            break
+        found.update(read(shard, left))
+    return found
 
 
 def _recency(job: Job) -> datetime:
@@ -73,15 +90,8 @@ class ShardedJobStore:
         return self._first(lambda shard: shard.get(job_id))  # type: ignore[no-any-return]
 
     def get_many(self, job_ids: Sequence[UUID]) -> Mapping[UUID, Job]:
-        """Each shard's records among `job_ids`: one pipelined read per shard, each
-        shard asked only for the ids the ones before it did not hold."""
-        found: dict[UUID, Job] = {}
-        for shard in self.shards:
-            left = [job_id for job_id in job_ids if job_id not in found]
-            if not left:
-                break
-            found.update(shard.get_many(left))
-        return found
+        """Each shard's records among `job_ids`: one pipelined read per shard."""
+        return found_across(self.shards, job_ids, RedisJobStore.get_many)
 
     def list_history(
         self,
