@@ -36,6 +36,7 @@ from ..core.cron import (
     slots_after_catch_up,
     slots_to_write,
 )
+from ..core.dependencies import WorkflowOutcome
 from . import outage
 from .cron_schedule import (
     MACROS,
@@ -66,10 +67,15 @@ MAX_SLEEP_S = 5.0
 LAST_RUN_LOOKBACK = 10
 
 
+#: A slot's state: its job's, or for a workflow entry its workflow's as a whole.
+SlotState = JobStatus | WorkflowOutcome
+
+
 @attrs.frozen(slots=True)
 class CronStatus:
     """One row of `conveyor cron list`: an entry, its next slot, and its last run
-    (the newest of its recent slots that has a job, and that job's state)."""
+    (the newest of its recent slots that has a job, and that job's state; for an entry
+    that starts workflows, the workflow's state as a whole)."""
 
     name: str
     schedule: str
@@ -79,7 +85,7 @@ class CronStatus:
     next_run: datetime
     last_slot: datetime | None = None
     last_job_id: str | None = None
-    last_state: JobStatus | None = None
+    last_state: SlotState | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, as `conveyor cron list --json` prints it."""
@@ -134,7 +140,7 @@ class Cron:
         retention: RetentionPolicy | None = None,
         grace: timedelta = DEFAULT_GRACE,
         start_workflow: StartWorkflow | None = None,
-        workflow_state_of: Callable[[uuid.UUID], JobStatus | None] | None = None,
+        workflow_state_of: Callable[[uuid.UUID], WorkflowOutcome | None] | None = None,
         pruned: Callable[[uuid.UUID], bool] | None = None,
     ) -> None:
         self._enqueue_job, self._state_of = enqueue, state_of
@@ -276,7 +282,7 @@ class Cron:
         was pruned."""
         return self._state_reader(name)(job_id) is not None or self._pruned(job_id)
 
-    def _state_reader(self, name: str) -> Callable[[uuid.UUID], JobStatus | None]:
+    def _state_reader(self, name: str) -> Callable[[uuid.UUID], SlotState | None]:
         """How the state of entry `name`'s slot is read: a workflow entry's slot id
         is its workflow's, and its state the workflow's."""
         if name in self._builders and self._workflow_state_of is not None:

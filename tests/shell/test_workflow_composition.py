@@ -16,6 +16,7 @@ import pytest
 from backends import Backend
 from conveyor.core import JobStatus, ValidationError
 from conveyor.core.cron import slot_id
+from conveyor.core.dependencies import WorkflowOutcome
 from conveyor.shell.config import Config
 from conveyor.shell.registry import Registry
 from conveyor.shell.runtime import Runtime
@@ -73,14 +74,14 @@ def test_two_nodes_ticking_one_slot_store_one_workflow_under_the_slot_s_id(
     assert first.cron.tick() == [] and second.cron.tick() == []
 
 
-def test_cron_list_shows_the_slot_s_workflow_by_its_last_step_and_run_starts_a_fresh_one(
+def test_cron_list_shows_the_slot_s_workflow_and_run_starts_a_fresh_one(
     two_nodes: tuple[Runtime, Runtime],
 ) -> None:
     rt, _ = two_nodes
     rt.cron.tick()
     (row,) = rt.cron.list()
     assert row.last_job_id == str(slot_id("nightly", SLOT))
-    assert row.last_state is JobStatus.WAITING, "the mail step waits for the others"
+    assert row.last_state is WorkflowOutcome.RUNNING, "no step has run yet"
     assert row.job_type == "nightly"
     started = rt.cron.run("nightly")
     assert started.status is JobStatus.PENDING and started.args["day"] == SLOT.isoformat()

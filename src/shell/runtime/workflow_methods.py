@@ -175,11 +175,11 @@ class WorkflowMethods:
         build(workflow, slot)
         return self._workflows().write_workflow(workflow)
 
-    def _workflow_state_of(self, workflow_id: UUID) -> JobStatus | None:
-        """A workflow's state for `cron list`: its last step's (the step added last, which
-        in most workflows waits for the others); None when there is no such workflow."""
+    def _workflow_state_of(self, workflow_id: UUID) -> WorkflowOutcome | None:
+        """A workflow's state as a whole, for `cron list`; None when there is no such
+        workflow."""
         state = self.workflow(workflow_id)
-        return None if state is None or not state.members else state.members[-1].state
+        return None if state is None or not state.members else state.state
 
     def inputs_of(self, job_id: UUID | str) -> Inputs:
         """The results of the jobs `job_id` waited for (see `Inputs`)."""
