@@ -37,6 +37,7 @@ from .ports import (
     records_of,
 )
 from .progress_notes import report_of
+from .terminal import shown
 
 # The view and its text are named here too, where the CLI and the runtime import them.
 __all__ = [
@@ -78,7 +79,7 @@ def parse_state(value: str, field: str = "state") -> JobStatus | FieldError:
     """The state `value` names (`dead` is `failed`), or why it names none."""
     state = STATE_NAMES.get(value)
     if state is None:
-        return FieldError(field, f"must be one of {', '.join(STATE_NAMES)}, got {value!r}")
+        return FieldError(field, f"must be one of {', '.join(STATE_NAMES)}, got {shown(value)}")
     return state
 
 

@@ -43,6 +43,12 @@ def clipped(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def shown(value: str, limit: int = 60) -> str:
+    """`value` quoted for a message about it, clipped: an error page or line does not
+    repeat a query of thousands of characters."""
+    return clipped(repr(value), limit)
+
+
 def cell(value: object) -> str:
     """One table cell: `-` for None, else the value's text on one line, escaped."""
     return "-" if value is None else escape(str(value))

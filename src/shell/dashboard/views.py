@@ -25,6 +25,7 @@ from ..presence import WorkerInfo
 from ..runtime import Runtime
 from ..runtime.presence_beat import PRESENCE_TTL
 from ..runtime.status import QueueStatus
+from ..terminal import shown
 
 #: Jobs per page of the jobs and dead-letter listings.
 PAGE_SIZE = 50
@@ -83,9 +84,8 @@ def parse_filters(params: Mapping[str, str], *, with_state: bool = True) -> Filt
 
 
 def whole_number(value: str) -> int | None:
-    """`value` as a number when it is 1 to 9 ASCII digits, else None. `str.isdigit()`
-    alone passes what `int()` refuses (`²`, or over 4,300 digits), and `int()` alone
-    takes signs, spaces, underscores and other scripts' digits."""
+    """`value` as a number when it is 1 to 9 ASCII digits, else None (`isdigit()` passes
+    `²`; `int()` takes signs, spaces, underscores and other scripts' digits)."""
     if value.isascii() and value.isdigit() and len(value) <= 9:
         return int(value)
     return None
@@ -97,7 +97,8 @@ def parse_page(value: str | None) -> int | FieldError:
         return 1
     number = whole_number(value)
     if number is None or not 1 <= number <= MAX_PAGE:
-        return FieldError("page", f"must be a whole number from 1 to {MAX_PAGE}, got {value!r}")
+        why = f"must be a whole number from 1 to {MAX_PAGE}, got {shown(value)}"
+        return FieldError("page", why)
     return number
 
 
@@ -308,9 +309,8 @@ def jobs_page(runtime: Runtime, filters: Filters, number: int) -> Page:
     if filters.state is not None and filters.state.is_terminal:
         # Only records: the store reads just this page along its indexes.
         where = HistoryFilter(filters.state, filters.queue, filters.job_type, filters.tenant)
-        found = runtime.store.find_history(
-            where, offset=(number - 1) * PAGE_SIZE, limit=PAGE_SIZE + 1
-        )
+        skip = (number - 1) * PAGE_SIZE
+        found = runtime.store.find_history(where, offset=skip, limit=PAGE_SIZE + 1)
         rows = tuple(view_of_record(job) for job in found[:PAGE_SIZE])
         return Page(number, rows, len(found) > PAGE_SIZE)
     views = runtime.list_jobs(

@@ -28,6 +28,7 @@ from ...core.graph_layout import NODE_HEIGHT, NODE_WIDTH, Drawing, place
 from ...core.validation import parse_job_id
 from ..runtime import Runtime
 from ..runtime.workflow_methods import WorkflowState
+from ..terminal import shown
 from .reachability import BackendReads
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -144,7 +145,8 @@ class WorkflowPages:
         ]
 
     def _no_workflow(self, request: Request, raw: str) -> HTMLResponse:
-        return self._error(request, 404, f"No workflow {raw!r}: it is unknown to this backend.")
+        message = f"No workflow {shown(raw)}: it is unknown to this backend."
+        return self._error(request, 404, message)
 
     async def workflow(self, request: Request) -> Response:
         raw = request.path_params["workflow_id"]
