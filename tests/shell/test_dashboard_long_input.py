@@ -47,3 +47,15 @@ def test_a_long_value_refused_is_shown_cut_where_it_was_cut(
 def test_a_short_value_refused_is_shown_whole(client: TestClient) -> None:
     assert "got &#39;99999&#39;" in client.get("/jobs?page=99999").text
     assert "got &#39;done&#39;" in client.get("/jobs?state=done").text
+
+
+def test_a_long_confirmation_moment_refused_is_shown_cut(client: TestClient) -> None:
+    token = re.search(r'name="csrf-token" content="([^"]+)"', client.get("/").text)
+    assert token is not None
+    answer = client.post(
+        "/dead/bulk",
+        data={"action": "purge", "as_of": "x" * LONG, "csrf_token": token.group(1)},
+    )
+    said = message(answer.text)
+    assert answer.status_code == 400 and "as_of" in said
+    assert len(said) < 300 and "..." in said, said[:300]

@@ -20,6 +20,7 @@ from starlette.responses import HTMLResponse, Response
 from ...core import CancelResult, FieldError, ValidationError
 from ...core.validation import parse_job_id
 from ..runtime import Runtime
+from ..terminal import shown
 from .csrf import CsrfGuard
 from .reachability import BackendReads
 from .views import Filters, matching_dead, parse_filters, whole_number
@@ -144,9 +145,9 @@ def _as_of(value: str | None) -> datetime | None:
     if value is None:
         return None
     if not (value.isascii() and value.isdigit() and len(value) <= 20):
-        raise ValidationError.of("as_of", f"must be the confirmation's moment, got {value!r}")
+        raise ValidationError.of("as_of", f"must be the confirmation's moment, got {shown(value)}")
     try:
         return EPOCH + timedelta(microseconds=int(value))
     except OverflowError:  # past the year 9999: no confirmation's moment either
-        problem = f"must be the confirmation's moment, got {value!r}"
+        problem = f"must be the confirmation's moment, got {shown(value)}"
         raise ValidationError.of("as_of", problem) from None
