@@ -4,13 +4,42 @@ in `core.limits`)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 
-from .field_checks import integer_at_least, optional_name, positive_number, refuse, switch
+from .field_checks import integer_at_least, optional_name, refuse, switch
+from .partitions import DEFAULT_PARTITION, check_partition
+
+#: Weights and rate periods (in seconds: 31 years) stay below this, from Python as
+#: from a config file.
+MAX_LIMIT_NUMBER = 1e9
+
+
+def _limit_number(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 0 < value < MAX_LIMIT_NUMBER
+    )
+
+
+def period_problem(value: object) -> str | None:
+    """Why `value` is no rate's period in seconds (None when it is one)."""
+    if _limit_number(value):
+        return None
+    return f"must be a number of seconds > 0 and below 1e9 (31 years), got {value!r}"
+
+
+def weight_problem(value: object) -> str | None:
+    """Why `value` is no partition's weight (None when it is one)."""
+    return None if _limit_number(value) else f"must be a number > 0 and below 1e9, got {value!r}"
+
+
+def _period(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if (problem := period_problem(value)) is not None:
+        refuse(instance, attribute, problem)
 
 
 @attrs.frozen(slots=True)
@@ -34,7 +63,7 @@ class Rate:
     `starts` tokens (the burst), refilled at `starts / per_seconds` tokens a second."""
 
     starts: int = attrs.field(validator=integer_at_least(1))
-    per_seconds: float = attrs.field(default=1.0, validator=positive_number)
+    per_seconds: float = attrs.field(default=1.0, validator=_period)
     job_type: str | None = attrs.field(default=None, validator=optional_name)
     per_partition: bool = attrs.field(default=False, validator=switch)
 
@@ -57,12 +86,11 @@ def _check_weights(
     value: tuple[tuple[str, float], ...],
 ) -> None:
     for key, weight in value:
-        if (
-            isinstance(weight, bool)
-            or not isinstance(weight, int | float)
-            or not 0 < weight < math.inf
-        ):
-            reason = f"must be a finite number > 0, got {weight!r}"
+        # A key no job's partition can be would weigh nothing, without a word.
+        problem = None if key == DEFAULT_PARTITION else check_partition(key)
+        if problem is not None:
+            refuse(instance, attribute, f"a key {problem.reason}, got {key!r}")
+        if (reason := weight_problem(weight)) is not None:
             refuse(instance, attribute, reason, f".{key}")
 
 

@@ -97,7 +97,7 @@ def _check_key(value: object) -> str | FieldError:
     if len(value) > MAX_UNIQUE_KEY_CHARS:
         return FieldError(field, f"is {len(value)} characters; the limit is {MAX_UNIQUE_KEY_CHARS}")
     if not value.isprintable():
-        return FieldError(field, "must not hold control characters")
+        return FieldError(field, "must not hold control characters or lone surrogates")
     return value
 
 

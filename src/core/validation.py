@@ -52,7 +52,8 @@ def check_name(field: str, value: object, limits: Limits = Limits()) -> FieldErr
     if NAME_PATTERN.fullmatch(value) is None:
         return FieldError(
             field,
-            "may hold only letters, digits, '_', '.', '-' and must start with a letter or digit",
+            "may hold only ASCII letters, digits, '_', '.', '-' and must start with a letter "
+            "or digit",
         )
     return None
 

@@ -436,9 +436,9 @@ def test_property_equal_weights_keep_partitions_within_one_job_of_each_other(
         (lambda: Cap(1.5), "Cap.max_running", "must be an integer, got 1.5"),
         (lambda: Cap(2, job_type=""), "Cap.job_type", "must be a non-empty string, got ''"),
         (lambda: Rate(starts=0), "Rate.starts", "must be >= 1, got 0"),
-        (lambda: Rate(1, 0), "Rate.per_seconds", "must be a finite number > 0, got 0"),
+        (lambda: Rate(1, 0), "Rate.per_seconds", "must be a number of seconds > 0 and below 1e9 (31 years), got 0"),
         (lambda: QueueLimits(max_running=-1), "QueueLimits.max_running", "must be >= 1, got -1"),
-        (lambda: QueueLimits(weights={"a": -1}), "QueueLimits.weights.a", "must be a finite"),
+        (lambda: QueueLimits(weights={"a": -1}), "QueueLimits.weights.a", "must be a number > 0 and below 1e9"),
         # Weights without fair shares were taken, and did nothing.
         (lambda: QueueLimits(weights={"a": 2}), "QueueLimits.weights", "apply only to fair"),
         (lambda: QueueLimits(caps=(3,)), "QueueLimits.caps[0]", "must be a Cap, got 3"),

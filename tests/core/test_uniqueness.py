@@ -112,7 +112,11 @@ def test_create_job_accepts_an_id_as_text() -> None:
             f"unique_key: is {MAX_UNIQUE_KEY_CHARS + 1} characters; "
             f"the limit is {MAX_UNIQUE_KEY_CHARS}",
         ),
-        ({"unique_key": "a\nb"}, "unique_key: must not hold control characters"),
+        ({"unique_key": "a\nb"}, "unique_key: must not hold control characters or lone surrogates"),
+        (
+            {"unique_key": "a\ud800"},
+            "unique_key: must not hold control characters or lone surrogates",
+        ),
         ({"unique_for": 5}, "unique_for: needs unique_key: it shapes the key's lock"),
         (
             {"unique_states": ["pending"]},

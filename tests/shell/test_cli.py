@@ -329,7 +329,10 @@ def test_enqueue_gives_a_task_its_own_defaults_and_flags_override_them(
         (("--tenant", ""), "--tenant: must not be empty"),
         (("--partition", "a\tb"), "--partition: must not hold control"),
         (("--unique-key", "k", "--unique-state", "dead"), "--unique-state: "),
-        (("--queue", "no room"), "--queue: may hold only"),
+        (("--queue", "no room"), "--queue: may hold only ASCII letters"),
+        (("--tenant", "ünï"), "--tenant: may hold only ASCII letters"),
+        (("--unique-state", "dead"), "--unique-state: needs --unique-key: it shapes"),
+        (("--unique-for", "5"), "--unique-for: needs --unique-key: it shapes"),
     ],
 )
 def test_a_bad_enqueue_flag_is_named_as_typed(cli, flags: tuple[str, ...], said: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any
 
 from ...core import FieldError, ValidationError, parse_duration_ms
@@ -93,12 +94,19 @@ FLAGS = {
 }  # fmt: skip
 
 
+#: The option names a reason may mention ("needs unique_key"), as a whole word: those
+#: of plain words ("queue", "id") are not told from the words.
+_MENTIONED = re.compile(r"\b(" + "|".join(name for name in FLAGS if "_" in name) + r")\b")
+
+
 def _as_flags(exc: ValidationError, typed: set[str]) -> ValidationError:
-    """`exc` with each field the command line gave named by its flag; a field from
-    the task's defaults keeps its option name."""
-    return ValidationError(
-        [FieldError(FLAGS[e.field], e.reason) if e.field in typed else e for e in exc.errors]
-    )
+    """`exc` with each field the command line gave named by its flag, and the options
+    its reason mentions too; a field from the task's defaults keeps its option name."""
+
+    def flagged(e: FieldError) -> FieldError:
+        return FieldError(FLAGS[e.field], _MENTIONED.sub(lambda m: FLAGS[m[1]], e.reason))
+
+    return ValidationError([flagged(e) if e.field in typed else e for e in exc.errors])
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:

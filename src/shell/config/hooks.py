@@ -22,6 +22,7 @@ from cattrs.errors import (
 from ...core import FieldError, Priority
 from ...core.cron import Missed, parse_missed
 from ...core.frozen import FrozenMap
+from ...core.queue_limits import period_problem, weight_problem
 from ...core.timeouts import MAX_TIMEOUT_MS
 from ...core.validation import check_name, freeze_args, parse_priority
 from .checks import Check
@@ -132,8 +133,8 @@ def args(value: Any, _: Any) -> FrozenMap:
 
 
 def seconds(value: Any, _: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
-        raise Bad(f"must be a number of seconds > 0 and below 1e9 (31 years), got {value!r}")
+    if (problem := period_problem(value)) is not None:
+        raise Bad(problem)
     return float(value)
 
 
@@ -143,9 +144,9 @@ def weights(value: Any, _: Any) -> dict[str, float]:
         raise Bad(f"must be a table of partition = weight, got {type(value).__name__}")
     bad = []
     for key, weight in value.items():
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < 1e9:
+        if (problem := weight_problem(weight)) is not None:
             # Named under its partition (`weights.acme`), every bad one at once.
-            wrong = Bad(f"must be a number > 0 and below 1e9, got {weight!r}")
+            wrong = Bad(problem)
             wrong.__notes__ = [AttributeValidationNote(str(key), str(key), float)]
             bad.append(wrong)
     if bad:

@@ -90,7 +90,7 @@ def make_schema(prefix: str = DEFAULT_PREFIX) -> Schema:
     problem = check_name("prefix", prefix)
     if problem is not None or "." in prefix or "-" in prefix:
         # The prefix lands unquoted in DDL someone may paste into a migration.
-        raise ValidationError.of("prefix", "may hold only letters, digits and '_'")
+        raise ValidationError.of("prefix", "may hold only ASCII letters, digits and '_'")
     md = MetaData()
     job_seq = Sequence(f"{prefix}_job_seq", metadata=md)
     store_seq = Sequence(f"{prefix}_store_seq", metadata=md)
