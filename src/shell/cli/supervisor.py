@@ -49,6 +49,12 @@ log = logging.getLogger("conveyor.supervisor")
 
 #: The environment variable that tells each copy its number (0 to N-1).
 PROCESS_INDEX_ENV = "CONVEYOR_PROCESS_INDEX"
+#: The environment variable that tells each copy its supervisor's pid: a copy stops
+#: gracefully when the supervisor dies (`parent_death`).
+SUPERVISOR_PID_ENV = "CONVEYOR_SUPERVISOR_PID"
+#: The most copies one supervisor runs: more is a typo, which would start them all
+#: before anything could stop it.
+MAX_PROCESSES = 1024
 
 #: The CLI's exit when its input or config was refused; the supervisor's too.
 INVALID_INPUT_EXIT = 2
@@ -139,7 +145,7 @@ class Supervisor:
         return [sys.executable, "-m", "conveyor.shell.cli", *child_argv(self.argv, index)]
 
     def _start(self, index: int) -> None:
-        env = {**os.environ, PROCESS_INDEX_ENV: str(index)}
+        env = {**os.environ, PROCESS_INDEX_ENV: str(index), SUPERVISOR_PID_ENV: str(os.getpid())}
         if self._marks is not None:
             mark = self._marks / str(index)
             mark.unlink(missing_ok=True)  # the copy makes it once it is live
@@ -202,6 +208,8 @@ class Supervisor:
 
     def _run(self) -> int:
         for index in range(self.count):
+            if self.stopping.is_set():  # a stop while starting: start no more
+                break
             self._start(index)
         due: dict[int, float] = {}
         while not self._woken_to_stop():

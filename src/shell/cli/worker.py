@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 from typing import Any
 
 from ...core import (
@@ -17,9 +18,10 @@ from ...core import (
 from ...core.validation import check_name
 from ..config import Config, load_config
 from ..notices import notice
+from ..parent_death import die_with_parent
 from .guards import check_cli_config
 from .runtime import check, command_runtime, import_extra
-from .supervisor import PROCESS_INDEX_ENV, supervise
+from .supervisor import MAX_PROCESSES, PROCESS_INDEX_ENV, SUPERVISOR_PID_ENV, supervise
 
 #: Beyond the wait for the server, what a supervised copy may take to start (imports,
 #: handlers, the first claim) before its supervisor counts it stalled.
@@ -118,6 +120,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         None
         if args.processes is None or args.processes >= 1
         else FieldError("--processes", f"must be >= 1, got {args.processes}"),
+        None
+        if args.processes is None or args.processes <= MAX_PROCESSES
+        else FieldError("--processes", f"must be at most {MAX_PROCESSES}, got {args.processes}"),
         *(check_name("--queue", name) for name in args.queues or ()),
         None
         if args.concurrency is None or args.concurrency >= 0
@@ -182,6 +187,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
             else args.startup_timeout
         )
         return supervise(args.raw_argv, args.processes, stall, waits + STARTUP_MARGIN_S)
+    if not _tied_to_supervisor():
+        notice("conveyor worker: its supervisor is gone; not starting")
+        return 1
     runtime = command_runtime(args, args.startup_timeout)
     if args.queues:
         import attrs
@@ -248,6 +256,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             server.close()
+
+
+def _tied_to_supervisor() -> bool:
+    """In a copy of `--processes N`: be stopped gracefully (SIGTERM) when the
+    supervisor dies, so no copy runs on that nobody watches; False when it has died
+    already. Outside a copy: True."""
+    parent = os.environ.pop(SUPERVISOR_PID_ENV, "")
+    return not parent.isdigit() or die_with_parent(int(parent), signal.SIGTERM)
 
 
 def _stall_policy(args: argparse.Namespace, config: Config) -> StallPolicy:

@@ -46,6 +46,7 @@ import attrs
 from ...core import ErrorInfo, Failed, Outcome, cap_message
 from ..context import JobContext, check_progress
 from ..inputs import KnownInputs
+from ..parent_death import die_with_parent
 from ..registry import error_from_exception, run_handler
 
 #: How often the worker asks whether a running child's job should stop (a cancel).
@@ -181,12 +182,7 @@ def _tie_to(parent: int) -> None:
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with contextlib.suppress(Exception):  # not Linux, or no C library to ask
-        import ctypes
-
-        set_parent_death_signal = 1  # PR_SET_PDEATHSIG
-        ctypes.CDLL(None, use_errno=True).prctl(set_parent_death_signal, signal.SIGKILL)
-    if os.getppid() != parent:  # the worker died before the line above
+    if not die_with_parent(parent, signal.SIGKILL):  # the worker died already
         os._exit(1)
 
 

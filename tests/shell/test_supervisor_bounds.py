@@ -1,0 +1,89 @@
+"""The supervisor's bounds: a stop that lands while it starts its copies starts no
+more of them; `--processes` past what one machine runs is refused; and copies whose
+supervisor was killed (SIGKILL, the OOM killer) stop gracefully instead of running
+on with nobody to watch or stop them."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conveyor.shell.cli import main
+from conveyor.shell.cli.supervisor import MAX_PROCESSES, Supervisor
+from test_supervisor import _alive, _running, _started, project
+
+__all__ = ["project"]  # the fixture, used by name
+
+
+class _StopWhileStarting(Supervisor):
+    """Five copies; the stop signal lands as the second one starts."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__([], count=5)
+        self.starts = 0
+
+    def command(self, index: int) -> list[str]:
+        script = (
+            "import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+            "time.sleep(60)\n"
+        )
+        return [sys.executable, "-c", script]
+
+    def _start(self, index: int) -> None:
+        self.starts += 1
+        if self.starts == 2:
+            self.stop()
+        super()._start(index)
+
+
+def test_a_stop_while_the_copies_start_starts_no_more_of_them(tmp_path: Path) -> None:
+    supervisor = _StopWhileStarting(tmp_path)
+    codes: list[int] = []
+    runner = threading.Thread(target=lambda: codes.append(supervisor.run()), daemon=True)
+    runner.start()
+    runner.join(30)
+    for child in supervisor._children.values():
+        if child.poll() is None:
+            child.kill()
+            subprocess.Popen.wait(child)
+    assert not runner.is_alive()
+    assert supervisor.starts == 2, "copies went on starting after the stop"
+    assert codes == [0]
+
+
+@pytest.mark.parametrize("count", [MAX_PROCESSES + 1, 100_000])
+def test_processes_past_the_limit_are_refused_naming_the_flag(
+    project: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    count: int,
+) -> None:
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("CONVEYOR_URL", raising=False)
+    try:
+        code = main(["worker", "--processes", str(count)])
+    except SystemExit as exit:
+        code = exit.code
+    err = capsys.readouterr().err
+    assert code == 2 and f"--processes: must be at most {MAX_PROCESSES}, got {count}" in err, err
+
+
+def test_copies_stop_gracefully_when_their_supervisor_is_killed(project: Path) -> None:
+    with _running(project, "--processes", "2") as supervisor:
+        copies = _started(supervisor, 2)
+        time.sleep(1.0)  # their signal handlers set up
+        supervisor.send_signal(signal.SIGKILL)
+        supervisor.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while any(_alive(pid) for pid in copies) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = [pid for pid in copies if _alive(pid)]
+        for pid in left:  # not left behind by a failed check
+            subprocess.run(["kill", "-9", str(pid)], check=False)
+    assert not left, "copies ran on after their supervisor was killed"
