@@ -255,6 +255,18 @@ def _alive(pid: int) -> bool:
     return status.exists() and status.read_text().split()[2] != "Z"
 
 
+def waiting_for_sigterm(ready: Path) -> list[str]:
+    """A copy's command that touches `ready` once SIGTERM would stop it, exits 0 on
+    it, and else lives a minute."""
+    script = (
+        "import pathlib, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(60)\n"
+    )
+    return [sys.executable, "-c", script]
+
+
 class _StopLandsAtTheReplacement(Supervisor):
     """Copy 0 recycles at once; the stop signal lands just as the supervisor starts
     its replacement (in the signal handler, between the loop's look and the start)."""
@@ -266,15 +278,7 @@ class _StopLandsAtTheReplacement(Supervisor):
     def command(self, index: int) -> list[str]:
         if self.starts == 1:
             return [sys.executable, "-c", f"raise SystemExit({RECYCLED_EXIT})"]
-        # The replacement: ready for SIGTERM, exits 0 on it, else lives a minute.
-        ready = self.folder / "ready"
-        script = (
-            "import pathlib, signal, sys, time\n"
-            "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
-            f"pathlib.Path({str(ready)!r}).touch()\n"
-            "time.sleep(60)\n"
-        )
-        return [sys.executable, "-c", script]
+        return waiting_for_sigterm(self.folder / "ready")  # the replacement
 
     def _start(self, index: int) -> None:
         self.starts += 1
@@ -283,19 +287,24 @@ class _StopLandsAtTheReplacement(Supervisor):
         super()._start(index)
 
 
-def test_a_copy_started_as_the_stop_signal_lands_is_told_to_stop_too(tmp_path: Path) -> None:
-    supervisor = _StopLandsAtTheReplacement(tmp_path)
+def run_to_its_end(supervisor: Supervisor, timeout_s: float = 20) -> list[int]:
+    """Run `supervisor` on a thread for up to `timeout_s`: its exit code, if it ended.
+    A copy left running is killed, not left behind by the test."""
     codes: list[int] = []
     runner = threading.Thread(target=lambda: codes.append(supervisor.run()), daemon=True)
     runner.start()
-    runner.join(20)
-    children = list(supervisor._children.values())
-    for child in children:  # a copy left running is not left behind by the test
+    runner.join(timeout_s)
+    for child in list(supervisor._children.values()):
         if child.poll() is None:
             child.kill()
             subprocess.Popen.wait(child)
-    assert not runner.is_alive(), "the supervisor waited for a copy nobody told to stop"
-    assert codes == [0]
+    return codes
+
+
+def test_a_copy_started_as_the_stop_signal_lands_is_told_to_stop_too(tmp_path: Path) -> None:
+    supervisor = _StopLandsAtTheReplacement(tmp_path)
+    codes = run_to_its_end(supervisor)
+    assert codes == [0], "the supervisor waited for a copy nobody told to stop"
     assert supervisor.recycled == 1
 
 

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from conveyor.shell.cli import main
 from conveyor.shell.cli.supervisor import MAX_PROCESSES, Supervisor
-from test_supervisor import _alive, _running, _started, project
+from test_supervisor import _alive, _running, _started, project, run_to_its_end, waiting_for_sigterm
 
 __all__ = ["project"]  # the fixture, used by name
 
@@ -25,34 +23,21 @@ class _StopWhileStarting(Supervisor):
 
     def __init__(self, folder: Path) -> None:
         super().__init__([], count=5)
-        self.starts = 0
+        self.folder, self.starts = folder, 0
 
     def command(self, index: int) -> list[str]:
-        script = (
-            "import signal, sys, time\n"
-            "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
-            "time.sleep(60)\n"
-        )
-        return [sys.executable, "-c", script]
+        return waiting_for_sigterm(self.folder / str(index))
 
     def _start(self, index: int) -> None:
         self.starts += 1
         if self.starts == 2:
-            self.stop()
+            self.stop()  # as a signal handler would, between two starts
         super()._start(index)
 
 
 def test_a_stop_while_the_copies_start_starts_no_more_of_them(tmp_path: Path) -> None:
     supervisor = _StopWhileStarting(tmp_path)
-    codes: list[int] = []
-    runner = threading.Thread(target=lambda: codes.append(supervisor.run()), daemon=True)
-    runner.start()
-    runner.join(30)
-    for child in supervisor._children.values():
-        if child.poll() is None:
-            child.kill()
-            subprocess.Popen.wait(child)
-    assert not runner.is_alive()
+    codes = run_to_its_end(supervisor)
     assert supervisor.starts == 2, "copies went on starting after the stop"
     assert codes == [0]
 
