@@ -57,6 +57,9 @@ class BackendSettings(Protocol):
     def pool_size(self) -> int: ...
 
     @property
+    def sqlite_synchronous(self) -> str: ...
+
+    @property
     def lease_ms(self) -> int: ...
 
     @property

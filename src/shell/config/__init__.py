@@ -65,6 +65,7 @@ ENV = {
     "CONVEYOR_HANDLERS": ("handlers", list),
     "CONVEYOR_MAX_RECLAIMS": ("max_reclaims", int),
     "CONVEYOR_POOL_SIZE": ("pool_size", int),
+    "CONVEYOR_SQLITE_SYNCHRONOUS": ("sqlite_synchronous", str),
     "CONVEYOR_STARTUP_TIMEOUT_MS": ("startup_timeout_ms", int),
     "CONVEYOR_MAX_RESULT_BYTES": ("max_result_bytes", int),
 }

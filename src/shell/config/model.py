@@ -41,6 +41,8 @@ from .checks import (
 )
 
 PROVIDERS = ("memory", "db", "redis")
+#: The `sqlite_synchronous` values (SQLite's own names).
+SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 STRATEGIES = ("shared", "schema")
 DEFAULT_PROVIDER = "db"
 DEFAULT_URL = "sqlite:///conveyor.db"
@@ -157,6 +159,11 @@ class Config:
     #: Reclaims a started job survives before it is dead-lettered (`LeasePolicy`).
     max_reclaims: int = attrs.field(default=_LEASE.max_reclaims.default, validator=_NON_NEGATIVE)
     pool_size: int = attrs.field(default=10, validator=_POSITIVE)
+    #: SQLite's `PRAGMA synchronous` (WAL mode): NORMAL survives a process crash,
+    #: FULL an OS crash or power loss too, at an fsync per commit; see docs/sql.md.
+    sqlite_synchronous: str = attrs.field(
+        default="NORMAL", validator=Rule(one_of(SQLITE_SYNCHRONOUS))
+    )
     #: Per-job-type attempt timeouts in ms (`[timeouts_ms]`), as (job type, ms) pairs.
     timeouts_ms: tuple[tuple[str, int], ...] = ()
     #: How long a starting worker waits for an unreachable server before giving up.

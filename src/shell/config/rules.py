@@ -37,7 +37,7 @@ log = logging.getLogger("conveyor.config")
 #: The keys of `[redis]` that a Redis URL replaces.
 REDIS_PARTS = ("host", "port", "db")
 #: Top-level keys only SQL reads.
-SQL_ONLY = ("pool_size", "auto_migrate")
+SQL_ONLY = ("pool_size", "auto_migrate", "sqlite_synchronous")
 
 
 def table(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:

@@ -53,7 +53,9 @@ def _sql_backend(settings: BackendSettings) -> tuple[JobQueue, JobStore, Presenc
     if file is not None:
         file.parent.mkdir(parents=True, exist_ok=True)
     try:
-        engine = make_engine(url, pool_size=settings.pool_size)
+        engine = make_engine(
+            url, pool_size=settings.pool_size, synchronous=settings.sqlite_synchronous
+        )
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("psycopg"):
             raise
