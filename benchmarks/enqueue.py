@@ -47,8 +47,7 @@ def _measure(s: System, jobs: int, bulk: bool) -> float:
     if bulk:
         return jobs / inst.fill(jobs)
     start = time.perf_counter()
-    for i in range(jobs):
-        inst.enqueue(i, time.time())
+    inst.enqueue_each([(i, time.time()) for i in range(jobs)])
     return jobs / (time.perf_counter() - start)
 
 

@@ -28,6 +28,8 @@ PACKAGES = (
     "pgqueuer",
     "matplotlib",
 )
+#: The distribution a package is installed as, where its name differs.
+_DISTRIBUTIONS = {"conveyor": "conveyor-jobs"}
 
 
 def _cpu() -> str:
@@ -94,7 +96,7 @@ def versions() -> dict[str, str]:
     out = {}
     for name in PACKAGES:
         try:
-            out[name] = importlib.metadata.version(name)
+            out[name] = importlib.metadata.version(_DISTRIBUTIONS.get(name, name))
         except importlib.metadata.PackageNotFoundError:
             out[name] = "not installed"
     out["python"] = platform.python_version()

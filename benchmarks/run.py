@@ -1,6 +1,6 @@
 """Conveyor's benchmark: Conveyor on every backend, its peers, and each server's limit.
 
-    python -m benchmarks.run            # the full run (about 14 minutes on 2 cores)
+    python -m benchmarks.run            # the full run (about 20 minutes on 2 cores)
     python -m benchmarks.run --quick    # a smoke run: one round, small sizes (about 1.5 minutes)
     python3 dev.py bench [--quick]      # the same, in the project's venv with the bench extra
 
@@ -169,8 +169,7 @@ class Bench:
         before = inst.snapshot()
         if default or s.backend == "memory":
             start = time.perf_counter()
-            for i in range(n):
-                inst.enqueue(i, time.time())
+            inst.enqueue_each([(i, time.time()) for i in range(n)])
             self.add(s.name, "enqueue_single", n / (time.perf_counter() - start))
         else:
             inst.fill(n)

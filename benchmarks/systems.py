@@ -202,6 +202,12 @@ class Instance:
     def enqueue_bulk(self, items: Sequence[Args]) -> None:
         raise NotImplementedError
 
+    def enqueue_each(self, items: Sequence[Args]) -> None:
+        """Enqueue `items` one by one, each call ended before the next (the enqueue
+        one-by-one figure); an async product awaits each on one running loop."""
+        for i, t in items:
+            self.enqueue(i, t)
+
     def fill(self, n: int) -> float:
         """Queue `n` more jobs as fast as the product allows; returns the seconds taken."""
         start = time.perf_counter()
@@ -256,7 +262,9 @@ class ConveyorInstance(Instance):
         tag: str,
         backend: str,
         handler: Callable[[Any], Any] = workers.conveyor_noop,
+        **settings: Any,
     ) -> None:
+        """`settings`: more config keys (`sqlite_synchronous="FULL"`)."""
         super().__init__(env, tag)
         self.backend = backend
         self.handler = handler
@@ -275,6 +283,7 @@ class ConveyorInstance(Instance):
         else:
             url, self.redis_db = env.redis_url()
             self.config = {"provider": "redis", "redis": {"url": url}}
+        self.config.update(settings)
         self.config["workers"] = {"queues": [workers.QUEUE]}
         if backend == "postgresql":
             from conveyor.shell.migrate import migrate
@@ -326,7 +335,8 @@ class ConveyorInstance(Instance):
 
 
 class HueyInstance(Instance):
-    def __init__(self, env: Env, tag: str, storage: str) -> None:
+    def __init__(self, env: Env, tag: str, storage: str, synchronous: str | None = None) -> None:
+        """`synchronous`: SQLite's setting where it is not Huey's default (FULL)."""
         super().__init__(env, tag)
         self.backend = storage
         if storage == "redis":
@@ -335,6 +345,8 @@ class HueyInstance(Instance):
         else:
             path = env.scratch / f"huey-{tag}.db"
             self.base = {"kind": "huey", "storage": "sqlite", "filename": str(path)}
+            if synchronous is not None:
+                self.base["synchronous"] = synchronous
         self.huey: Any = None
         self.task: Any = None
         self.open()
@@ -456,17 +468,24 @@ class PgqueuerInstance(Instance):
         return dict(self.base)
 
     def open(self) -> None:
+        # Enqueues go through asyncpg, the driver of pgqueuer's README (its worker's
+        # too), on one event loop kept open: each call runs its coroutine to the end,
+        # as an awaiting caller would.
         if self.conn is None:
-            import psycopg
-            from pgqueuer.db import SyncPsycopgDriver
-            from pgqueuer.queries import SyncQueries
+            import asyncpg
+            from pgqueuer.db import AsyncpgDriver
+            from pgqueuer.queries import Queries
 
-            self.conn = psycopg.connect(self.conninfo, autocommit=True)  # type: ignore[arg-type]
-            self.queries = SyncQueries(SyncPsycopgDriver(self.conn))
+            assert self.conninfo is not None
+            self.loop = asyncio.new_event_loop()
+            params = workers.asyncpg_params(self.conninfo)
+            self.conn = self.loop.run_until_complete(asyncpg.connect(**params))
+            self.queries = Queries(AsyncpgDriver(self.conn))
 
     def close(self) -> None:
         if self.conn is not None:
-            self.conn.close()
+            self.loop.run_until_complete(self.conn.close())
+            self.loop.close()
             self.conn = self.queries = None
 
     def reset(self) -> None:
@@ -474,12 +493,20 @@ class PgqueuerInstance(Instance):
         pg_truncate_all(self.conninfo)
 
     def enqueue(self, i: int, t: float) -> None:
-        self.queries.enqueue("noop", json.dumps({"i": i, "t": t}).encode(), 0)
+        payload = json.dumps({"i": i, "t": t}).encode()
+        self.loop.run_until_complete(self.queries.enqueue("noop", payload, 0))
 
     def enqueue_bulk(self, items: Sequence[Args]) -> None:
         n = len(items)
         payloads = [json.dumps({"i": i, "t": t}).encode() for i, t in items]
-        self.queries.enqueue(["noop"] * n, payloads, [0] * n)
+        self.loop.run_until_complete(self.queries.enqueue(["noop"] * n, payloads, [0] * n))
+
+    def enqueue_each(self, items: Sequence[Args]) -> None:
+        async def each() -> None:
+            for i, t in items:
+                await self.queries.enqueue("noop", json.dumps({"i": i, "t": t}).encode(), 0)
+
+        self.loop.run_until_complete(each())
 
 
 # ---- systems -----------------------------------------------------------------------
@@ -523,6 +550,31 @@ def catalogue() -> list[System]:
 
     def huey(storage: str) -> Callable[[Env, str], Instance]:
         return lambda env, tag: HueyInstance(env, tag, storage)
+
+    # SQLite at one durability for both products: Huey's default is FULL (an fsync
+    # per commit), Conveyor's NORMAL (none); each is also run at the other's.
+    out_sqlite = [
+        System(
+            "conveyor-sqlite-full",
+            "Conveyor",
+            "sqlite",
+            "synchronous FULL",
+            "conveyor-sqlite-full",
+            lambda env, tag: ConveyorInstance(env, tag, "sqlite", sqlite_synchronous="FULL"),
+            {},
+            THROUGHPUT_ONLY,
+        ),
+        System(
+            "huey-sqlite-normal",
+            "Huey",
+            "sqlite",
+            "1 thread, synchronous NORMAL",
+            "huey-sqlite-normal",
+            lambda env, tag: HueyInstance(env, tag, "sqlite", synchronous="NORMAL"),
+            {"threads": 1},
+            THROUGHPUT_ONLY,
+        ),
+    ]
 
     out = []
     for b in ("memory", "sqlite", "postgresql", "redis"):
@@ -633,7 +685,7 @@ def catalogue() -> list[System]:
             THROUGHPUT_ONLY,
         ),
     ]
-    return out
+    return out + out_sqlite
 
 
 def prepare(systems: list[System], env: Env, with_deep: bool) -> list[System]:

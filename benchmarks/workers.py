@@ -95,9 +95,26 @@ def make_huey(spec: dict[str, Any]) -> tuple[Any, Any]:
 
     if spec["storage"] == "redis":
         h = huey.RedisHuey(QUEUE, url=spec["url"])
+    elif "synchronous" in spec:
+        storage = _sqlite_storage(spec["synchronous"])
+        h = huey.Huey(QUEUE, storage_class=storage, filename=spec["filename"])
     else:
         h = huey.SqliteHuey(QUEUE, filename=spec["filename"])
     return h, h.task(name="noop")(noop)
+
+
+def _sqlite_storage(synchronous: str) -> Any:
+    """Huey's SQLite storage with `PRAGMA synchronous` set on each connection: its own
+    `fsync` option gives only FULL (True, and its default) or OFF (False)."""
+    from huey.storage import SqliteStorage
+
+    class Storage(SqliteStorage):  # type: ignore[misc]
+        def _create_connection(self) -> Any:
+            conn = super()._create_connection()
+            conn.execute(f"pragma synchronous={synchronous}")
+            return conn
+
+    return Storage
 
 
 def _huey(spec: dict[str, Any]) -> Callable[[], None]:
