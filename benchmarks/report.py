@@ -259,9 +259,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"*Servers*: Redis AOF {m['servers']['redis']['appendonly']} "
         f"(appendfsync {m['servers']['redis']['appendfsync']}); PostgreSQL "
         + ", ".join(f"{k}={val}" for k, val in m["servers"]["postgresql"].items())
-        + "; SQLite (WAL) at each product's default `synchronous`, Conveyor NORMAL and "
-        "Huey FULL (an fsync per commit), and at the other's in `conveyor-sqlite-full` "
-        "and `huey-sqlite-normal`.  ",
+        + "; SQLite (WAL) at `synchronous` FULL, an fsync per commit (each product's "
+        "default), and NORMAL in `conveyor-sqlite-normal` and `huey-sqlite-normal`.  ",
         f"*Sizes*: {sizes['jobs']:,} no-op jobs per throughput measurement; "
         f"{sizes['latency_jobs']} jobs 20 ms apart per latency measurement; depth "
         f"{sizes['depth_small']:,} vs {sizes['depth_large']:,} queued, "

@@ -556,15 +556,15 @@ def finished(job: Job, status: JobStatus, at: datetime = T0) -> Job:
 # --- engines -------------------------------------------------------------------------------
 
 
-def test_make_engine_gives_sqlite_wal_a_busy_timeout_and_normal_sync(tmp_path: Path) -> None:
+def test_make_engine_gives_sqlite_wal_a_busy_timeout_and_full_sync(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}", busy_timeout_ms=1234)
     with engine.connect() as conn:
         settings = [
             conn.exec_driver_sql(f"PRAGMA {name}").scalar()
             for name in ("journal_mode", "busy_timeout", "synchronous", "journal_size_limit")
         ]
-    # synchronous 1 is NORMAL; a log a long reader let grow is cut back to 32 MiB.
-    assert settings == ["wal", 1234, 1, 32 * 1024 * 1024]
+    # synchronous 2 is FULL; a log a long reader let grow is cut back to 32 MiB.
+    assert settings == ["wal", 1234, 2, 32 * 1024 * 1024]
     engine.dispose()
 
 

@@ -159,10 +159,11 @@ class Config:
     #: Reclaims a started job survives before it is dead-lettered (`LeasePolicy`).
     max_reclaims: int = attrs.field(default=_LEASE.max_reclaims.default, validator=_NON_NEGATIVE)
     pool_size: int = attrs.field(default=10, validator=_POSITIVE)
-    #: SQLite's `PRAGMA synchronous` (WAL mode): NORMAL survives a process crash,
-    #: FULL an OS crash or power loss too, at an fsync per commit; see docs/sql.md.
+    #: SQLite's `PRAGMA synchronous` (WAL mode): FULL loses no acknowledged write to
+    #: an OS crash or power loss, at an fsync per commit; NORMAL only survives a
+    #: process crash; see docs/sql.md.
     sqlite_synchronous: str = attrs.field(
-        default="NORMAL", validator=Rule(one_of(SQLITE_SYNCHRONOUS))
+        default="FULL", validator=Rule(one_of(SQLITE_SYNCHRONOUS))
     )
     #: Per-job-type attempt timeouts in ms (`[timeouts_ms]`), as (job type, ms) pairs.
     timeouts_ms: tuple[tuple[str, int], ...] = ()

@@ -62,13 +62,14 @@ WAL_SIZE_LIMIT_BYTES = 32 * 1024 * 1024
 
 
 def configure_sqlite(
-    engine: Engine, *, busy_timeout_ms: int = 5000, synchronous: str = "NORMAL"
+    engine: Engine, *, busy_timeout_ms: int = 5000, synchronous: str = "FULL"
 ) -> None:
     """Make a SQLite engine safe for several threads and processes on one file.
 
     Each new connection gets WAL (readers never block the writer),
     `busy_timeout` (wait for the write lock instead of failing at once) and
-    `synchronous`. Transactions begin with `BEGIN IMMEDIATE`, which takes the write
+    `synchronous` (FULL: an acknowledged commit survives an OS crash or power loss,
+    as on PostgreSQL). Transactions begin with `BEGIN IMMEDIATE`, which takes the write
     lock up front: a deferred transaction that reads and then writes can fail with
     `database is locked` no busy timeout can cure, once another writer committed in
     between. Read-only work of the adapters opts out with `BEGIN DEFERRED`.
@@ -145,7 +146,7 @@ def make_engine(
     url: str | URL,
     *,
     busy_timeout_ms: int = 5000,
-    synchronous: str = "NORMAL",
+    synchronous: str = "FULL",
     pool_size: int | None = None,
     **options: Any,
 ) -> Engine:
