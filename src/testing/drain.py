@@ -42,8 +42,13 @@ def drain(
 ) -> WorkerStats:
     """Run every job of `runtime` that is due (on `queues` only, when given), moving a
     `ManualClock` on to parked jobs' `run_at` unless `advance_clock=False`; returns
-    what was done. Raises `DrainLimit` when more than `max_jobs` would run. `queues`
-    may name one queue as a string."""
+    what was done. Runs at most `max_jobs` jobs, and raises `DrainLimit` when work is
+    still due after them. `queues` may name one queue as a string."""
+    if not isinstance(runtime, Runtime):
+        raise TypeError(f"drain needs the Runtime to drain, got {type(runtime).__name__}")
+    if queues is not None and (isinstance(queues, bytes) or not isinstance(queues, Iterable)):
+        why = f"must be a queue name or a list of them (or None: all), got {type(queues).__name__}"
+        raise ValidationError.of("queues", why)
     only = None if queues is None else [queues] if isinstance(queues, str) else list(queues)
     if only == []:
         raise ValidationError.of("queues", "must name at least one queue (or be None: all)")
@@ -58,11 +63,15 @@ def drain(
     total, claimed = WorkerStats(), 0
     while True:
         names = only if only is not None else _queues_with_work(runtime)
-        ran, stats = runtime.inline_runner.run(names, max_jobs=max_jobs - claimed + 1)
+        ran, stats = runtime.inline_runner.run(names, max_jobs=max_jobs - claimed)
         claimed += ran
         total = add_stats(total, stats)
-        if claimed > max_jobs:
-            raise DrainLimit(f"drain ran {max_jobs} jobs and work is still due")
+        moves_clock = advance_clock and isinstance(clock, ManualClock)
+        if claimed >= max_jobs:
+            names = only if only is not None else _queues_with_work(runtime)
+            if _work_left(runtime, names, moves_clock):
+                raise DrainLimit(f"drain ran {max_jobs} jobs and work is still due")
+            return total
         if ran:
             continue
         if not (advance_clock and isinstance(clock, ManualClock)):
@@ -73,6 +82,17 @@ def drain(
             # took: moving the clock would not change that.
             return total
         clock.set(min(due))
+
+
+def _work_left(runtime: Runtime, names: list[str], moves_clock: bool) -> bool:
+    """Whether a drain of `names` would run another job: one is ready, or one is
+    parked and either due or the drain moves the clock on to it."""
+    now = runtime.clock.now()
+    counts = runtime.queue.counts(now)
+    if any(counts[name].ready for name in names if name in counts):
+        return True
+    due = [d for d in map(runtime.queue.next_due, names) if d is not None]
+    return bool(due) and (moves_clock or min(due) <= now)
 
 
 def _queues_with_work(runtime: Runtime) -> list[str]:

@@ -20,7 +20,7 @@ import attrs
 
 from ..core import FieldError, Job, JobStatus, Priority, ValidationError
 from ..core.frozen import thaw
-from ..core.validation import parse_priority
+from ..core.validation import check_name, parse_priority
 from ..shell.lookup import parse_state
 from ..shell.runtime import Runtime
 from ..shell.tasks import Task
@@ -93,6 +93,12 @@ def assert_enqueued(
         raise ValidationError.of("job_type", "must be a job type or a Task, got None")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
         raise ValidationError.of("count", f"must be a whole number >= 0, got {count!r}")
+    if args is not None and not isinstance(args, Mapping):
+        # A job's args are a mapping: a list of pairs would never match, and its
+        # failure message would show it as the dict it was read as.
+        raise ValidationError.of("args", f"must be a mapping, got {type(args).__name__}")
+    if queue is not None and (problem := check_name("queue", queue)) is not None:
+        raise ValidationError((problem,))  # no job can be on it: count=0 would pass
     wanted_priority = None if priority is None else parse_priority(priority)
     if wanted_priority is not None and not isinstance(wanted_priority, Priority):
         raise ValidationError((wanted_priority,))

@@ -15,7 +15,8 @@ test sees is what production does:
 * `enqueue_in_tx` does not run inline: the job exists only once the caller
   commits.
 
-A handler that enqueues another job runs it inline too, before it returns.
+A handler that enqueues another job runs it inline too, before it returns; an
+async handler's plain `enqueue`, once it has returned (see `InlineRunner.run`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
+from .async_jobs import HANDLER_LOOP
 from .loop import Worker
 from .reporting import WorkerStats, add_stats, stats_between
 
@@ -38,6 +40,8 @@ class InlineRunner:
         self._make = make_worker
         self._lock = threading.Lock()
         self._idle: dict[str, list[Worker]] = {}
+        #: Queues an async handler enqueued to, left to the run waiting for it.
+        self._deferred: dict[str, None] = {}
 
     @contextmanager
     def worker(self, queue_name: str) -> Iterator[Worker]:
@@ -58,14 +62,27 @@ class InlineRunner:
     def run(self, queues: Iterable[str], *, max_jobs: int | None = None) -> tuple[int, WorkerStats]:
         """Run the due jobs of each of `queues`, in order, until none has any due;
         at most `max_jobs` in all. Returns how many jobs were claimed, and what was
-        done with them."""
+        done with them.
+
+        Called from an async handler (a plain `enqueue` on the event loop), it runs
+        nothing: a blocking run there would stall the loop the handler runs on, and an
+        async job could never start. The queues are left to the run that waits for
+        that handler, which drains them once the handler has returned."""
+        if HANDLER_LOOP.is_current():
+            with self._lock:
+                self._deferred.update(dict.fromkeys(queues))
+            return 0, WorkerStats()
         total, claimed = WorkerStats(), 0
-        for name in dict.fromkeys(queues):
-            left = None if max_jobs is None else max_jobs - claimed
-            if left is not None and left <= 0:
-                break
-            with self.worker(name) as worker:
-                before = worker.stats
-                claimed += worker.drain(max_jobs=left)
-                total = add_stats(total, stats_between(before, worker.stats))
+        pending = list(dict.fromkeys(queues))
+        while pending:
+            for name in pending:
+                left = None if max_jobs is None else max_jobs - claimed
+                if left is not None and left <= 0:
+                    return claimed, total
+                with self.worker(name) as worker:
+                    before = worker.stats
+                    claimed += worker.drain(max_jobs=left)
+                    total = add_stats(total, stats_between(before, worker.stats))
+            with self._lock:
+                pending, self._deferred = list(self._deferred), {}
         return claimed, total

@@ -1,0 +1,72 @@
+"""Inline mode, a job enqueued with a plain (blocking) `enqueue` from an async
+handler: a run there would stall the event loop the handler runs on, and an async
+job could never start, so it runs in the same inline run once that handler has
+returned, before the outer `enqueue` returns. It failed the outer job and left the
+inner one claimed, `running`, for good."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import conveyor
+from conveyor.testing import ManualClock, drain, enqueued_jobs
+
+
+def build(tasks: conveyor.Tasks) -> conveyor.Runtime:
+    return conveyor.build(
+        {"provider": "memory"}, handlers=tasks, clock=ManualClock(), env={}, inline=True
+    )
+
+
+def test_an_async_handler_s_plain_enqueue_runs_once_it_has_returned() -> None:
+    tasks = conveyor.Tasks()
+    order: list[str] = []
+
+    @tasks.task(name="inner")
+    async def inner(args: dict[str, Any]) -> str:
+        order.append("inner")
+        return "inner"
+
+    @tasks.task(name="elsewhere", queue="reports")
+    def elsewhere(args: dict[str, Any]) -> str:
+        order.append("elsewhere")
+        return "elsewhere"
+
+    @tasks.task(name="outer")
+    async def outer(args: dict[str, Any]) -> str:
+        inner.enqueue({})
+        elsewhere.enqueue({})
+        order.append("outer returns")
+        return "outer"
+
+    rt = build(tasks)
+    try:
+        job = outer.enqueue({})
+        assert rt.result(job.id, timeout=5) == "outer"
+        assert order == ["outer returns", "inner", "elsewhere"]
+        for task in (inner, elsewhere):
+            assert [j.status.value for j in enqueued_jobs(rt, task)] == ["completed"]
+        assert drain(rt).processed == 0, "nothing was left for a drain"
+    finally:
+        rt.close()
+
+
+def test_a_sync_handler_s_enqueue_still_runs_before_it_returns() -> None:
+    tasks = conveyor.Tasks()
+    order: list[str] = []
+
+    @tasks.task(name="inner")
+    async def inner(args: dict[str, Any]) -> None:
+        order.append("inner")
+
+    @tasks.task(name="outer")
+    def outer(args: dict[str, Any]) -> None:
+        inner.enqueue({})
+        order.append("outer returns")
+
+    rt = build(tasks)
+    try:
+        outer.enqueue({})
+        assert order == ["inner", "outer returns"]
+    finally:
+        rt.close()
