@@ -11,7 +11,9 @@ Times are stored as integer microseconds since the Unix epoch, UTC (`to_micros`,
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
+import time
 import weakref
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -59,6 +61,8 @@ _SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 #: long read transaction pins a snapshot, no checkpoint can, and the log grows (about
 #: 50 KB a job); without a limit it kept that size for good.
 WAL_SIZE_LIMIT_BYTES = 32 * 1024 * 1024
+#: How long a connection waits between tries to switch a new file to WAL mode.
+_WAL_RETRY_S = 0.01
 
 
 def configure_sqlite(
@@ -113,9 +117,7 @@ def configure_sqlite(
         try:
             # The busy timeout first, so switching the journal mode waits its turn too.
             cursor.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
-            current = str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower()
-            if current not in ("wal", "memory"):
-                cursor.execute("PRAGMA journal_mode = WAL")
+            _switch_to_wal(cursor, busy_timeout_ms)
             cursor.execute(f"PRAGMA synchronous = {mode}")
             cursor.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT_BYTES}")
         finally:
@@ -128,6 +130,25 @@ def configure_sqlite(
     event.listen(engine, "do_connect", on_do_connect)
     event.listen(engine, "connect", on_connect)
     event.listen(engine, "begin", on_begin)
+
+
+def _switch_to_wal(cursor: Any, busy_timeout_ms: int) -> None:
+    """WAL mode, unless the file is in it (or in memory). The switch needs the file to
+    itself, and SQLite answers "database is locked" at once, not after the busy
+    timeout, while another connection holds it (processes starting together on a new
+    file): it is tried again until the busy timeout has passed."""
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        current = str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        if current in ("wal", "memory"):
+            return
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(_WAL_RETRY_S)
 
 
 def _lenient_text(raw: bytes) -> str:

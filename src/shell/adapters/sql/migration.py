@@ -9,6 +9,9 @@ different schema, so an application role with DML rights only can run workers.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.schema import CreateIndex
 
@@ -70,7 +73,8 @@ def schema_problem(engine: Engine, schema: Schema = SCHEMA) -> str | None:
         return f"the database schema is missing: {fix}"
     at = "an unmarked earlier version" if found is None else f"version {mark_label(found)}"
     need = mark_label(wanted)
-    return f"the database schema is at {at}, this Conveyor needs version {need}: {fix}"
+    newer = "; if a newer Conveyor migrated it, run that one instead"
+    return f"the database schema is at {at}, this Conveyor needs version {need}: {fix}{newer}"
 
 
 def migrate(engine: Engine, schema: Schema = SCHEMA) -> bool:
@@ -86,15 +90,40 @@ def migrate(engine: Engine, schema: Schema = SCHEMA) -> bool:
     with _reader(engine) as conn:
         if schema_is_current(conn, schema):
             return False
-    tables = schema.tables_for(engine.dialect)
-    schema.metadata.create_all(engine, tables=tables, checkfirst=True)
-    postgres = engine.dialect.name == "postgresql"
-    with engine.begin() as conn:
-        if postgres:
-            # One creator at a time: DROP/CREATE TRIGGER racing in two processes would fail.
-            conn.execute(text("SELECT pg_advisory_xact_lock(4242001)"))
-            if schema_is_current(conn, schema):
-                return False  # another process upgraded it while this one waited
+    with engine.connect() as conn, _one_migrator(conn):
+        return _migrate(conn, schema)
+
+
+@contextmanager
+def _one_migrator(conn: Connection) -> Iterator[None]:
+    """One migrator at a time, from the first CREATE on: two processes creating one
+    table or trigger at once fail. On PostgreSQL a session lock, taken before the
+    migration's transaction begins, so that its reads see what the one before it
+    committed (a lookup by name in a transaction begun earlier may not); SQLite's
+    `BEGIN IMMEDIATE` serialises migrators already."""
+    if conn.dialect.name != "postgresql":
+        yield
+        return
+    conn.execute(text("SELECT pg_advisory_lock(4242001)"))
+    conn.commit()
+    try:
+        yield
+    finally:
+        try:
+            conn.rollback()
+            conn.execute(text("SELECT pg_advisory_unlock(4242001)"))
+            conn.commit()
+        except Exception:
+            conn.invalidate()  # the session goes, and its lock with it
+
+
+def _migrate(conn: Connection, schema: Schema) -> bool:
+    tables = schema.tables_for(conn.dialect)
+    postgres = conn.dialect.name == "postgresql"
+    with conn.begin():
+        if schema_is_current(conn, schema):
+            return False  # another process migrated it while this one waited
+        schema.metadata.create_all(conn, tables=tables, checkfirst=True)
         # create_all adds no column to a table that exists: add the ones limits need
         # (before the indexes on them), and fill them in from the payloads.
         add_limit_columns(conn, schema)
@@ -109,7 +138,7 @@ def migrate(engine: Engine, schema: Schema = SCHEMA) -> bool:
         if postgres:
             for statement in (*notify_ddl(schema), *claim_ddl(schema), *storage_ddl(schema)):
                 conn.exec_driver_sql(statement)
-        conn.exec_driver_sql(mark_statement(engine.dialect, schema))
+        conn.exec_driver_sql(mark_statement(conn.dialect, schema))
     return True
 
 
