@@ -89,6 +89,18 @@ def migrate(
     return guarded(*backend_url(cfg), lambda: migrate_unguarded(cfg))
 
 
+#: PostgreSQL's SQLSTATE for a right the role lacks.
+_INSUFFICIENT_PRIVILEGE = "42501"
+_NEEDS_OWNER = (
+    "conveyor migrate needs a role that may create tables (the tables' owner); the "
+    "processes that enqueue and work need only the grants of docs/sql.md"
+)
+
+
+class MigrationNotPermitted(Exception):
+    """The role `conveyor migrate` ran as may not change the schema."""
+
+
 def migrate_unguarded(cfg: Config) -> str:
     """`migrate` whose failures are the driver's own errors, which may quote the URL's
     password: for a caller that rewrites them (`guarded`, or `reachable`, which also
@@ -103,6 +115,10 @@ def migrate_unguarded(cfg: Config) -> str:
     try:
         changed = migrate_engine(engine)
         version = schema_version(engine.dialect.name)
+    except Exception as exc:
+        if getattr(getattr(exc, "orig", None), "sqlstate", None) == _INSUFFICIENT_PRIVILEGE:
+            raise MigrationNotPermitted(f"{exc}; {_NEEDS_OWNER}") from None
+        raise
     finally:
         engine.dispose()
     where = mask_url(cfg.url)
