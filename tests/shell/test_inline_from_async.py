@@ -70,3 +70,26 @@ def test_a_sync_handler_s_enqueue_still_runs_before_it_returns() -> None:
         assert order == ["inner", "outer returns"]
     finally:
         rt.close()
+
+
+def test_no_heartbeat_thread_outlives_an_inline_run_by_more_than_a_moment() -> None:
+    # Each inline worker's lease keeper lived on for a quarter of its interval (5 s)
+    # after the run and after `close()`: a thread-leak check in a test suite saw it.
+    import threading
+    import time
+
+    tasks = conveyor.Tasks()
+
+    @tasks.task(name="a")
+    def a(args: dict[str, Any]) -> None:
+        pass
+
+    before = set(threading.enumerate())
+    rt = build(tasks)
+    a.enqueue({})
+    rt.close()
+    ours = [t for t in threading.enumerate() if t not in before and t.name == "conveyor-heartbeat"]
+    deadline = time.monotonic() + 1.0
+    while any(t.is_alive() for t in ours) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not [t for t in ours if t.is_alive()], "a heartbeat thread outlived the run"

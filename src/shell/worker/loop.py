@@ -256,9 +256,8 @@ class Worker:
         return self._idle.held_back_for_s()
 
     def drain(self, *, max_jobs: int | None = None) -> int:
-        """Run until nothing is due (reclaiming as it goes). Returns jobs run. On a
-        limited queue it claims under the limits and returns when they hold the rest
-        back (`held_back_for_s` then says for how long); `Runtime.drain` waits."""
+        """Run until nothing is due (reclaiming as it goes); returns jobs run. A limited
+        queue's drain returns when its limits hold the rest back (`held_back_for_s`)."""
         self.warn_if_empty()
         done = 0
         with self._batches.async_let_go_on_exit():
@@ -273,6 +272,7 @@ class Worker:
                 done += worked
             # Every async job this drain claimed is written before it returns.
             self._batches.finish_async()
+        self._heartbeat.end()  # holding nothing now: its thread ends, not 5 s on
         return done
 
     def run_once(self, *, limit: int | None = None) -> int:
