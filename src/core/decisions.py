@@ -20,13 +20,7 @@ from returns.result import Success
 from .errors import ValidationError
 from .frozen import freeze
 from .job import MAX_ATTEMPTS_KEPT, Attempt, AttemptOutcome, ErrorInfo, Job, JobStatus, Metadata
-from .policies import (
-    LeasePolicy,
-    Policies,
-    backoff_ms,
-    is_poison_pill,
-    should_give_up_unhandled,
-)
+from .policies import LeasePolicy, Policies, backoff_ms, is_poison_pill, should_give_up_unhandled
 from .prefetch import StartClaim
 from .results import oversized_result
 from .transitions import Event, hand_back, replace, transition
@@ -64,7 +58,10 @@ class NoHandler:
 
 @attrs.frozen(slots=True)
 class TenantNotFound:
-    """The job names a tenant that does not exist (any more)."""
+    """The job names a tenant that does not exist (any more), or whose scope (its
+    schema) does not: `why` says which, when the shell knows."""
+
+    why: str | None = None
 
 
 @attrs.frozen(slots=True)
@@ -307,9 +304,9 @@ def decide(
                 seen, Event.REQUEUE, now, attempts=history, metadata=meta, run_at=run_at
             )
             return Requeue(parked, run_at)
-        case TenantNotFound():
-            error = ErrorInfo(TENANT_NOT_FOUND, f"tenant {job.tenant_id!r} does not exist", False)
-            return dead_letter(job, error, now)
+        case TenantNotFound(why=why):
+            said = why or f"tenant {job.tenant_id!r} does not exist"
+            return dead_letter(job, ErrorInfo(TENANT_NOT_FOUND, said, False), now)
         case MissingTenant():
             error = ErrorInfo(
                 MISSING_TENANT,

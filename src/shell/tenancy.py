@@ -227,7 +227,7 @@ class TenantScope:
             conn.commit()
         except TenantUnavailable as exc:
             log.warning("%s; the job fails as tenant-not-found", exc)
-            return TenantNotFound()
+            return TenantNotFound(str(exc)[:500])
         except sa.exc.DBAPIError as exc:
             # The database failed, not the tenant: like a failing resolver, retryable.
             return Failed(ErrorInfo("tenant-scope", str(exc)[:500], retryable=True))

@@ -236,6 +236,15 @@ def test_a_tenant_that_does_not_exist_is_dead_lettered_never_retried() -> None:
     assert decision.job.last_error == decision.error
 
 
+def test_a_tenant_whose_scope_is_missing_is_dead_lettered_saying_so() -> None:
+    job = running_job(tenant_id="acme", max_retries=10)
+    why = "tenant 'acme': schema 'tenant_acme' does not exist"
+    decision = decide(job, TenantNotFound(why), LATER, POLICIES, 0.5)
+    assert isinstance(decision, DeadLetter)
+    assert (decision.error.type, decision.error.message) == (TENANT_NOT_FOUND, why)
+    assert decision.error.retryable is False
+
+
 def test_a_tenant_scoped_job_without_a_tenant_is_dead_lettered_as_missing_tenant() -> None:
     decision = decide(running_job(max_retries=10), MissingTenant(), LATER, POLICIES, 0.5)
     assert isinstance(decision, DeadLetter)

@@ -155,6 +155,8 @@ def test_a_tenant_whose_schema_does_not_exist_is_not_found_and_never_runs(
     [dead] = store.list_dead(tenant_id="gone")
     assert dead.last_error is not None
     assert (dead.last_error.type, dead.last_error.retryable) == ("tenant-not-found", False)
+    # The tenant exists: what is missing is its schema, and the record says so.
+    assert dead.last_error.message == "tenant 'gone': schema 'tenant_gone' does not exist"
     assert _trapped(engine) == []
     assert _session(engine) == ('"$user", public', None)
 
