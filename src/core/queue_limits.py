@@ -142,6 +142,11 @@ class QueueLimits:
         return 1.0
 
     @property
+    def holds_back(self) -> bool:
+        """Whether a cap or a rate may keep ready jobs from a claim."""
+        return bool(self.rates) or bool(self.all_caps)
+
+    @property
     def all_caps(self) -> tuple[Cap, ...]:
         """`caps`, with the whole queue's `max_running` as one more."""
         if self.max_running is None:

@@ -18,12 +18,17 @@ that are not yet due stay parked.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 from ..core import ValidationError, check_name
+from ..core.limits import QueueLimits
 from ..shell.runtime import Runtime
 from ..shell.worker.inline import add_stats
 from ..shell.worker.loop import WorkerStats
 from .clock import ManualClock
+
+#: A queue with no limits declared.
+_NO_LIMITS = QueueLimits()
 
 #: How many jobs one `drain` runs before it decides the work will not end.
 MAX_JOBS = 10_000
@@ -66,17 +71,16 @@ def drain(
         ran, stats = runtime.inline_runner.run(names, max_jobs=max_jobs - claimed)
         claimed += ran
         total = add_stats(total, stats)
-        moves_clock = advance_clock and isinstance(clock, ManualClock)
         if claimed >= max_jobs:
             names = only if only is not None else _queues_with_work(runtime)
-            if _work_left(runtime, names, moves_clock):
+            if _work_left(runtime, names, advance_clock):
                 raise DrainLimit(f"drain ran {max_jobs} jobs and work is still due")
             return total
         if ran:
             continue
         if not (advance_clock and isinstance(clock, ManualClock)):
             return total
-        due = [d for d in map(runtime.queue.next_due, names) if d is not None]
+        due = _parked_until(runtime, names)
         if not due or min(due) <= clock.now():
             # Nothing parked, or parked work this clock already reached but no claim
             # took: moving the clock would not change that.
@@ -84,15 +88,23 @@ def drain(
         clock.set(min(due))
 
 
-def _work_left(runtime: Runtime, names: list[str], moves_clock: bool) -> bool:
-    """Whether a drain of `names` would run another job: one is ready, or one is
-    parked and either due or the drain moves the clock on to it."""
+def _parked_until(runtime: Runtime, names: list[str]) -> list[datetime]:
+    """When the parked jobs of each of `names` that has any come due."""
+    return [d for d in map(runtime.queue.next_due, names) if d is not None]
+
+
+def _work_left(runtime: Runtime, names: list[str], advance_clock: bool) -> bool:
+    """Whether a drain of `names` would run another job: one is ready on a queue whose
+    caps or rates cannot hold it back (whether they would, only a claim tells), or one
+    is parked and either due or the drain moves the clock on to it."""
     now = runtime.clock.now()
     counts = runtime.queue.counts(now)
-    if any(counts[name].ready for name in names if name in counts):
+    free = [name for name in names if not runtime.limits.get(name, _NO_LIMITS).holds_back]
+    if any(counts[name].ready for name in free if name in counts):
         return True
-    due = [d for d in map(runtime.queue.next_due, names) if d is not None]
-    return bool(due) and (moves_clock or min(due) <= now)
+    due = _parked_until(runtime, names)
+    moves = advance_clock and isinstance(runtime.clock, ManualClock)
+    return bool(due) and (moves or min(due) <= now)
 
 
 def _queues_with_work(runtime: Runtime) -> list[str]:

@@ -333,6 +333,8 @@ def test_enqueue_gives_a_task_its_own_defaults_and_flags_override_them(
         (("--tenant", "ünï"), "--tenant: may hold only ASCII letters"),
         (("--unique-state", "dead"), "--unique-state: needs --unique-key: it shapes"),
         (("--unique-for", "5"), "--unique-for: needs --unique-key: it shapes"),
+        # The value typed is quoted as typed, though it spells an option's name.
+        (("--id", "tenant_id"), "--id: 'tenant_id' is not a job id"),
     ],
 )
 def test_a_bad_enqueue_flag_is_named_as_typed(cli, flags: tuple[str, ...], said: str) -> None:

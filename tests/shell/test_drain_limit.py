@@ -89,3 +89,23 @@ def test_assert_enqueued_refuses_args_that_are_no_mapping_and_a_queue_no_job_can
         assert_enqueued(rt, "send", count=0, queue="no such queue!")
     assert queue.value.fields == ("queue",)
     assert assert_enqueued(rt, "send", {"k": 1}, queue="default")
+
+
+def test_a_job_a_rate_holds_back_after_the_limit_is_no_work_due() -> None:
+    # A ready job the rate keeps from any claim counted as work due: max_jobs=1
+    # raised where max_jobs=10 returned with the same job left.
+    from conveyor.core.limits import QueueLimits, Rate
+
+    limits = {"payments": QueueLimits(rates=(Rate(starts=1, per_seconds=3600),))}
+    for max_jobs in (1, 10):
+        rt = conveyor.build(
+            {"provider": "memory", "workers": {"queues": ["payments"]}},
+            handlers={"t": lambda args: None},
+            clock=ManualClock(),
+            env={},
+            limits=limits,
+        )
+        rt.enqueue("t", {}, queue="payments")
+        rt.enqueue("t", {}, queue="payments")
+        assert drain(rt, max_jobs=max_jobs).processed == 1
+        rt.close()

@@ -93,3 +93,37 @@ def test_no_heartbeat_thread_outlives_an_inline_run_by_more_than_a_moment() -> N
     while any(t.is_alive() for t in ours) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not [t for t in ours if t.is_alive()], "a heartbeat thread outlived the run"
+
+
+def test_a_run_stopped_early_leaves_no_queue_for_a_run_of_other_queues() -> None:
+    # The queue an async handler's enqueue left to its run stayed behind when a
+    # drain's max_jobs stopped that run, and a later drain of other queues ran it.
+    from conveyor.testing import DrainLimit
+
+    tasks = conveyor.Tasks()
+
+    @tasks.task(name="inner", queue="c")
+    def inner(args: dict[str, Any]) -> None:
+        pass
+
+    @tasks.task(name="outer", queue="a")
+    async def outer(args: dict[str, Any]) -> None:
+        inner.enqueue({})
+
+    @tasks.task(name="other", queue="b")
+    def other(args: dict[str, Any]) -> None:
+        pass
+
+    rt = build(tasks)
+    try:
+        outer.enqueue({}, delay=60)
+        other.enqueue({}, delay=60)
+        try:
+            drain(rt, queues=["a", "b"], max_jobs=1)
+        except DrainLimit:
+            pass
+        assert [j.status.value for j in enqueued_jobs(rt, inner)] == ["pending"]
+        assert drain(rt, queues="x", advance_clock=False).processed == 0
+        assert [j.status.value for j in enqueued_jobs(rt, inner)] == ["pending"]
+    finally:
+        rt.close()

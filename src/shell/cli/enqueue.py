@@ -94,9 +94,9 @@ FLAGS = {
 }  # fmt: skip
 
 
-#: The option names a reason may mention ("needs unique_key"), as a whole word: those
-#: of plain words ("queue", "id") are not told from the words.
-_MENTIONED = re.compile(r"\b(" + "|".join(name for name in FLAGS if "_" in name) + r")\b")
+#: An option a reason says another needs ("needs unique_key"); the value typed, which
+#: the reason may quote, is left as it was.
+_MENTIONED = re.compile(r"\bneeds (" + "|".join(FLAGS) + r")\b")
 
 
 def _as_flags(exc: ValidationError, typed: set[str]) -> ValidationError:
@@ -104,7 +104,8 @@ def _as_flags(exc: ValidationError, typed: set[str]) -> ValidationError:
     its reason mentions too; a field from the task's defaults keeps its option name."""
 
     def flagged(e: FieldError) -> FieldError:
-        return FieldError(FLAGS[e.field], _MENTIONED.sub(lambda m: FLAGS[m[1]], e.reason))
+        reason = _MENTIONED.sub(lambda m: f"needs {FLAGS[m[1]]}", e.reason)
+        return FieldError(FLAGS[e.field], reason)
 
     return ValidationError([flagged(e) if e.field in typed else e for e in exc.errors])
 

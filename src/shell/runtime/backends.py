@@ -126,9 +126,12 @@ def _redis_backend(settings: BackendSettings) -> tuple[JobQueue, JobStore, Prese
     return queue, store, RedisPresence(client, prefix=prefix, owns_client=True)
 
 
-def make_tenancy(tenancy: TenancyConfig | None, url: str) -> TenantScope | None:
+def make_tenancy(
+    tenancy: TenancyConfig | None, url: str, synchronous: str = "FULL"
+) -> TenantScope | None:
     """The tenant scope `tenancy` describes (None without one); its resolver reads the
-    database at `tenancy.url`, else at the job tables' `url`."""
+    database at `tenancy.url`, else at the job tables' `url` (`synchronous`: SQLite's,
+    as the job tables')."""
     if tenancy is None:
         return None
     from ..adapters.sql import make_engine
@@ -136,7 +139,7 @@ def make_tenancy(tenancy: TenancyConfig | None, url: str) -> TenantScope | None:
     from ..tenancy import SchemaPerTenant, SharedTables, TableTenantResolver, TenantScope
 
     # The same engine settings as the job tables (WAL and busy timeout on SQLite).
-    engine = make_engine(tenancy.url or url)
+    engine = make_engine(tenancy.url or url, synchronous=synchronous)
     if tenancy.strategy == "schema" and engine.dialect.name != "postgresql":
         # Told now: at a job's attempt it would dead-letter every tenant-scoped job.
         field = "tenancy.url" if tenancy.url else "url"
@@ -162,7 +165,8 @@ def make_tenancy(tenancy: TenancyConfig | None, url: str) -> TenantScope | None:
 
 def open_tenancy(config: Config) -> TenantScope | None:
     """`make_tenancy` for `config`, its errors told without the password."""
-    return guarded(*tenancy_url(config), lambda: make_tenancy(config.tenancy, config.url))
+    sync = config.sqlite_synchronous
+    return guarded(*tenancy_url(config), lambda: make_tenancy(config.tenancy, config.url, sync))
 
 
 def reachable(settings: BackendSettings, timeout_s: float, make: Callable[[], T]) -> T:

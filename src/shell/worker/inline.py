@@ -42,6 +42,8 @@ class InlineRunner:
         self._idle: dict[str, list[Worker]] = {}
         #: Queues an async handler enqueued to, left to the run waiting for it.
         self._deferred: dict[str, None] = {}
+        #: How deep in runs this thread is (a handler's enqueue runs one inside one).
+        self._nesting = threading.local()
 
     @contextmanager
     def worker(self, queue_name: str) -> Iterator[Worker]:
@@ -74,15 +76,25 @@ class InlineRunner:
             return 0, WorkerStats()
         total, claimed = WorkerStats(), 0
         pending = list(dict.fromkeys(queues))
-        while pending:
-            for name in pending:
-                left = None if max_jobs is None else max_jobs - claimed
-                if left is not None and left <= 0:
-                    return claimed, total
-                with self.worker(name) as worker:
-                    before = worker.stats
-                    claimed += worker.drain(max_jobs=left)
-                    total = add_stats(total, stats_between(before, worker.stats))
-            with self._lock:
-                pending, self._deferred = list(self._deferred), {}
-        return claimed, total
+        depth = getattr(self._nesting, "depth", 0)
+        self._nesting.depth = depth + 1
+        try:
+            while pending:
+                for name in pending:
+                    left = None if max_jobs is None else max_jobs - claimed
+                    if left is not None and left <= 0:
+                        return claimed, total
+                    with self.worker(name) as worker:
+                        before = worker.stats
+                        claimed += worker.drain(max_jobs=left)
+                        total = add_stats(total, stats_between(before, worker.stats))
+                with self._lock:
+                    pending, self._deferred = list(self._deferred), {}
+            return claimed, total
+        finally:
+            self._nesting.depth = depth
+            if depth == 0:
+                # A run stopped early leaves its handlers' queues to whoever drains
+                # them next by name: another run of other queues must not take them up.
+                with self._lock:
+                    self._deferred = {}

@@ -73,7 +73,8 @@ def schema_problem(engine: Engine, schema: Schema = SCHEMA) -> str | None:
         return f"the database schema is missing: {fix}"
     at = "an unmarked earlier version" if found is None else f"version {mark_label(found)}"
     need = mark_label(wanted)
-    newer = "; if a newer Conveyor migrated it, run that one instead"
+    # A newer Conveyor leaves its mark: an unmarked schema is an earlier version's.
+    newer = "" if found is None else "; if a newer Conveyor migrated it, run that one instead"
     return f"the database schema is at {at}, this Conveyor needs version {need}: {fix}{newer}"
 
 
