@@ -71,4 +71,9 @@ def test_copies_stop_gracefully_when_their_supervisor_is_killed(project: Path) -
         left = [pid for pid in copies if _alive(pid)]
         for pid in left:  # not left behind by a failed check
             subprocess.run(["kill", "-9", str(pid)], check=False)
+        # The copies wrote to the stderr they share with it: read to its end.
+        stderr = supervisor.stderr.read() if supervisor.stderr else ""
     assert not left, "copies ran on after their supervisor was killed"
+    graceful = [line for line in stderr.splitlines() if "SIGTERM, stopping gracefully" in line]
+    assert len(graceful) == 2, stderr
+    assert "stopped at once" not in stderr, stderr
