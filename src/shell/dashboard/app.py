@@ -35,6 +35,7 @@ from starlette.types import ASGIApp
 from ...core import FieldError, JobStatus, ValidationError
 from ...core.validation import parse_job_id
 from ..job_text import progress_text
+from ..ports.workflows import WorkflowJobQueue
 from ..runtime import Runtime
 from .actions import Actions, confirmed_at, notice_of, sealed
 from .auth import AuthHook, BasicAuth, LoginThrottle
@@ -95,8 +96,6 @@ class Dashboard(Actions, WorkflowPages):
         self.live_every_ms = max(250, round(live_every_s * 1000))
         self.env = environment(HERE / "templates")
         self.chart = ThroughputCounts(runtime)
-
-    # ---- plumbing ---------------------------------------------------------------
 
     def routes(self) -> list[BaseRoute]:
         page, action = self._page, self._action
@@ -262,6 +261,9 @@ class Dashboard(Actions, WorkflowPages):
             return self._error(request, 404, f"No job: {job_id.reason}.")
         view = await self.backend.read(self.runtime.get, job_id)
         if view is None:
+            holds = isinstance(self.runtime.queue, WorkflowJobQueue)
+            if holds and await self.backend.read(self.runtime.workflow, job_id) is not None:
+                return self._redirect(request, f"/workflows/{job_id}")  # a workflow's id
             return self._error(request, 404, f"No job {job_id} in the queue or the store.")
         show_args = request.query_params.get("args") == "1"
         show_result = request.query_params.get("result") == "1"
