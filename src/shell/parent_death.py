@@ -7,7 +7,9 @@ still the one that started it, since it may have died before the request was mad
 Elsewhere (no `prctl`), nothing is asked and only that check is made.
 
 The kernel sends the signal when the *thread* that started the child ends, so a
-parent starts its children from a thread that lives as long as it does.
+parent starts its children from a thread that lives as long as it does; and it
+sends it again each time the child passes to another thread of the dying parent,
+so the child takes a repeat of it as no more than the first.
 """
 
 from __future__ import annotations

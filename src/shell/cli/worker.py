@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import signal
 from typing import Any
 
 from ...core import (
@@ -259,11 +258,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _tied_to_supervisor() -> bool:
-    """In a copy of `--processes N`: be stopped gracefully (SIGTERM) when the
-    supervisor dies, so no copy runs on that nobody watches; False when it has died
-    already. Outside a copy: True."""
+    """In a copy of `--processes N`: be stopped gracefully when the supervisor dies
+    (`SUPERVISOR_GONE`), so no copy runs on that nobody watches; False when it has
+    died already. Outside a copy, or where no such signal exists: True."""
+    from ..worker.signals import SUPERVISOR_GONE
+
     parent = os.environ.pop(SUPERVISOR_PID_ENV, "")
-    return not parent.isdigit() or die_with_parent(int(parent), signal.SIGTERM)
+    if not parent.isdigit() or SUPERVISOR_GONE is None:
+        return True
+    return die_with_parent(int(parent), SUPERVISOR_GONE)
 
 
 def _stall_policy(args: argparse.Namespace, config: Config) -> StallPolicy:

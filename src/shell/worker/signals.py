@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 
 #: The exit status of a stop forced by a second signal (128 + SIGINT, as shells use).
 FORCED_EXIT = 130
+#: What a copy of `--processes N` is sent when its supervisor dies (`parent_death`).
+#: The kernel sends it again each time the copy passes to another of the dead
+#: supervisor's threads, so, unlike SIGTERM, it is a graceful stop however often.
+SUPERVISOR_GONE = getattr(signal, "SIGUSR2", None)
 #: How often the main thread looks at what it is not woken for (a reason to recycle,
 #: the drain timeout) while it waits.
 TICK_S = 0.1
@@ -72,7 +76,16 @@ class StopSignals:
         # A hangup (a closed terminal, a dropped SSH session) is a stop too: by default
         # it would end the process at once, its running jobs left to their leases.
         signal.signal(signal.SIGHUP, self._on_signal)
+        if SUPERVISOR_GONE is not None:
+            signal.signal(SUPERVISOR_GONE, self._on_supervisor_gone)
         return self
+
+    def _on_supervisor_gone(self, signum: int, _frame: object) -> None:
+        if self._heard:
+            return  # stopping already: this asks no more than that
+        self._heard.append(signum)
+        self.wakeup.wake()
+        self.say("its supervisor is gone, stopping gracefully")
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         first = not self._heard
