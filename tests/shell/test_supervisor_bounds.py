@@ -88,3 +88,22 @@ def test_copies_stop_gracefully_when_their_supervisor_is_killed(project: Path) -
     graceful = [line for line in stderr.splitlines() if "supervisor is gone, stopping" in line]
     assert len(graceful) == 2, stderr
     assert "at once" not in stderr, stderr
+
+
+def test_only_a_copy_takes_sigusr2_which_others_leave_to_their_code() -> None:
+    # A faulthandler registered on SIGUSR2 by an application's handlers is kept.
+    from conveyor.shell.worker.signals import SUPERVISOR_GONE, StopSignals
+
+    if SUPERVISOR_GONE is None:
+        pytest.skip("no SIGUSR2 on this platform")
+    kept = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    mine = signal.getsignal(SUPERVISOR_GONE)
+    try:
+        StopSignals().install()
+        assert signal.getsignal(SUPERVISOR_GONE) is mine
+        copy = StopSignals().install(supervised=True)
+        assert signal.getsignal(SUPERVISOR_GONE) == copy._on_supervisor_gone
+    finally:
+        signal.signal(SUPERVISOR_GONE, mine)
+        for signum, handler in kept.items():
+            signal.signal(signum, handler)

@@ -232,7 +232,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # Read, then taken out: a `conveyor` command a job runs is not a copy.
     copy = os.environ.pop(PROCESS_INDEX_ENV, None)
     name = f"conveyor worker process {copy}" if copy else "conveyor worker"
-    stops = StopSignals(name).install()
+    stops = StopSignals(name).install(supervised=bool(copy))
     w = runtime.config.workers
     notice(
         f"{name} {runtime.worker_id}: provider={runtime.config.provider} "

@@ -70,13 +70,16 @@ class StopSignals:
         """A second one came: stop at once."""
         return len(self._heard) > 1
 
-    def install(self) -> StopSignals:
+    def install(self, *, supervised: bool = False) -> StopSignals:
+        """The handlers; a copy of `--processes N` (`supervised`) also takes
+        `SUPERVISOR_GONE` (SIGUSR2, which any other process leaves to its code, as
+        a `faulthandler` registered on it)."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         # A hangup (a closed terminal, a dropped SSH session) is a stop too: by default
         # it would end the process at once, its running jobs left to their leases.
         signal.signal(signal.SIGHUP, self._on_signal)
-        if SUPERVISOR_GONE is not None:
+        if supervised and SUPERVISOR_GONE is not None:
             signal.signal(SUPERVISOR_GONE, self._on_supervisor_gone)
         return self
 
