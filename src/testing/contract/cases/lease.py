@@ -94,8 +94,10 @@ def a_worker_starts_a_retry_when_its_backoff_ends(s: Subject) -> None:
 @case()
 def an_idle_worker_starts_delays_and_retries_on_time(s: Subject) -> None:
     """At default settings (a one-second poll), a delayed job and a retry start at their
-    `run_at`, not at the next poll or promotion pass. The bound is loose on purpose: it
-    tells waking on time (milliseconds) from waiting for a poll (up to a second)."""
+    `run_at`, not at the next poll or promotion pass. The bounds are loose on purpose
+    (a busy machine's commits, fsync'd, take their time): they tell waking on time
+    from waiting for the poll, which would start the job 0.6 s late and the retry a
+    second after the failure."""
     runs: list[float] = []
 
     def flaky(args: Any) -> None:
@@ -108,8 +110,8 @@ def an_idle_worker_starts_delays_and_retries_on_time(s: Subject) -> None:
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
-        time.sleep(0.3)  # idle, in its one-second wait
-        job = make_job(now=datetime.now(UTC), delay=timedelta(milliseconds=300))
+        time.sleep(0.3)  # idle, in its one-second wait: 0.7 s of it left
+        job = make_job(now=datetime.now(UTC), delay=timedelta(milliseconds=100))
         s.queue.enqueue(job)
         due = job.run_at.timestamp()
         deadline = time.monotonic() + 5
@@ -119,9 +121,9 @@ def an_idle_worker_starts_delays_and_retries_on_time(s: Subject) -> None:
         worker.stop()
         thread.join()
     assert len(runs) == 2, f"ran {len(runs)} times in 5 s"
-    assert 0 <= runs[0] - due < 0.25, f"the delayed job started {runs[0] - due:.3f} s late"
+    assert 0 <= runs[0] - due < 0.45, f"the delayed job started {runs[0] - due:.3f} s late"
     gap = runs[1] - runs[0]
-    assert 0.3 <= gap < 0.3 + 0.25, f"the retry came {gap:.3f} s after the failure (policy 0.3 s)"
+    assert 0.3 <= gap < 0.3 + 0.45, f"the retry came {gap:.3f} s after the failure (policy 0.3 s)"
 
 
 @case(SERVER_CLOCK)
