@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
 import weakref
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,7 +20,8 @@ from urllib.parse import quote
 
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 
-from ....core import ValidationError
+from ....core import ValidationError, WriteRetryPolicy
+from ...retrying import retrying
 
 __all__ = [
     "SQLITE_BEGIN_OPTION",
@@ -61,7 +61,7 @@ _SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 #: long read transaction pins a snapshot, no checkpoint can, and the log grows (about
 #: 50 KB a job); without a limit it kept that size for good.
 WAL_SIZE_LIMIT_BYTES = 32 * 1024 * 1024
-#: How long a connection waits between tries to switch a new file to WAL mode.
+#: The first wait between tries to switch a new file to WAL mode (it doubles).
 _WAL_RETRY_S = 0.01
 
 
@@ -136,19 +136,27 @@ def _switch_to_wal(cursor: Any, busy_timeout_ms: int) -> None:
     """WAL mode, unless the file is in it (or in memory). The switch needs the file to
     itself, and SQLite answers "database is locked" at once, not after the busy
     timeout, while another connection holds it (processes starting together on a new
-    file): it is tried again until the busy timeout has passed."""
-    deadline = time.monotonic() + busy_timeout_ms / 1000
-    while True:
+    file): it is tried again, as any transient storage call is, until the busy
+    timeout has passed."""
+
+    def switch() -> None:
         current = str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower()
-        if current in ("wal", "memory"):
-            return
-        try:
+        if current not in ("wal", "memory"):
             cursor.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
-                raise
-        time.sleep(_WAL_RETRY_S)
+
+    budget = WriteRetryPolicy(
+        initial_s=_WAL_RETRY_S,
+        max_s=_WAL_RETRY_S * 10,
+        jitter=True,
+        max_attempts=None,
+        give_up_after_s=busy_timeout_ms / 1000,
+        last_try_at_deadline=True,
+    )
+    retrying(switch, budget, transient=_locked)
+
+
+def _locked(exc: Exception) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
 
 
 def _lenient_text(raw: bytes) -> str:
